@@ -1,0 +1,170 @@
+"""The synthetic models' architectures: which keys and tensors llama.cpp needs to load and run each one.
+
+Every file uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
+tokenizer. Drafts that llama.cpp pairs with a target (eagle3, dflash) leave out ``token_embd``/``output``: the
+server shares the target's. Shapes are ggml order {ne0, ne1, ...}. The keys and tensor names follow the probe
+in shared/research/synthetic-models/REPORT.md, checked against llama.cpp 0c1e570.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gguf
+
+from .synthetic_tokenizer import N_VOCAB
+from .synthetic_weights import Weights
+
+N_EMBD = 64
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = N_EMBD // N_HEAD
+N_FF = 128
+CTX_TRAIN = 4096
+RMS_EPS = 1e-6
+ROPE_BASE = 10000.0
+
+# glm4moe: a dense trunk, then one NextN (MTP) block that is a MoE block (the arch requires expert keys).
+GLM_TRUNK = 2
+GLM_EXPERTS = 2
+GLM_EXPERT_FF = 32
+GLM_GATING_SIGMOID = 2
+
+EAGLE3_TARGET_LAYERS = (0, 1, 2)  # ids below the target's n_layer: the llama graph exposes those inputs
+DFLASH_TARGET_LAYERS = (1, 2, 3)
+DFLASH_BLOCK_SIZE = 4
+MARKOV_RANK = 16
+CONF_BIAS_HIGH = 8.0  # sigmoid(8) = 0.9997: the DSpark confidence head always says "draft"
+CONF_BIAS_LOW = -8.0  # sigmoid(-8) = 0.0003: with --spec-draft-p-min > 0 nothing is drafted
+
+U32 = gguf.GGUFValueType.UINT32
+
+
+@dataclass
+class Model:
+    """One GGUF file's contents before writing: its architecture, extra keys and tensors."""
+
+    arch: str
+    name: str
+    n_layer: int
+    kv: dict[str, tuple[Any, gguf.GGUFValueType]] = field(default_factory=dict)
+    tensors: dict[str, Any] = field(default_factory=dict)
+
+    def key(self, suffix: str, value: Any, vtype: gguf.GGUFValueType = U32) -> None:
+        self.kv[f"{self.arch}.{suffix}"] = (value, vtype)
+
+
+def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD) -> None:
+    t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, N_HEAD * HEAD_DIM)
+    t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, N_HEAD_KV * HEAD_DIM)
+    t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, N_HEAD_KV * HEAD_DIM)
+    t[f"blk.{i}.attn_output.weight"] = w.normal(N_HEAD * HEAD_DIM, N_EMBD)
+
+
+def _ffn(w: Weights, t: dict, i: int) -> None:
+    t[f"blk.{i}.ffn_gate.weight"] = w.normal(N_EMBD, N_FF)
+    t[f"blk.{i}.ffn_up.weight"] = w.normal(N_EMBD, N_FF)
+    t[f"blk.{i}.ffn_down.weight"] = w.normal(N_FF, N_EMBD)
+
+
+def _embeddings_and_head(w: Weights, t: dict) -> None:
+    t["token_embd.weight"] = w.token_embd(N_EMBD, N_VOCAB)
+    t["output_norm.weight"] = w.ones(N_EMBD)
+    t["output.weight"] = w.lm_head(N_EMBD, N_VOCAB)
+
+
+def llama(w: Weights, n_layer: int, name: str) -> Model:
+    """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer)."""
+    m = Model("llama", name, n_layer)
+    _embeddings_and_head(w, m.tensors)
+    for i in range(n_layer):
+        m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(N_EMBD)
+        _attention(w, m.tensors, i)
+        m.tensors[f"blk.{i}.ffn_norm.weight"] = w.ones(N_EMBD)
+        _ffn(w, m.tensors, i)
+    return m
+
+
+def _nextn_block(w: Weights, t: dict, i: int) -> None:
+    t[f"blk.{i}.ffn_gate_inp.weight"] = w.normal(N_EMBD, GLM_EXPERTS)
+    t[f"blk.{i}.exp_probs_b.bias"] = w.zeros(GLM_EXPERTS)
+    t[f"blk.{i}.ffn_gate_exps.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF, GLM_EXPERTS)
+    t[f"blk.{i}.ffn_up_exps.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF, GLM_EXPERTS)
+    t[f"blk.{i}.ffn_down_exps.weight"] = w.normal(GLM_EXPERT_FF, N_EMBD, GLM_EXPERTS)
+    t[f"blk.{i}.ffn_gate_shexp.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF)
+    t[f"blk.{i}.ffn_up_shexp.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF)
+    t[f"blk.{i}.ffn_down_shexp.weight"] = w.normal(GLM_EXPERT_FF, N_EMBD)
+    t[f"blk.{i}.nextn.eh_proj.weight"] = w.projection(2 * N_EMBD, N_EMBD)
+    for norm in ("enorm", "hnorm", "shared_head_norm"):
+        t[f"blk.{i}.nextn.{norm}.weight"] = w.ones(N_EMBD)
+    # nextn.embed_tokens / nextn.shared_head_head are optional: the MTP graph then uses token_embd / output.
+
+
+def glm4moe_mtp(w: Weights, name: str) -> Model:
+    """A ``glm4moe`` target: 2 dense trunk layers and one NextN block, which draft-mtp drafts with."""
+    m = Model("glm4moe", name, GLM_TRUNK + 1)
+    _embeddings_and_head(w, m.tensors)
+    for i in range(m.n_layer):
+        m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(N_EMBD)
+        _attention(w, m.tensors, i)
+        m.tensors[f"blk.{i}.post_attention_norm.weight"] = w.ones(N_EMBD)
+        if i < GLM_TRUNK:
+            _ffn(w, m.tensors, i)
+        else:
+            _nextn_block(w, m.tensors, i)
+    m.key("nextn_predict_layers", 1)  # the MTP graph asserts exactly one
+    m.key("leading_dense_block_count", GLM_TRUNK)
+    m.key("expert_count", GLM_EXPERTS)
+    m.key("expert_used_count", 1)
+    m.key("expert_shared_count", 1)
+    m.key("expert_feed_forward_length", GLM_EXPERT_FF)
+    m.key("expert_weights_scale", 1.0, gguf.GGUFValueType.FLOAT32)
+    m.key("expert_weights_norm", True, gguf.GGUFValueType.BOOL)
+    m.key("expert_gating_func", GLM_GATING_SIGMOID)
+    return m
+
+
+def _target_layers(m: Model, layers: tuple[int, ...]) -> None:
+    m.kv[f"{m.arch}.target_layers"] = (list(layers), gguf.GGUFValueType.ARRAY)
+
+
+def eagle3(w: Weights, name: str) -> Model:
+    """An ``eagle3`` draft: one decoder layer over the concatenated hidden states of 3 target layers."""
+    m = Model("eagle3", name, 1)  # the graph asserts one layer
+    m.tensors["fc.weight"] = w.projection(len(EAGLE3_TARGET_LAYERS) * N_EMBD, N_EMBD)
+    m.tensors["output_norm.weight"] = w.ones(N_EMBD)
+    m.tensors["blk.0.attn_norm.weight"] = w.ones(N_EMBD)
+    m.tensors["blk.0.attn_norm_2.weight"] = w.ones(N_EMBD)
+    _attention(w, m.tensors, 0, n_in=2 * N_EMBD)  # input: token embedding and hidden state side by side
+    m.tensors["blk.0.ffn_norm.weight"] = w.ones(N_EMBD)
+    _ffn(w, m.tensors, 0)
+    _target_layers(m, EAGLE3_TARGET_LAYERS)
+    m.key("target_hidden_size", N_EMBD)
+    return m
+
+
+def dflash(w: Weights, name: str, conf_bias: float | None = None) -> Model:
+    """A ``dflash`` draft (block size 4); with ``conf_bias`` a DSpark draft: Markov and confidence heads.
+
+    The server auto-detects draft-dspark from ``markov_w1.weight``.
+    """
+    m = Model("dflash", name, 1)
+    m.tensors["fc.weight"] = w.projection(len(DFLASH_TARGET_LAYERS) * N_EMBD, N_EMBD)
+    m.tensors["enc.output_norm.weight"] = w.ones(N_EMBD)
+    m.tensors["output_norm.weight"] = w.ones(N_EMBD)
+    m.tensors["blk.0.attn_norm.weight"] = w.ones(N_EMBD)
+    _attention(w, m.tensors, 0)
+    m.tensors["blk.0.attn_q_norm.weight"] = w.ones(HEAD_DIM)
+    m.tensors["blk.0.attn_k_norm.weight"] = w.ones(HEAD_DIM)
+    m.tensors["blk.0.ffn_norm.weight"] = w.ones(N_EMBD)
+    _ffn(w, m.tensors, 0)
+    _target_layers(m, DFLASH_TARGET_LAYERS)
+    m.key("block_size", DFLASH_BLOCK_SIZE)
+    if conf_bias is not None:
+        m.tensors["markov_w1.weight"] = w.normal(MARKOV_RANK, N_VOCAB)
+        m.tensors["markov_w2.weight"] = w.normal(MARKOV_RANK, N_VOCAB)
+        m.tensors["conf_proj.weight"] = w.zeros(N_EMBD + MARKOV_RANK, 1)
+        m.tensors["conf_proj.bias"] = w.ones(1) * conf_bias  # confidence = sigmoid(bias)
+        m.key("has_confidence_head", True, gguf.GGUFValueType.BOOL)
+    return m
