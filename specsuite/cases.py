@@ -6,6 +6,7 @@ and the key, not a confusing failure half-way through a GPU run.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,7 +175,7 @@ def _check_synth(where: str, raw: dict[str, Any]) -> None:
             raise _bad(where, "synth_rates must be a non-empty list of numbers")
         for r in rates:
             _check_unit(where, "synth_rates entry", r)
-        if any(b > a for a, b in zip(rates, rates[1:])):
+        if any(b > a for a, b in itertools.pairwise(rates)):
             raise _bad(where, f"synth_rates {rates} must be non-increasing (entry i = P(first i+1 accepted))")
     if "synth_len" in raw and raw["synth_len"] < 1.0:
         raise _bad(where, f"synth_len = {raw['synth_len']} must be >= 1 (mean accept length)")
@@ -210,7 +211,9 @@ def parse_cases(text: str, lock_names: set[str] | None = None) -> list[Case]:
         raise UserError(f"cases.toml: not valid TOML: {exc}") from None
     top_unknown = sorted(set(doc) - {"version", "case"})
     if top_unknown:
-        raise UserError(f"cases.toml: unknown top-level key(s) {', '.join(top_unknown)} (expected version, case)")
+        raise UserError(
+            f"cases.toml: unknown top-level key(s) {', '.join(top_unknown)} (expected version, case)"
+        )
     if doc.get("version") != 1:
         raise UserError(f"cases.toml: version must be 1, got {doc.get('version')!r}")
     cases: list[Case] = []

@@ -9,11 +9,13 @@ in shared/research/synthetic-models/REPORT.md, checked against llama.cpp 0c1e570
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gguf
+import numpy as np
 
-from .synthetic_tokenizer import N_VOCAB
+from .synthetic_tokenizer import N_VOCAB, add_tokenizer
 from .synthetic_weights import Weights
 
 N_EMBD = 64
@@ -95,7 +97,12 @@ def _nextn_block(w: Weights, t: dict, i: int) -> None:
     t[f"blk.{i}.ffn_gate_shexp.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF)
     t[f"blk.{i}.ffn_up_shexp.weight"] = w.normal(N_EMBD, GLM_EXPERT_FF)
     t[f"blk.{i}.ffn_down_shexp.weight"] = w.normal(GLM_EXPERT_FF, N_EMBD)
-    t[f"blk.{i}.nextn.eh_proj.weight"] = w.projection(2 * N_EMBD, N_EMBD)
+    # eh_proj's input is [enorm(embedding of the next token), hnorm(hidden)]. Passing the embedding half
+    # through makes the MTP head predict about what the target predicts after that token (in random mode
+    # too, where it then agrees on many tokens but not all), and carries e0 onward in fixed mode.
+    eh_proj = w.normal(2 * N_EMBD, N_EMBD)
+    eh_proj[:, :N_EMBD] += np.eye(N_EMBD, dtype=np.float32)
+    t[f"blk.{i}.nextn.eh_proj.weight"] = eh_proj
     for norm in ("enorm", "hnorm", "shared_head_norm"):
         t[f"blk.{i}.nextn.{norm}.weight"] = w.ones(N_EMBD)
     # nextn.embed_tokens / nextn.shared_head_head are optional: the MTP graph then uses token_embd / output.
@@ -168,3 +175,29 @@ def dflash(w: Weights, name: str, conf_bias: float | None = None) -> Model:
         m.tensors["conf_proj.bias"] = w.ones(1) * conf_bias  # confidence = sigmoid(bias)
         m.key("has_confidence_head", True, gguf.GGUFValueType.BOOL)
     return m
+
+
+def write_gguf(model: Model, dest: Path) -> None:
+    """Write a model with the common hyper-parameters and the shared tokenizer."""
+    writer = gguf.GGUFWriter(dest, model.arch)  # writes general.architecture; no timestamps, no paths
+    writer.add_name(model.name)
+    writer.add_context_length(CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(model.n_layer)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD_KV)
+    writer.add_layer_norm_rms_eps(RMS_EPS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_vocab_size(N_VOCAB)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for key, (value, vtype) in model.kv.items():
+        writer.add_key_value(key, value, vtype)
+    add_tokenizer(writer)
+    for name, array in model.tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

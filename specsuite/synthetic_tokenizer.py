@@ -14,7 +14,11 @@ import gguf
 def _byte_symbols() -> list[str]:
     # GPT-2's bytes_to_unicode table, in id order. It is ten lines and lives only in tokenizer libraries
     # (transformers, tiktoken) that this project does not otherwise need, so it is written out here.
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     symbols = list(printable)
     extra = 0
     for byte in range(256):

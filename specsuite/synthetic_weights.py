@@ -8,6 +8,11 @@ The draft heads' input projections carry dim 0 onward (``carry``), so the drafts
 
 ``random``: embeddings and LM head N(0, 1), internals N(0, 0.02): acceptance follows the weights.
 
+In both modes every file draws its embeddings and LM head from one shared stream (``VOCAB_SEED``), as real
+drafts share their target's vocabulary: a random 1-layer llama draft then agrees with its random target on
+most, not all, tokens, so one run exercises both acceptance and rejection. The other tensors come from the
+file's own seed.
+
 Determinism: the stream is numpy's legacy ``RandomState`` (Mersenne Twister + the legacy Gaussian), whose
 output numpy guarantees not to change across versions (NEP 19), unlike ``default_rng``; values are drawn in
 float64 and rounded to float32, which is exact IEEE arithmetic on every machine.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 MODES = ("fixed", "random")
+VOCAB_SEED = 1000
 
 
 class Weights:
@@ -33,8 +39,8 @@ class Weights:
     def fixed(self) -> bool:
         return self.mode == "fixed"
 
-    def normal(self, *shape: int, std: float = 0.02) -> np.ndarray:
-        return (self._rng.standard_normal(shape[::-1]) * std).astype(np.float32)
+    def normal(self, *shape: int, std: float = 0.02, rng: np.random.RandomState | None = None) -> np.ndarray:
+        return ((rng or self._rng).standard_normal(shape[::-1]) * std).astype(np.float32)
 
     @staticmethod
     def ones(*shape: int) -> np.ndarray:
@@ -44,17 +50,23 @@ class Weights:
     def zeros(*shape: int) -> np.ndarray:
         return np.zeros(shape[::-1], dtype=np.float32)
 
+    @staticmethod
+    def _vocab_rng(which: int) -> np.random.RandomState:
+        return np.random.RandomState(VOCAB_SEED + which)
+
     def token_embd(self, n_embd: int, n_vocab: int) -> np.ndarray:
+        rng = self._vocab_rng(0)
         if not self.fixed:
-            return self.normal(n_embd, n_vocab, std=1.0)
-        embd = self.normal(n_embd, n_vocab, std=0.01)
+            return self.normal(n_embd, n_vocab, std=1.0, rng=rng)
+        embd = self.normal(n_embd, n_vocab, std=0.01, rng=rng)
         embd[:, 0] = 1.0  # every token's embedding points along e0
         return embd
 
     def lm_head(self, n_embd: int, n_vocab: int) -> np.ndarray:
+        rng = self._vocab_rng(1)
         if not self.fixed:
-            return self.normal(n_embd, n_vocab, std=1.0)
-        head = self.normal(n_embd, n_vocab)
+            return self.normal(n_embd, n_vocab, std=1.0, rng=rng)
+        head = self.normal(n_embd, n_vocab, rng=rng)
         head[0, :] = 0.0
         head[0, 0] = 1.0  # token 0's row is e0: its logit is the hidden state's dim 0
         return head

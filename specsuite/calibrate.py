@@ -1,0 +1,301 @@
+"""Calibrate the floors of cases.toml from repeated runs of a tier.
+
+Per case the new floors are the minimum over the runs minus a margin (3 percentage points of accept rate,
+0.2 of accept length), written with tomlkit so the file keeps its comments and layout, with provenance in a
+``[case.calibration]`` table. A case whose runs spread wider than its margin is UNSTABLE: its floor would
+flake. Its floors are still written (they are the best estimate there is and the diff shows them), but the
+command exits 1 unless ``--allow-unstable``, so a calibration that cannot be trusted never passes silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from tomlkit.items import Comment, Table, Whitespace
+
+from . import paths
+from .compare import device_name, load_run
+from .errors import UserError
+
+RATE_MARGIN = 0.03
+LEN_MARGIN = 0.2
+# A case that failed only because it fell below its old floor still measured real numbers: exactly the
+# runs a recalibration is for. Any other failure (spec inactive, crash, wrong tokens) says nothing.
+_USABLE_FAILURES = {"floor"}
+
+
+@dataclass
+class CaseCalibration:
+    name: str
+    rates: list[float] = field(default_factory=list)
+    lens: list[float] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)  # the runs the floors come from
+    excluded: list[str] = field(default_factory=list)  # "run-id: why", one per unusable run
+
+    @property
+    def runs(self) -> int:
+        return len(self.rates)
+
+    def spread(self, values: list[float]) -> float:
+        return max(values) - min(values)
+
+    @property
+    def rate_floor(self) -> float:
+        return _floor4(max(0.0, min(self.rates) - RATE_MARGIN))
+
+    @property
+    def len_floor(self) -> float:
+        return _floor4(max(0.0, min(self.lens) - LEN_MARGIN))
+
+    @property
+    def unstable(self) -> list[str]:
+        why = []
+        if self.spread(self.rates) > RATE_MARGIN + 1e-12:
+            why.append(f"accept rate spread {self.spread(self.rates):.4f} > margin {RATE_MARGIN}")
+        if self.spread(self.lens) > LEN_MARGIN + 1e-12:
+            why.append(f"accept len spread {self.spread(self.lens):.4f} > margin {LEN_MARGIN}")
+        return why
+
+
+def _floor4(x: float) -> float:
+    """Round down to 4 decimals (a floor must never round up past what was observed)."""
+    return math.floor(round(x * 10_000, 6)) / 10_000
+
+
+def _unusable_reason(res: dict[str, Any]) -> str | None:
+    status, reason = res.get("status"), res.get("reason")
+    if status != "passed" and not (status == "failed" and reason in _USABLE_FAILURES):
+        return f"{status} ({reason or 'no reason'}): {res.get('message') or ''}".rstrip(": ")
+    if not isinstance(res.get("accept_rate"), (int, float)) or not isinstance(
+        res.get("accept_len"), (int, float)
+    ):
+        return "no accept rate/len recorded (nothing drafted?)"
+    return None
+
+
+def collect(runs: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, CaseCalibration]:
+    """Gather each case's observations over the runs; ``names`` limits (and orders) the cases."""
+    out: dict[str, CaseCalibration] = {}
+    for run in runs:
+        for name, res in run["cases"].items():
+            if names is not None and name not in names:
+                continue
+            cal = out.setdefault(name, CaseCalibration(name))
+            if why := _unusable_reason(res):
+                cal.excluded.append(f"{run.get('run_id', '?')}: {why}")
+            else:
+                cal.run_ids.append(str(run.get("run_id", "?")))
+                cal.rates.append(float(res["accept_rate"]))
+                cal.lens.append(float(res["accept_len"]))
+    for name in names or []:
+        out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"]))
+    return out
+
+
+def provenance(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """The commit and device every run shares; calibrating across commits or devices is refused."""
+    commits = {(r.get("binary") or {}).get("commit") or "unknown" for r in runs}
+    devices = {device_name(r) for r in runs}
+    if len(commits) > 1 or len(devices) > 1:
+        raise UserError(
+            f"the runs differ in llama.cpp commit {sorted(commits)} or device {sorted(devices)}; "
+            "calibrate from runs of one binary on one machine"
+        )
+    return {"commit": commits.pop(), "device": devices.pop()}
+
+
+def _set_keeping_trailer(container: Any, key: str, value: Any) -> None:
+    """Set ``key`` in a tomlkit container; a new key goes before the container's trailing comments.
+
+    tomlkit attaches the comments and blank lines that precede the next ``[[case]]`` to the end of the
+    previous table, so a plain append would slide new keys under a comment meant for the next case.
+    tomlkit has no public insert-before, hence the trailing body items are popped and put back.
+    """
+    if key in container:
+        container[key] = value
+        return
+    body = container.body
+    trailer = []
+    while body and body[-1][0] is None and isinstance(body[-1][1], (Comment, Whitespace)):
+        trailer.append(body.pop()[1])
+    container.append(key, value)
+    for item in reversed(trailer):
+        container.append(None, item)
+
+
+def _rounded(values: list[float]) -> dict[str, float]:
+    lo, hi = min(values), max(values)
+    return {"min": round(lo, 4), "max": round(hi, 4), "spread": round(hi - lo, 4)}
+
+
+def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], date: str) -> str:
+    """Return the cases file text with new floors and provenance for every calibrated case."""
+    doc = tomlkit.parse(text)
+    tables = {str(t.get("name")): t for t in doc.get("case", [])}
+    for name, cal in cals.items():
+        if not cal.runs or name not in tables:
+            continue
+        table = tables[name]
+        _set_keeping_trailer(table.value, "min_accept_rate", cal.rate_floor)
+        _set_keeping_trailer(table.value, "min_accept_len", cal.len_floor)
+        fields = {
+            "date": date,
+            "commit": prov["commit"],
+            "device": prov["device"],
+            "runs": cal.runs,
+            "run_ids": cal.run_ids,
+            "accept_rate": _rounded(cal.rates),
+            "accept_len": _rounded(cal.lens),
+        }
+        sub = table.get("calibration")
+        if not isinstance(sub, Table):
+            sub = tomlkit.table()
+            _set_keeping_trailer(table.value, "calibration", sub)
+        for key, value in fields.items():
+            item = tomlkit.inline_table() if isinstance(value, dict) else value
+            if isinstance(value, dict):
+                item.update(value)
+            _set_keeping_trailer(sub.value, key, item)
+    return tomlkit.dumps(doc)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
+    """Print one line per case; return the UNSTABLE messages."""
+    unstable = []
+    for name, cal in cals.items():
+        for why in cal.excluded:
+            print(f"  {name}: run not used: {why}")
+        if not cal.runs:
+            print(f"NOT CALIBRATED {name}: no usable run (floors kept)")
+            continue
+        prev = old.get(name, {})
+        print(
+            f"{name}: {cal.runs} run(s); accept rate {min(cal.rates):.4f}..{max(cal.rates):.4f} -> "
+            f"floor {cal.rate_floor:.4f} (was {prev.get('min_accept_rate')}); accept len "
+            f"{min(cal.lens):.4f}..{max(cal.lens):.4f} -> floor {cal.len_floor:.4f} "
+            f"(was {prev.get('min_accept_len')})"
+        )
+        if cal.runs == 1:
+            print(f"  {name}: a single run says nothing about stability; use --runs 3")
+        if why := cal.unstable:
+            msg = f"UNSTABLE {name}: {'; '.join(why)}: this floor would flake"
+            print(msg)
+            unstable.append(msg)
+    return unstable
+
+
+def _run_tier_n(tier: str, runs: int, pytest_args: list[str]) -> list[Path]:
+    from .tier import run_tier  # the suite's runner; imported late so --from-results needs no suite
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = []
+    for i in range(1, runs + 1):
+        run_dir = paths.RESULTS_DIR / f"{stamp}-calibrate-{tier}-{i}"
+        print(f"calibration run {i}/{runs}: tier {tier} -> {run_dir}", flush=True)
+        code = run_tier(tier, run_dir, pytest_args)
+        if not (run_dir / "results.json").is_file():
+            raise UserError(
+                f"calibration run {i} (exit {code}) wrote no {run_dir / 'results.json'}; see its log"
+            )
+        out.append(run_dir)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specsuite calibrate",
+        description="Run a tier N times and write floors (min - margin) into cases.toml.",
+    )
+    p.add_argument("--tier", help="tier to run and calibrate (smoke, synthetic, compact, nightly, all)")
+    p.add_argument("--runs", type=int, default=3, help="number of runs, each with a fresh server (default 3)")
+    p.add_argument("--dry-run", action="store_true", help="print the diff of cases.toml, write nothing")
+    p.add_argument("--cases", type=Path, default=paths.CASES_FILE, help="cases file (default: cases.toml)")
+    p.add_argument(
+        "--from-results",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="calibrate from these results/<run> folders (or results.json files) instead of running",
+    )
+    p.add_argument("--allow-unstable", action="store_true", help="exit 0 even when a case is UNSTABLE")
+    return p
+
+
+def _case_names(cases: list[Any], tier: str | None) -> list[str]:
+    """Cases with floors (a tier's, or all); cases that must not draft have none to calibrate."""
+    from .cases import select_cases
+
+    chosen = select_cases(cases, tier) if tier else cases
+    return [c.name for c in chosen if not c.expect_no_drafts]
+
+
+def calibrate_command(argv: list[str]) -> int:
+    args, pytest_args = _parser().parse_known_args(argv)
+    if not args.from_results and not args.tier:
+        raise UserError("calibrate: give --tier TIER to run, or --from-results DIR... to use finished runs")
+    if args.runs < 1:
+        raise UserError(f"calibrate: --runs must be >= 1, got {args.runs}")
+    try:
+        text = args.cases.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read cases file {args.cases}: {exc.strerror}") from None
+
+    from .cases import parse_cases
+
+    cases = parse_cases(text)
+    names = _case_names(cases, args.tier) if args.tier else None  # before running: a bad tier fails fast
+    if pytest_args:
+        print(f"passing to pytest: {' '.join(pytest_args)}")
+    run_dirs = args.from_results or _run_tier_n(args.tier, args.runs, pytest_args)
+    runs = [load_run(d) for d in run_dirs]
+    if names is None:  # --from-results without --tier: the cases the runs hold
+        known = _case_names(cases, None)
+        names = [n for n in dict.fromkeys(k for r in runs for k in r["cases"]) if n in known]
+    if not names:
+        raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
+
+    cals = collect(runs, names)
+    old = {c.name: c.floors for c in cases}
+    unstable = _report(cals, old)
+    if not any(c.runs for c in cals.values()):
+        raise UserError("calibrate: no case had a usable run; nothing written")
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    new = apply(text, cals, provenance(runs), date)
+    parse_cases(new)  # never write a file the suite would reject
+    diff = difflib.unified_diff(
+        text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
+    )
+    sys.stdout.writelines(diff)
+    if not args.from_results:
+        print(f"runs kept in: {' '.join(map(str, run_dirs))} (re-use them with --from-results)")
+    if args.dry_run:
+        print("dry run: nothing written")
+    elif new != text:
+        _write_atomic(args.cases, new)
+        print(f"wrote {args.cases}")
+    if unstable and not args.allow_unstable:
+        done = "floors shown, not written" if args.dry_run else "floors written anyway"
+        print(f"{len(unstable)} case(s) UNSTABLE ({done}); --allow-unstable to accept", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,111 @@
+"""The server's speculative-decoding counters from ``/metrics``: snapshots, deltas and their sanity checks.
+
+Counters are cumulative since the server started and the per-position block is only emitted after the first
+speculative request, so a measurement is always the difference of two snapshots of the same process.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX = "llamacpp:spec_decode_"
+DRAFT_TOKENS = f"{PREFIX}num_draft_tokens"
+ACCEPTED = f"{PREFIX}num_accepted_tokens"
+DRAFTS = f"{PREFIX}num_drafts"
+PER_POS = f"{PREFIX}num_accepted_tokens_per_pos"
+
+
+class MetricsError(Exception):
+    """The counters cannot be trusted (server restarted between snapshots, counters missing)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    drafted: int
+    accepted: int
+    drafts: int
+    per_position: tuple[int, ...]
+    start_time: str | None = None  # Process-Start-Time-Unix header: identifies the server process
+
+
+@dataclass(frozen=True)
+class Delta:
+    drafted: int
+    accepted: int
+    drafts: int
+    per_position: tuple[int, ...] = field(default=())
+
+    @property
+    def accept_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def accept_len(self) -> float | None:
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def per_position_rate(self) -> list[float]:
+        return (
+            [c / self.drafts for c in self.per_position] if self.drafts else [0.0 for _ in self.per_position]
+        )
+
+    def sanity_errors(self) -> list[str]:
+        """Relations the server's own accounting guarantees; any violation is a server or harness bug."""
+        errors = []
+        if self.accepted > self.drafted:
+            errors.append(f"accepted {self.accepted} > drafted {self.drafted}")
+        if self.drafts > self.drafted:
+            errors.append(f"drafts {self.drafts} > drafted {self.drafted}")
+        if sum(self.per_position) != self.accepted:  # a missing block counts as zeros
+            errors.append(
+                f"per-position counts {list(self.per_position)} sum to {sum(self.per_position)}, "
+                f"not accepted {self.accepted}"
+            )
+        if any(b > a for a, b in itertools.pairwise(self.per_position)):
+            errors.append(f"per-position counts {list(self.per_position)} increase with position")
+        return errors
+
+
+def parse(text: str, start_time: str | None = None) -> Snapshot:
+    """Parse the Prometheus text exposition; a missing per-position block means no speculative request yet."""
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            # The parser strips `_total` from counter family names but keeps it on samples.
+            name = sample.name.removesuffix("_total")
+            if name == PER_POS:
+                per_pos[int(sample.labels["position"])] = sample.value
+            elif name in (DRAFT_TOKENS, ACCEPTED, DRAFTS):
+                values[name] = sample.value
+    missing = [n for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS) if n not in values]
+    if missing:
+        raise MetricsError(f"/metrics lacks {', '.join(m + '_total' for m in missing)} (server too old?)")
+    positions = tuple(int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)) if per_pos else ()
+    return Snapshot(
+        int(values[DRAFT_TOKENS]), int(values[ACCEPTED]), int(values[DRAFTS]), positions, start_time
+    )
+
+
+def delta(before: Snapshot, after: Snapshot) -> Delta:
+    """after - before; raises MetricsError when the two snapshots cannot come from one server process."""
+    if before.start_time and after.start_time and before.start_time != after.start_time:
+        raise MetricsError(
+            f"server restarted between snapshots (start time {before.start_time} -> "
+            f"{after.start_time}); counters are per process"
+        )
+    width = max(len(before.per_position), len(after.per_position))
+    pad = lambda p: list(p) + [0] * (width - len(p))  # noqa: E731 - a missing block counts as zeros
+    pos = [a - b for a, b in zip(pad(after.per_position), pad(before.per_position), strict=True)]
+    d = Delta(
+        after.drafted - before.drafted,
+        after.accepted - before.accepted,
+        after.drafts - before.drafts,
+        tuple(pos),
+    )
+    if min(d.drafted, d.accepted, d.drafts, *pos, 0) < 0:
+        raise MetricsError(f"counters went backwards ({before} -> {after}): the server restarted")
+    return d

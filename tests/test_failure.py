@@ -1,0 +1,155 @@
+"""Failure reasons from exit status and server log: recorded failures replayed, and the real CPU build."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from fakeserver import FAILURE_DIR, failing_binary, hanging_binary, real_binary
+
+from specsuite import failure
+
+# (recorded log, exit status of the real run, expected reason); see tests/data/failures/README.md.
+EXITED = [
+    ("unknown-arch.log", 1, "binary_outdated"),
+    ("truncated-model.log", 1, "runtime_error"),
+    ("mtp-no-heads.log", 1, "spec_init_failed"),
+    ("spec-init-exit.log", 1, "spec_init_failed"),
+    ("oom-compute-buffers.log", 1, "out_of_memory"),
+    ("thread-limit-abort.log", -6, "runtime_error"),
+    ("segv.log", -11, "crashed"),
+    ("cuda-error.log", -6, "runtime_error"),
+    ("cuda-oom.log", 1, "out_of_memory"),
+]
+
+
+def _run(cmd: list[str], timeout: float = 30) -> tuple[int | None, str, bool]:
+    """Run like the suite runs a server: capture the log, note a timeout, never leave the child behind."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out, False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return None, out, True
+
+
+@pytest.mark.parametrize(("log", "status", "reason"), EXITED)
+def test_recorded_failure(tmp_path, log, status, reason):
+    rc, text, timed_out = _run([str(failing_binary(tmp_path / "llama-server", log, status))])
+    assert rc == status and not timed_out
+    assert failure.classify(rc, text, timed_out) == reason
+
+
+def test_hung_server_is_a_timeout(tmp_path):
+    rc, text, timed_out = _run([str(hanging_binary(tmp_path / "llama-server"))], timeout=1)
+    assert timed_out and "initializing" in text
+    assert failure.classify(rc, text, timed_out) == "timeout"
+
+
+def test_benign_fit_error_line_does_not_decide():
+    # "failed to initialize the context: ... normal during memory fitting" is logged by a healthy server.
+    text = (FAILURE_DIR / "healthy-fit-warning.log").read_text()
+    assert failure.classify(None, text, timed_out=True) == "timeout"
+    assert failure.classify(-9, text) == "crashed"
+    assert failure.classify(0, text) == "server_exited"
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        ("spec-init-serving.log", "spec_init_failed"),  # logged the failure, kept serving
+        ("healthy-fit-warning.log", "spec_inactive"),  # nothing in the log: it just drafted nothing
+        ("mtp-no-heads.log", "spec_init_failed"),
+    ],
+)
+def test_spec_inactive_reason(log, reason):
+    assert failure.spec_inactive_reason((FAILURE_DIR / log).read_text()) == reason
+
+
+def test_evidence_is_the_deciding_line():
+    verdict = failure.diagnose(1, (FAILURE_DIR / "oom-compute-buffers.log").read_text())
+    assert verdict.reason == "out_of_memory"
+    assert "insufficient memory (attempted to allocate 196.64 MB)" in verdict.evidence
+    assert failure.diagnose(-11, "").evidence == "killed by signal SIGSEGV"
+    assert failure.diagnose(3, "").evidence == "exit status 3"
+
+
+def test_order_of_calls_never_matters():
+    logs = {name: (FAILURE_DIR / name).read_text() for name, _, _ in EXITED}
+    forward = [failure.classify(rc, logs[n]) for n, rc, _ in EXITED]
+    backward = [failure.classify(rc, logs[n]) for n, rc, _ in reversed(EXITED)][::-1]
+    assert forward == backward == [reason for _, _, reason in EXITED]
+    # A clean log right after a failing one gets no inherited reason.
+    assert failure.classify(1, logs["unknown-arch.log"]) == "binary_outdated"
+    assert failure.classify(1, "0.00.000.7 I srv  llama_server: initializing ...") == "server_exited"
+
+
+@pytest.mark.parametrize(
+    ("returncode", "reason"), [(-9, "crashed"), (134, "crashed"), (139, "crashed"), (1, "server_exited")]
+)
+def test_exit_status_alone(returncode, reason):
+    assert failure.classify(returncode, "") == reason
+
+
+def test_every_reason_is_described():
+    produced = {reason for _, _, reason in EXITED} | {"timeout", "server_exited", "spec_inactive"}
+    assert produced <= set(failure.REASONS)
+
+
+def test_log_tail():
+    text = "\x1b[31mred\x1b[0m\n\n" + "\n".join(f"line {i}" for i in range(100)) + "\n"
+    assert failure.log_tail(text, 3) == "line 97\nline 98\nline 99"
+    assert failure.log_tail("\x1b[31mred\x1b[0m\n", 5) == "red"
+
+
+# --- the real CPU build --------------------------------------------------------------------------------
+
+
+def _gguf(path: Path, arch: str, tensors: dict[str, np.ndarray]) -> Path:
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_uint32(f"{arch}.block_count", 1)
+    for name, data in tensors.items():
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _serve(binary: Path, *args: str) -> tuple[int | None, str, bool]:
+    return _run(
+        [str(binary), "--port", "0", "--host", "127.0.0.1", "-t", "1", "-c", "256", *args], timeout=60
+    )
+
+
+@pytest.mark.integration
+def test_real_build_unknown_architecture(tmp_path):
+    model = _gguf(
+        tmp_path / "future.gguf", "specsuite-future-arch", {"token_embd.weight": np.zeros((8, 4), np.float32)}
+    )
+    rc, text, timed_out = _serve(real_binary(), "-m", str(model))
+    assert rc not in (None, 0), text
+    assert failure.classify(rc, text, timed_out) == "binary_outdated"
+
+
+@pytest.mark.integration
+def test_real_build_broken_model(tmp_path):
+    # A llama model with its weights missing: the loader fails ("missing tensor"), not the architecture.
+    model = _gguf(tmp_path / "broken.gguf", "llama", {"token_embd.weight": np.zeros((8, 4), np.float32)})
+    rc, text, timed_out = _serve(real_binary(), "-m", str(model))
+    assert rc not in (None, 0), text
+    assert failure.classify(rc, text, timed_out) == "runtime_error"
+
+
+@pytest.mark.integration
+def test_real_build_unknown_spec_type(tmp_path):
+    model = _gguf(tmp_path / "m.gguf", "llama", {"token_embd.weight": np.zeros((8, 4), np.float32)})
+    rc, text, timed_out = _serve(real_binary(), "-m", str(model), "--spec-type", "draft-lilicorr")
+    assert rc not in (None, 0), text
+    assert failure.classify(rc, text, timed_out) == "binary_outdated"

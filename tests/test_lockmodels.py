@@ -1,0 +1,81 @@
+"""lock_models against the fake Hub's paths-info: fill, refresh, --check, missing path."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from specsuite.errors import UserError
+from specsuite.lockfile import load_lock
+from specsuite.lockmodels import lock_models
+
+pytest_plugins = ["fakehub"]
+REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults
+OLD = "1" * 64
+
+TEXT = f"""# keep this comment
+version = 1
+
+[[model]]
+name = "m.gguf"  # trailing comment
+source = "hf"
+repo = "{REPO}"
+revision = "{REV}"
+path = "m.gguf"
+locked = false
+license = "x"
+
+[[model]]
+name = "n.gguf"
+source = "hf"
+repo = "{REPO}"
+revision = "{REV}"
+path = "sub/n.gguf"
+size = 3
+sha256 = "{OLD}"
+
+[[model]]
+name = "p.gguf"
+source = "pypi"
+packages = ["a==1"]
+size = 1
+sha256 = "{OLD}"
+"""
+
+
+@pytest.fixture
+def lockfile(tmp_path, fakehub):
+    fakehub.add("sub/n.gguf", b"abc")
+    path = tmp_path / "models.lock"
+    path.write_text(TEXT)
+    return path
+
+
+def test_check_reports_drift_and_writes_nothing(lockfile, fakehub, capsys):
+    with pytest.raises(UserError, match="differs from the Hub for 2 entries") as exc:
+        lock_models(lock=lockfile, check=True)
+    assert exc.value.code == 1
+    assert lockfile.read_text() == TEXT
+    out = capsys.readouterr().out
+    assert "m.gguf: not locked -> 2000000 bytes" in out and f"n.gguf: 3 bytes, sha256 {OLD} -> 3 bytes" in out
+    assert len([r for r in fakehub.log if r["method"] == "POST"]) == 1  # one paths-info per (repo, revision)
+
+
+def test_lock_fills_and_keeps_comments_then_check_passes(lockfile, payload, capsys):
+    assert lock_models(lock=lockfile) == 2
+    sha_m, sha_n = hashlib.sha256(payload).hexdigest(), hashlib.sha256(b"abc").hexdigest()
+    expected = TEXT.replace("locked = false\n", f'size = 2000000\nsha256 = "{sha_m}"\n').replace(
+        f'size = 3\nsha256 = "{OLD}"', f'size = 3\nsha256 = "{sha_n}"'
+    )
+    assert lockfile.read_text() == expected
+    assert load_lock(lockfile).entries["m.gguf"].locked
+    assert lock_models(lock=lockfile, check=True) == 0
+    assert lock_models(lock=lockfile) == 0 and lockfile.read_text() == expected
+
+
+def test_missing_path_is_an_error(lockfile):
+    lockfile.write_text(TEXT.replace('path = "sub/n.gguf"', 'path = "gone.gguf"'))
+    with pytest.raises(UserError, match=r"has no file 'gone\.gguf' at revision"):
+        lock_models(lock=lockfile)
+    assert "gone.gguf" in lockfile.read_text() and "locked = false" in lockfile.read_text()

@@ -1,0 +1,46 @@
+"""Per-position acceptance plots: one run and A against B, read back as images."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from matplotlib import image
+
+from specsuite.compare import load_run
+from specsuite.plot import main, plot_per_position, position_rates
+
+DATA = Path(__file__).parent / "data" / "results"
+
+
+def test_position_rates_from_counts_when_rates_absent() -> None:
+    assert position_rates({"per_position": [40, 15, 5], "drafts": 40}) == [1.0, 0.375, 0.125]
+    assert position_rates({"per_position_rate": [0.5, 0.25]}) == [0.5, 0.25]
+    assert position_rates({"per_position": [], "drafts": 0}) == []
+    assert position_rates({}) == []
+
+
+def test_two_runs(tmp_path: Path) -> None:
+    runs = [("A", load_run(DATA / "fixture-base")), ("B", load_run(DATA / "fixture-regressed"))]
+    out = plot_per_position(runs, tmp_path / "per_position.png")
+    img = image.imread(out)
+    # 4 cases (B's three, then "dropped" from A) -> 2 rows of 3 panels at 110 dpi
+    assert img.shape[0] == round(3.2 * 2 * 110) and img.shape[1] == round(4.2 * 3 * 110)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_single_run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "fixture-cal-2", run)  # "simple" was skipped: a panel saying why
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "per_position.png")
+    assert image.imread(run / "per_position.png").shape[1] == round(4.2 * 3 * 110)
+
+
+def test_cli_usage_and_bad_path(tmp_path: Path) -> None:
+    assert main([]) == 2
+    assert main([str(tmp_path)]) == 2

