@@ -282,7 +282,13 @@ def calibrate_command(argv: list[str]) -> int:
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     new = apply(text, cals, provenance(runs), date)
-    parse_cases(new)  # never write a file the suite would reject
+    try:
+        parse_cases(new)  # never write a file the suite would reject
+    except UserError as exc:
+        kept = (
+            "" if args.from_results else f"; the runs are kept: --from-results {' '.join(map(str, run_dirs))}"
+        )
+        raise UserError(f"calibrate: the new floors do not validate, nothing written: {exc}{kept}") from None
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )

@@ -10,7 +10,6 @@ Layout beside the final file (never ending in .gguf, never mistaken for a model)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import email.utils
 import errno
 import hashlib
@@ -35,7 +34,6 @@ if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
-_SYNC_EVERY = 64 << 20
 
 
 class Progress(Protocol):
@@ -245,36 +243,15 @@ def _check_status(st: _State, r: requests.Response, asked: int) -> None:
         raise _Retry(f"unexpected HTTP {code}")
 
 
-def _sync_file_range():
-    """libc's sync_file_range (Linux), or None; the stdlib has no binding for it."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return fn
-
-
-_SFR = _sync_file_range()
-_SFR_WRITE = 2  # SYNC_FILE_RANGE_WRITE: start writeback of dirty pages, do not wait
-
-
-def _start_writeback(fd: int) -> None:
-    if _SFR is not None:
-        _SFR(fd, 0, 0, _SFR_WRITE)  # best effort: the fsync before publishing is what guarantees durability
-
-
 class _Writer:
     """Writes chunks in a helper thread while the caller receives and hashes the next ones.
 
     Socket reads, sha256 of large buffers and file writes all release the GIL, so with two cores a download
-    costs about max(receive + hash, write) rather than the sum. Every ``_SYNC_EVERY`` bytes the writer asks
-    the kernel to start writeback (Linux ``sync_file_range``, which does not wait), so the fsync before
-    publishing finds little left to do instead of flushing GiBs in one go.
+    costs about max(receive + hash, write) rather than the sum.
     """
 
     def __init__(self, f) -> None:
-        self.f, self.exc, self.written, self.synced = f, None, 0, 0
+        self.f, self.exc = f, None
         self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -285,11 +262,6 @@ class _Writer:
                 continue  # drain after a failure; close() reports it
             try:
                 self.f.write(chunk)
-                self.written += len(chunk)
-                if self.written - self.synced >= _SYNC_EVERY:
-                    self.f.flush()
-                    _start_writeback(self.f.fileno())
-                    self.synced = self.written
             except OSError as exc:
                 self.exc = exc
 

@@ -186,7 +186,8 @@ def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> tup
         return _build_generated(entry, final), entry.size  # type: ignore[return-value]
     with hub.session() as sess:
         size, sha = _hf_expected(entry, sess)
-        progress.size = size
+        if not entry.locked:
+            progress.resize(size)  # unlocked: the size is known only now
         url = hub.resolve_url(entry.repo, entry.revision, entry.path)  # type: ignore[arg-type]
         return download(url, final, size=size, sha256=sha, sess=sess, policy=ctx.policy, progress=progress,
                         cancel=ctx.cancel), size  # fmt: skip
@@ -285,6 +286,7 @@ def _run_all(entries: list[Entry], ctx: _Ctx, jobs: int) -> tuple[list[Outcome],
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     order = [e.name for e in entries]
+    failures = {n: failures[n] for n in order if n in failures}
     return sorted(outcomes.values(), key=lambda o: order.index(o.entry.name)), failures
 
 
@@ -314,6 +316,11 @@ def fetch_models(
     folder = paths.model_dir(model_dir)
     folder.mkdir(parents=True, exist_ok=True)
     policy = policy or Policy.from_env()
+    missing = [e.name for e in entries if not (folder / e.name).exists()]
+    if offline and missing:
+        raise UserError(
+            f"--offline: not in {folder}: {', '.join(missing)}; rerun without --offline to fetch them"
+        )
     if not offline:
         check_space(folder, _missing_bytes(entries, folder) + policy.margin, "the selected models")
     board = Board(sum(e.size or 0 for e in entries), tty=tty)

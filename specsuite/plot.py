@@ -18,6 +18,7 @@ matplotlib.use("Agg")  # files only: no display on a runner
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 COLS = 3
 COLORS = ("#8c8c8c", "#1f77b4")  # A grey, B blue: the candidate stands out
@@ -50,13 +51,15 @@ def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
         tag = f"{label}: rate {rate:.3f}" if isinstance(rate, (int, float)) else label
         handles.append(ax.bar(xs, rates, width=width, color=color, label=tag))
     ax.set_title(name, fontsize=10)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.25)  # headroom above 1.0 for the legend, so it never hides a bar
+    ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_xlabel("draft position")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=len(handles), frameon=False)
     if longest:
         ax.set_xlim(0.5, longest + 0.5)
-        ax.set_xticks(range(1, longest + 1))
+        # ngram drafts run to 64 positions: let matplotlib thin the integer ticks
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=min(longest, 10), integer=True))
     else:
         ax.text(
             0.5, 0.45, "no per-position data", ha="center", va="center", fontsize=9, transform=ax.transAxes

@@ -32,7 +32,7 @@ class Board:
         self.bar = (
             tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="total", position=0,
                  file=self.stream, leave=True, dynamic_ncols=True)
-            if self.tty and total else None
+            if self.tty else None
         )  # fmt: skip
         self.slots = 0
 
@@ -64,12 +64,22 @@ class FileProgress:
 
     def __init__(self, board: Board, name: str, size: int, slot: int) -> None:
         self.board, self.name, self.size = board, name, size
-        self.pos, self.start, self.last_line = 0, time.monotonic(), 0.0
+        self.pos, self.start, self.last_line = 0, time.monotonic(), float("-inf")
         self.bar = (
             tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=name[:40], position=slot,
                  file=board.stream, leave=False, dynamic_ncols=True)
             if board.bar is not None else None
         )  # fmt: skip
+
+    def resize(self, size: int) -> None:
+        """Set the size once known (an unlocked entry learns it from the Hub); grows the total too."""
+        with self.board.lock:
+            self.board.total += size - self.size
+        self.size = size
+        if self.bar is not None:
+            self.bar.total = size
+            self.board.bar.total = self.board.total
+            self.bar.refresh()
 
     def advance(self, n: int) -> None:
         self.pos += n

@@ -139,7 +139,7 @@ def test_frozen_refuses_unlocked(setup, fakehub):
 
 
 def test_offline(setup, fakehub):
-    with pytest.raises(UserError, match=r"a\.gguf is not in .* --offline forbids fetching it"):
+    with pytest.raises(UserError, match=r"--offline: not in .*: a\.gguf; rerun without --offline"):
         _fetch(setup, models=["a.gguf"], offline=True)
     _fetch(setup, tier="compact")
     n = len(fakehub.log)
