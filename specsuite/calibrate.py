@@ -242,6 +242,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _validated(
+    text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], date: str
+) -> tuple[str, list[str]]:
+    """The new text, never one the suite would reject: a case whose floors fail the suite's own
+    validation (e.g. accept len above n_max + 1) keeps its old floors and is reported NOT WRITTEN."""
+    from .cases import parse_cases
+
+    rejected: list[str] = []
+    while True:
+        new = apply(text, cals, prov, date)
+        try:
+            parse_cases(new)
+            return new, rejected
+        except UserError as exc:
+            bad = next((n for n, c in cals.items() if c.runs and f"case {n!r}:" in str(exc)), None)
+            if bad is None:
+                raise UserError(
+                    f"calibrate: the new floors do not validate, nothing written: {exc}"
+                ) from None
+            print(f"NOT WRITTEN {bad}: {exc}")
+            rejected.append(bad)
+            cals = {n: c for n, c in cals.items() if n != bad}
+
+
 def _case_names(cases: list[Any], tier: str | None) -> list[str]:
     """Cases with floors (a tier's, or all); cases that must not draft have none to calibrate."""
     from .cases import select_cases
@@ -281,14 +305,7 @@ def calibrate_command(argv: list[str]) -> int:
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    new = apply(text, cals, provenance(runs), date)
-    try:
-        parse_cases(new)  # never write a file the suite would reject
-    except UserError as exc:
-        kept = (
-            "" if args.from_results else f"; the runs are kept: --from-results {' '.join(map(str, run_dirs))}"
-        )
-        raise UserError(f"calibrate: the new floors do not validate, nothing written: {exc}{kept}") from None
+    new, rejected = _validated(text, cals, provenance(runs), date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )
@@ -300,6 +317,12 @@ def calibrate_command(argv: list[str]) -> int:
     elif new != text:
         _write_atomic(args.cases, new)
         print(f"wrote {args.cases}")
+    if rejected:
+        done = "shown" if args.dry_run else "written"
+        print(
+            f"{len(rejected)} case(s) NOT WRITTEN (see above); the other floors were {done}", file=sys.stderr
+        )
+        return 1
     if unstable and not args.allow_unstable:
         done = "floors shown, not written" if args.dry_run else "floors written anyway"
         print(f"{len(unstable)} case(s) UNSTABLE ({done}); --allow-unstable to accept", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,3 +70,68 @@ def test_spec_methods_unknown_lists_valid_ones() -> None:
     bad = _collect("medusa")
     assert bad.returncode != 0
     assert "unknown case or tier 'medusa'" in bad.stderr and "valid cases: mtp" in bad.stderr
+
+
+def _fake_binary(tmp_path, drop_type: str):
+    """A stand-in llama-server that only answers the probe: the pinned build's recorded --help with one
+    spec type removed (a real older/newer binary is not available here)."""
+    help_text = (paths.REPO_ROOT / "tests" / "data" / "help" / "current.txt").read_text()
+    (tmp_path / "help.txt").write_text(help_text.replace(f",{drop_type}", ""))
+    exe = tmp_path / "llama-server"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --help) cat {tmp_path / "help.txt"};; --version) echo "version: 1 (build 1, commit '
+        'abc1234)";; --list-devices) printf "Available devices:\\n";; esac\n'
+    )
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.parametrize(
+    ("strict", "word", "status"), [("", "1 skipped", "skipped"), ("1", "1 failed", "failed")]
+)
+def test_method_missing_from_binary_skips_or_fails_strict(tmp_path, strict, word, status) -> None:
+    exe = _fake_binary(tmp_path, "draft-dspark")
+    env = {
+        **os.environ,
+        "SPEC_METHODS": "dspark",
+        "LLAMA_SERVER_BIN_PATH": str(exe),
+        "SPEC_STRICT": strict,
+        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
+        "SPEC_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/spec", "-rA", "-p", "no:cacheprovider"],
+        cwd=paths.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert word in proc.stdout and "binary_no_dspark" in proc.stdout, proc.stdout
+    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]["dspark"]
+    assert (rec["status"], rec["reason"]) == (status, "binary_no_dspark")
+    assert (tmp_path / "r" / "summary.md").read_text().count("binary_no_dspark") == 1
+
+
+def test_missing_model_points_at_fetch_models(tmp_path) -> None:
+    exe = _fake_binary(tmp_path, "no-such-type")  # every method present; no server is ever started
+    env = {
+        **os.environ,
+        "SPEC_METHODS": "ngram-mod",
+        "LLAMA_SERVER_BIN_PATH": str(exe),
+        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
+        "SPEC_CACHE_DIR": str(tmp_path / "cache"),
+        "SPEC_MODEL_DIR": str(tmp_path / "empty"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/spec", "-p", "no:cacheprovider"],
+        cwd=paths.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "invoke fetch-models --tier smoke" in proc.stdout, proc.stdout
+    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]["ngram-mod"]
+    assert (rec["status"], rec["command"]) == ("error", None)

@@ -161,9 +161,12 @@ def _binary_info(caps: Capabilities) -> dict[str, Any]:
         info = buildinfo.load() or {}
     except ImportError:  # no build module (binary from elsewhere): the probe's data stands alone
         info = {}
+    sha = sha256_file(Path(caps.binary))
+    if info.get("binary_sha256") != sha:  # build-info.json describes another binary (LLAMA_SERVER_BIN_PATH)
+        info = {}
     return {
         "path": caps.binary,
-        "sha256": sha256_file(Path(caps.binary)),
+        "sha256": sha,
         "commit": info.get("commit") or caps.commit,
         "backend": info.get("backend") or caps.backend,
         "version_text": caps.version_text,
