@@ -82,7 +82,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The project's own tests (unit, fake Hub, fake binaries, the real CPU build); no GPU needed."""
-    _install(session, "test,plot")
+    _install(session, "test,plot,lint")
     session.run("pytest", *session.posargs)
 
 

@@ -40,13 +40,23 @@ def _csv(value: str | None) -> list[str] | None:
         "frozen": "refuse entries whose size and sha256 are not locked yet",
     }
 )
-def fetch_models(c, tier=None, methods=None, models=None, lock=None, model_dir=None, jobs=4,
-                 offline=False, frozen=False):
+def fetch_models(
+    c, tier=None, methods=None, models=None, lock=None, model_dir=None, jobs=4, offline=False, frozen=False
+):
     """Fetch and verify the models a tier (or a list of cases or models) needs."""
     from specsuite.fetch import fetch_models as run
 
-    _call(run, tier=tier, methods=_csv(methods), models=_csv(models), lock=lock, model_dir=model_dir,
-          jobs=int(jobs), offline=offline, frozen=frozen)
+    _call(
+        run,
+        tier=tier,
+        methods=_csv(methods),
+        models=_csv(models),
+        lock=lock,
+        model_dir=model_dir,
+        jobs=int(jobs),
+        offline=offline,
+        frozen=frozen,
+    )
 
 
 @task(help={"lock": _LOCK, "check": "write nothing; exit non-zero if the lock differs from the Hub"})
@@ -77,22 +87,22 @@ def probe(c, binary=None):
     help={
         "a": "baseline: a results/<run> folder or a results.json",
         "b": "candidate: a results/<run> folder or a results.json",
-        "markdown": "print markdown (default: markdown when not on a terminal)",
+        "markdown": "print markdown even on a terminal (default: markdown only when not on a terminal)",
         "plot": "also save per-position acceptance plots next to B's results",
     }
 )
-def compare(c, a, b, markdown=None, plot=True):
+def compare(c, a, b, markdown=False, plot=True):
     """Compare two runs case by case; exit non-zero when B falls below a floor."""
     from specsuite.compare import compare_command as run
 
-    code = _call(run, a=a, b=b, markdown=markdown, plot=plot)
+    code = _call(run, a=a, b=b, markdown=True if markdown else None, plot=plot)
     if code:
         raise Exit(code=code)
 
 
 @task(help={"out": "folder for the files (default: the model folder)"})
 def make_synthetic_models(c, out=None):
-    """Write the tiny generated GGUF models of the synthetic tier (deterministic, checked against the lock)."""
+    """Write the synthetic tier's tiny generated GGUF models (deterministic, checked against the lock)."""
     from specsuite.synthetic import make_synthetic_models as run
 
     _call(run, out=out)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
-from tomlkit.items import Comment, Table, Whitespace
+from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
 from . import paths
 from .compare import device_name, load_run
@@ -75,7 +75,8 @@ def _floor4(x: float) -> float:
 def _unusable_reason(res: dict[str, Any]) -> str | None:
     status, reason = res.get("status"), res.get("reason")
     if status != "passed" and not (status == "failed" and reason in _USABLE_FAILURES):
-        return f"{status} ({reason or 'no reason'}): {res.get('message') or ''}".rstrip(": ")
+        first_line = (res.get("message") or "").strip().splitlines()[:1]
+        return f"{status} ({reason or 'no reason'}): {''.join(first_line)}".rstrip(": ")
     if not isinstance(res.get("accept_rate"), (int, float)) or not isinstance(
         res.get("accept_len"), (int, float)
     ):
@@ -103,15 +104,21 @@ def collect(runs: list[dict[str, Any]], names: list[str] | None = None) -> dict[
 
 
 def provenance(runs: list[dict[str, Any]]) -> dict[str, str]:
-    """The commit and device every run shares; calibrating across commits or devices is refused."""
-    commits = {(r.get("binary") or {}).get("commit") or "unknown" for r in runs}
+    """The commit and device every run shares; calibrating across binaries or devices is refused.
+
+    A binary's sha256 identifies it; the commit is compared by prefix because the recorded form may be
+    the short (--version) or the full hash of the same commit.
+    """
+    commits = sorted({(r.get("binary") or {}).get("commit") or "unknown" for r in runs}, key=len)
+    shas = {(r.get("binary") or {}).get("sha256") for r in runs} - {None}
     devices = {device_name(r) for r in runs}
-    if len(commits) > 1 or len(devices) > 1:
+    same_commit = all(commits[-1].startswith(c) for c in commits)
+    if not same_commit or len(shas) > 1 or len(devices) > 1:
         raise UserError(
-            f"the runs differ in llama.cpp commit {sorted(commits)} or device {sorted(devices)}; "
-            "calibrate from runs of one binary on one machine"
+            f"the runs differ in llama.cpp commit {commits}, binary sha256 {sorted(shas)} or device "
+            f"{sorted(devices)}; calibrate from runs of one binary on one machine"
         )
-    return {"commit": commits.pop(), "device": devices.pop()}
+    return {"commit": commits[-1], "device": devices.pop()}
 
 
 def _set_keeping_trailer(container: Any, key: str, value: Any) -> None:
@@ -133,6 +140,11 @@ def _set_keeping_trailer(container: Any, key: str, value: Any) -> None:
         container.append(None, item)
 
 
+def _float4(x: float) -> Float:
+    """A TOML float written with 4 decimals (0.9700, not 0.97), as the floors in cases.toml are."""
+    return Float(x, Trivia(), f"{x:.4f}")
+
+
 def _rounded(values: list[float]) -> dict[str, float]:
     lo, hi = min(values), max(values)
     return {"min": round(lo, 4), "max": round(hi, 4), "spread": round(hi - lo, 4)}
@@ -146,8 +158,8 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
         if not cal.runs or name not in tables:
             continue
         table = tables[name]
-        _set_keeping_trailer(table.value, "min_accept_rate", cal.rate_floor)
-        _set_keeping_trailer(table.value, "min_accept_len", cal.len_floor)
+        _set_keeping_trailer(table.value, "min_accept_rate", _float4(cal.rate_floor))
+        _set_keeping_trailer(table.value, "min_accept_len", _float4(cal.len_floor))
         fields = {
             "date": date,
             "commit": prov["commit"],

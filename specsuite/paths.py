@@ -31,7 +31,7 @@ def model_dir(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def server_binary() -> Path:
-    """The ``llama-server`` under test: ``LLAMA_SERVER_BIN_PATH`` (as upstream's tests), else ``build/bin``."""
+    """The ``llama-server`` under test: ``LLAMA_SERVER_BIN_PATH`` (as upstream), else ``build/bin``."""
     if env := os.environ.get("LLAMA_SERVER_BIN_PATH"):
         return Path(env).expanduser()
     return BUILD_DIR / "bin" / "llama-server"

@@ -103,3 +103,15 @@ def test_plot_saved_with_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     png = b / "per_position.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plot: " in capsys.readouterr().err
+
+
+def test_recorded_real_smoke_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two real CPU smoke runs: run 1's synth-zero diverged (identical 0.6667 < its floor then, 1.0)."""
+    run1, run2 = DATA / "smoke-real-1", DATA / "smoke-real-2"
+    code, out = _cmp(run1, run2, capsys, markdown=False)
+    assert code == 0, out
+    code, out = _cmp(run2, run1, capsys, markdown=False)
+    assert code == 1
+    assert "identical 0.6667 < 1.0000" in next(
+        line for line in out.splitlines() if line.startswith("synth-zero")
+    )
