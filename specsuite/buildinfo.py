@@ -7,12 +7,10 @@ build_seconds, binary_sha256, spec_types (plus build_dir, the CMake folder it ca
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import atomic, paths
 from .errors import UserError
 
 
@@ -30,23 +28,6 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
     return data
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write(info: dict[str, Any], path: Path | None = None) -> None:
     """Write atomically: readers see the previous file or the complete new one, never half of it."""
-    path = path or paths.build_info_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-info-", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a plain file is world-readable
-        with os.fdopen(fd, "w") as fh:
-            json.dump(info, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_json(path or paths.build_info_path(), info)

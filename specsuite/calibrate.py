@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
-import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
-from . import paths
+from . import atomic, paths
 from .compare import device_name, load_run
 from .errors import UserError
 
@@ -181,17 +179,6 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
     return tomlkit.dumps(doc)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
     """Print one line per case; return the UNSTABLE messages."""
     unstable = []
@@ -327,7 +314,7 @@ def calibrate_command(argv: list[str]) -> int:
     if args.dry_run:
         print("dry run: nothing written")
     elif new != text:
-        _write_atomic(args.cases, new)
+        atomic.write_text(args.cases, new)
         print(f"wrote {args.cases}")
     if rejected:
         done = "shown" if args.dry_run else "written"

@@ -15,7 +15,7 @@ from typing import Any
 import tomlkit
 import tomlkit.exceptions
 
-from . import paths
+from . import atomic, paths
 from .errors import UserError
 
 SOURCES = ("hf", "pypi", "generated")
@@ -226,6 +226,4 @@ def write_lock(lock: Lock) -> None:
     """Write the document atomically (temp file + rename); the text depends only on the document."""
     text = tomlkit.dumps(lock.doc)
     parse_lock(text, lock.path)  # never write a file we would refuse to read
-    tmp = lock.path.with_name(f".{lock.path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, lock.path)
+    atomic.write_text(lock.path, text)

@@ -17,12 +17,11 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import paths
+from . import atomic, paths
 from .errors import UserError
 
 SCHEMA = 1  # bump when the cached fields change; older cache files are then ignored
@@ -266,15 +265,7 @@ def _load_cached(file: Path, key: dict[str, object]) -> Capabilities | None:
 
 
 def _store(file: Path, key: dict[str, object], caps: Capabilities) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".probe-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"key": key, "caps": _to_json(caps)}, fh, indent=1)
-        os.replace(tmp, file)  # atomic: a concurrent reader sees the old file or the new one
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_json(file, {"key": key, "caps": _to_json(caps)}, indent=1)
 
 
 def probe(binary: Path) -> Capabilities:

@@ -14,12 +14,11 @@ import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import atomic, paths
 
 SCHEMA = 1
 
@@ -60,19 +59,6 @@ def gpu_name() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return "; ".join(line.strip() for line in out.splitlines() if line.strip()) or None
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class RunResults:
@@ -124,7 +110,7 @@ class RunResults:
     def save(self) -> None:
         self.doc["finished"] = utc_now()
         self.doc["wall_s"] = round(time.monotonic() - self._t0, 2)
-        write_json_atomic(self.path, self.doc)
+        atomic.write_json(self.path, self.doc)
 
 
 # --- summary -------------------------------------------------------------------------------------------

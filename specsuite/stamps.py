@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from . import atomic
+
 VERSION = 1
 _BLOCK = 8 << 20
 
@@ -26,9 +28,7 @@ def _key(st: os.stat_result) -> dict[str, int]:
 
 def write_stamp(final: Path, sha256: str) -> None:
     data = {"version": VERSION, **_key(final.stat()), "sha256": sha256}
-    tmp = final.with_name(f".{final.name}.stamp.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, stamp_path(final))
+    atomic.write_json(stamp_path(final), data, indent=None, sort_keys=True)
 
 
 def read_stamp(final: Path) -> str | None:
