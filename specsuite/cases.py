@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
-from . import paths
+from . import paths, tomldata
 from .errors import UserError
 
 TIERS = ("smoke", "synthetic", "compact", "nightly", "all")
@@ -205,17 +203,7 @@ def _to_case(raw: dict[str, Any]) -> Case:
 
 def parse_cases(text: str, lock_names: set[str] | None = None) -> list[Case]:
     """Parse and validate the text of a cases file."""
-    try:
-        doc = tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.ParseError as exc:
-        raise UserError(f"cases.toml: not valid TOML: {exc}") from None
-    top_unknown = sorted(set(doc) - {"version", "case"})
-    if top_unknown:
-        raise UserError(
-            f"cases.toml: unknown top-level key(s) {', '.join(top_unknown)} (expected version, case)"
-        )
-    if doc.get("version") != 1:
-        raise UserError(f"cases.toml: version must be 1, got {doc.get('version')!r}")
+    doc = tomldata.parse_versioned(text, "cases.toml", "case").unwrap()
     cases: list[Case] = []
     for i, raw in enumerate(doc.get("case", [])):
         where = raw.get("name", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"

@@ -15,7 +15,7 @@ from typing import Any
 import tomlkit
 import tomlkit.exceptions
 
-from . import atomic, paths
+from . import atomic, paths, tomldata
 from .errors import UserError
 
 SOURCES = ("hf", "pypi", "generated")
@@ -175,18 +175,8 @@ def _to_entry(where: str, raw: Any) -> Entry:
 def parse_lock(text: str, path: Path | str = "models.lock") -> Lock:
     """Parse and validate the text of a lock file; UserError naming the entry and field on any problem."""
     path = Path(path)
-    try:
-        doc = tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
-        raise UserError(f"{path}: not valid TOML at line {exc.line}, column {exc.col}: {exc}") from None
+    doc = tomldata.parse_versioned(text, str(path), "model")
     raw = doc.unwrap()
-    unknown = sorted(set(raw) - {"version", "model"})
-    if unknown:
-        raise UserError(
-            f"{path}: unknown top-level key(s) {', '.join(unknown)} (expected version, [[model]])"
-        )
-    if raw.get("version") != 1:
-        raise UserError(f"{path}: `version = 1` is required at the top, got {raw.get('version')!r}")
     models = raw.get("model", [])
     if not isinstance(models, list):
         raise UserError(f"{path}: `model` must be an array of tables ([[model]])")

@@ -107,9 +107,9 @@ def test_unknown_model_name_against_lock() -> None:
 def test_duplicate_names_version_and_toml_errors() -> None:
     with pytest.raises(UserError, match="duplicate case name"):
         parse_cases(BASE + BASE.replace("version = 1\n", ""))
-    with pytest.raises(UserError, match="version must be 1"):
+    with pytest.raises(UserError, match="`version = 1` is required"):
         parse_cases(BASE.replace("version = 1", "version = 2"))
-    with pytest.raises(UserError, match="not valid TOML"):
+    with pytest.raises(UserError, match="not valid TOML at line 2"):
         parse_cases("version = 1\n[[case]\n")
     with pytest.raises(UserError, match="cannot read cases file"):
         load_cases("/nonexistent/cases.toml")
