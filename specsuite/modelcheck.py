@@ -8,6 +8,11 @@ pages of its header.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -15,6 +20,7 @@ from pathlib import Path
 
 from gguf import GGUFReader
 
+from . import atomic, paths
 from .errors import UserError
 
 # What each spec type needs from the draft file (the arch and tensors the pinned tree loads).
@@ -52,11 +58,41 @@ def _field(reader: GGUFReader, key: str) -> object | None:
     return None if field is None else field.contents()
 
 
+def _cache_file(path: Path, st: os.stat_result) -> tuple[Path, dict[str, object]]:
+    key = {
+        "v": 1,
+        "path": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ino": st.st_ino,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return paths.cache_dir() / "modelinfo" / f"{digest}.json", key
+
+
 def read_info(path: Path) -> ModelInfo:
-    """Architecture, MTP heads and DSpark head of a GGUF file; UserError if it is missing or not GGUF."""
+    """Architecture, MTP heads and DSpark head of a GGUF file; UserError if it is missing or not GGUF.
+
+    GGUFReader turns every metadata array element into Python objects: a 262k-token vocabulary takes
+    seconds to read. The answer is cached per file identity (path, size, mtime_ns, inode), like the
+    fetcher's stamps, so a changed or truncated file is read again and an unchanged one is not.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"model file not found: {path}; fetch it with `invoke fetch-models`")
+    cache, key = _cache_file(path, path.stat())
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        data = json.loads(cache.read_text())
+        if data["key"] == key:
+            return ModelInfo(path=path, **data["info"])
+    info = _read_uncached(path)
+    fields = {k: v for k, v in dataclasses.asdict(info).items() if k != "path"}
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next read
+        atomic.write_json(cache, {"key": key, "info": fields})
+    return info
+
+
+def _read_uncached(path: Path) -> ModelInfo:
     try:
         reader = GGUFReader(path, "r")
     except _READ_ERRORS as exc:

@@ -202,3 +202,25 @@ def test_gguf_without_architecture(tmp_path):
     path.write_bytes(path.read_bytes().replace(b"general.architecture", b"general.architectur_"))
     with pytest.raises(UserError, match=r"noarch\.gguf: GGUF file lacks general\.architecture"):
         check_models("ngram-mod", path, None)
+
+
+# --- the per-file cache ---------------------------------------------------------------------------------
+
+
+def test_unchanged_file_is_read_once_changed_file_again(tmp_path, monkeypatch):
+    from specsuite import modelcheck
+
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    t = write_gguf(tmp_path / "t.gguf", "qwen35", PLAIN + NEXTN)
+    reads = []
+    real = modelcheck._read_uncached
+    monkeypatch.setattr(modelcheck, "_read_uncached", lambda p: reads.append(p) or real(p))
+    assert read_info(t).nextn_tensors == 2
+    assert read_info(t).nextn_tensors == 2
+    assert len(reads) == 1  # the second answer came from the cache
+    write_gguf(t, "qwen35", PLAIN)  # the same path, other bytes: a new identity
+    assert read_info(t).nextn_tensors == 0
+    assert len(reads) == 2
+    t.write_bytes(t.read_bytes()[:40])  # truncated after being cached: read again, and refused
+    with pytest.raises(UserError, match="not a readable GGUF file"):
+        read_info(t)
