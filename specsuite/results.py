@@ -146,16 +146,18 @@ def summary_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_summary(results_dir: Path, step_summary: bool = False) -> Path | None:
-    """summary.md from results.json; with ``step_summary`` also append it to $GITHUB_STEP_SUMMARY."""
+def write_summary(results_dir: Path) -> Path | None:
+    """summary.md from results.json (the suite writes it once, when its session ends)."""
     src = Path(results_dir) / "results.json"
     if not src.is_file():
         return None
-    text = summary_markdown(json.loads(src.read_text()))
     out = Path(results_dir) / "summary.md"
-    out.write_text(text)
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary and target:
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    atomic.write_text(out, summary_markdown(json.loads(src.read_text())))
     return out
+
+
+def append_step_summary(summary: Path) -> None:
+    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions)."""
+    if target := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(summary.read_text() + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 from . import paths
 from .cases import TIERS
 from .errors import UserError
-from .results import default_results_dir, write_summary
+from .results import append_step_summary, default_results_dir
 
 BUILD_FLAGS = ("--cpu", "--cuda", "--configure-only", "--cublas-from-wheel")
 
@@ -67,9 +67,7 @@ def run_tier(tier: str, results_dir: Path, pytest_args: list[str]) -> int:
         "LLAMA_SERVER_BIN_PATH": str(binary),
     }
     print(f"running the {tier} tier with {binary}; results in {results_dir}", flush=True)
-    code = subprocess.call(pytest_command(results_dir, pytest_args), cwd=paths.REPO_ROOT, env=env)
-    write_summary(results_dir)
-    return code
+    return subprocess.call(pytest_command(results_dir, pytest_args), cwd=paths.REPO_ROOT, env=env)
 
 
 def run_tier_command(argv: list[str]) -> int:
@@ -81,8 +79,9 @@ def run_tier_command(argv: list[str]) -> int:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
     results_dir = Path(os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(tier))
     code = run_tier(tier, results_dir, pytest_args)
-    summary = write_summary(results_dir, step_summary=True)
-    if summary is not None:
+    summary = results_dir / "summary.md"  # written by the suite when its session ends
+    if summary.is_file():
         print(summary.read_text())
+        append_step_summary(summary)
     print(f"results: {results_dir} (results.json, summary.md, junit.xml, logs/)")
     return code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specsuite.results import RunResults, new_run_id, summary_markdown, write_summary
+from specsuite.results import RunResults, append_step_summary, new_run_id, summary_markdown, write_summary
 
 
 def _case(status="passed", reason=None):
@@ -61,7 +61,7 @@ def test_summary_table_and_step_summary(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     out = write_summary(r.dir)
     assert out.read_text() == md and not step.exists()  # only the tier command appends
-    write_summary(r.dir, step_summary=True)
+    append_step_summary(out)
     assert step.read_text() == md + "\n"
     assert write_summary(tmp_path / "empty") is None
 
