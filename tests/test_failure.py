@@ -129,27 +129,17 @@ def _serve(binary: Path, *args: str) -> tuple[int | None, str, bool]:
 
 
 @pytest.mark.integration
-def test_real_build_unknown_architecture(tmp_path):
-    model = _gguf(
-        tmp_path / "future.gguf", "specsuite-future-arch", {"token_embd.weight": np.zeros((8, 4), np.float32)}
-    )
-    rc, text, timed_out = _serve(real_binary(), "-m", str(model))
+@pytest.mark.parametrize(
+    ("arch", "args", "reason"),
+    [
+        pytest.param("specsuite-future-arch", (), "binary_outdated", id="unknown-architecture"),
+        # a llama model with its weights missing: the loader fails ("missing tensor"), not the architecture
+        pytest.param("llama", (), "runtime_error", id="broken-model"),
+        pytest.param("llama", ("--spec-type", "draft-lilicorr"), "binary_outdated", id="unknown-spec-type"),
+    ],
+)
+def test_real_build_failures(tmp_path, arch, args, reason):
+    model = _gguf(tmp_path / "m.gguf", arch, {"token_embd.weight": np.zeros((8, 4), np.float32)})
+    rc, text, timed_out = _serve(real_binary(), "-m", str(model), *args)
     assert rc not in (None, 0), text
-    assert failure.classify(rc, text, timed_out) == "binary_outdated"
-
-
-@pytest.mark.integration
-def test_real_build_broken_model(tmp_path):
-    # A llama model with its weights missing: the loader fails ("missing tensor"), not the architecture.
-    model = _gguf(tmp_path / "broken.gguf", "llama", {"token_embd.weight": np.zeros((8, 4), np.float32)})
-    rc, text, timed_out = _serve(real_binary(), "-m", str(model))
-    assert rc not in (None, 0), text
-    assert failure.classify(rc, text, timed_out) == "runtime_error"
-
-
-@pytest.mark.integration
-def test_real_build_unknown_spec_type(tmp_path):
-    model = _gguf(tmp_path / "m.gguf", "llama", {"token_embd.weight": np.zeros((8, 4), np.float32)})
-    rc, text, timed_out = _serve(real_binary(), "-m", str(model), "--spec-type", "draft-lilicorr")
-    assert rc not in (None, 0), text
-    assert failure.classify(rc, text, timed_out) == "binary_outdated"
+    assert failure.classify(rc, text, timed_out) == reason
