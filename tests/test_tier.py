@@ -42,12 +42,15 @@ def test_pytest_command_has_junit_and_no_cache(tmp_path) -> None:
     assert cmd[-1] == "-x" and "no:cacheprovider" in cmd
 
 
-def _collect(methods: str | None) -> subprocess.CompletedProcess[str]:
+COLLECT = ("--collect-only", "-q", "-p", "no:cacheprovider")
+
+
+def _collect(methods: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPEC_METHODS"}
     if methods is not None:
         env["SPEC_METHODS"] = methods
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/spec", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "tests/spec", *extra, *COLLECT],
         cwd=paths.REPO_ROOT,
         env=env,
         capture_output=True,
@@ -64,6 +67,14 @@ def test_spec_methods_selection() -> None:
     assert "[dflash]" not in both.stdout
     nothing = _collect(None)
     assert "test_speculative" not in nothing.stdout and "deselected" in nothing.stdout
+
+
+def test_unset_spec_methods_keeps_the_projects_parametrized_tests() -> None:
+    """The suite's deselection hook sees the whole session: it must drop only tests/spec items."""
+    both = _collect(None, "tests/test_probe.py")
+    assert "test_speculative" not in both.stdout
+    assert "test_every_variant_parses_its_own_spec_flag[current]" in both.stdout, both.stdout
+    assert "1 deselected" in both.stdout, both.stdout
 
 
 def test_spec_methods_unknown_lists_valid_ones() -> None:

@@ -62,7 +62,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """SPEC_METHODS unset (or empty) selects nothing: deselect rather than show an empty-parameter skip."""
     if not config.stash[_CASES]:
-        dropped = [i for i in items if i.get_closest_marker("parametrize") or "case" in i.fixturenames]
+        # Only this folder's suite items: the hook sees every test of the session, and the project's own
+        # parametrized tests must never be dropped with them.
+        here = Path(__file__).parent
+        dropped = [i for i in items if i.path.is_relative_to(here) and "case" in i.fixturenames]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [i for i in items if i not in dropped]
