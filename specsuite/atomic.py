@@ -4,30 +4,39 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _open_temp(folder: Path, name: str) -> tuple[int, Path]:
+    """A new temp file next to the target, created 0666 minus the umask by the kernel.
+
+    (mkstemp makes 0600, and reading the umask means setting it process-wide, which races with worker
+    threads writing stamps; O_CREAT|O_EXCL with mode 0o666 lets the kernel apply the umask instead.)"""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = folder / f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temp file for {name} in {folder}")
 
 
 def write_text(path: Path, text: str) -> None:
     """Write via a unique temp file in the same folder and ``os.replace``; a failure leaves no temp file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _open_temp(path.parent, path.name)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; these are ordinary, readable files
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def write_json(path: Path, data: Any, *, indent: int = 2, sort_keys: bool = False) -> None:
+def write_json(path: Path, data: Any, *, indent: int | None = 2, sort_keys: bool = False) -> None:
     write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n")

@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from . import buildinfo, paths, source, toolchain
 from .errors import UserError
+from .filehash import sha256_file
 from .toolchain import Cublas, Nvcc
 
 # Release, only what llama-server needs, no web-UI download, static so the binary can be copied anywhere.
@@ -155,8 +156,8 @@ def choose_backend(
         return "cpu", None, None, ["CPU backend: no CUDA compiler (nvcc) found; --cuda to require CUDA"]
     where = f"nvcc {_ver(nvcc.version)} at {nvcc.path}"
     if args.cublas_from_wheel:
-        cublas = toolchain.cublas_from_wheel(nvcc, paths.cache_dir())
-        return "cuda", nvcc, cublas, [f"CUDA backend with {where}", *_wheel_notes(cublas)]
+        wheel = toolchain.cublas_from_wheel(nvcc, paths.cache_dir())
+        return "cuda", nvcc, wheel, [f"CUDA backend with {where}", *_wheel_notes(wheel)]
     roots = toolchain.cublas_roots(nvcc, env)
     cublas = toolchain.find_cublas(roots)
     if cublas is None:
@@ -253,7 +254,7 @@ def configure(plan: Plan, cmake: str, ninja: str) -> None:
     cmd = configure_command(plan, cmake, ninja)
     print(f"build: configuring {plan.source.path}\n  {shlex.join(cmd)}", flush=True)
     (plan.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look configured
-    res = subprocess.run(cmd, check=False)
+    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
     if res.returncode != 0:
         unpublish()
         raise UserError(
@@ -271,7 +272,7 @@ def compile_target(plan: Plan, ninja: str) -> float:
     cmd = [ninja, "-C", str(plan.build_dir), "-j", str(jobs()), TARGET]
     print(f"build: {shlex.join(cmd)}", flush=True)
     start = time.monotonic()
-    res = subprocess.run(cmd, check=False)
+    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
     seconds = time.monotonic() - start
     if res.returncode != 0:
         unpublish()
@@ -325,7 +326,7 @@ def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
         "nvcc_version": _ver(plan.nvcc.version) if plan.nvcc else None,
         "cuda_architectures": plan.archs,
         "build_seconds": round(seconds, 2),
-        "binary_sha256": source.sha256_file(binary),
+        "binary_sha256": sha256_file(binary),
         "spec_types": _spec_types(binary),
         "build_dir": str(plan.build_dir),
     }
@@ -340,7 +341,9 @@ def _cmake_compiler(build_dir: Path) -> str | None:
     path = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("CMAKE_CXX_COMPILER:")), None)
     if not path:
         return None
-    res = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, check=False, env=toolchain.child_env()
+    )
     return f"{path}: {res.stdout.splitlines()[0]}" if res.returncode == 0 and res.stdout else path
 
 

@@ -22,11 +22,15 @@ import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
 from . import atomic, paths
-from .compare import device_name, load_run
 from .errors import UserError
+from .regress import is_finite as finite
+from .results import device_name, load_run
 
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
+# Speed is noisier than acceptance (clocks, other jobs): the floor is the slowest observed median speedup
+# minus 20 % of it, written only for cases that opt into a speed floor (a min_speedup key).
+SPEED_MARGIN = 0.2
 # A case that failed only because it fell below its old floor still measured real numbers: exactly the
 # runs a recalibration is for. Any other failure (spec inactive, crash, wrong tokens) says nothing.
 _USABLE_FAILURES = {"floor"}
@@ -37,6 +41,7 @@ class CaseCalibration:
     name: str
     rates: list[float] = field(default_factory=list)
     lens: list[float] = field(default_factory=list)
+    speedups: list[float] = field(default_factory=list)  # median speedup of each run (when measured)
     run_ids: list[str] = field(default_factory=list)  # the runs the floors come from
     excluded: list[str] = field(default_factory=list)  # "run-id: why", one per unusable run
 
@@ -54,6 +59,12 @@ class CaseCalibration:
     @property
     def len_floor(self) -> float:
         return _floor4(max(0.0, min(self.lens) - LEN_MARGIN))
+
+    @property
+    def speed_floor(self) -> float | None:
+        if len(self.speedups) != self.runs or not self.speedups:
+            return None  # a run without a speed measurement: keep the old floor
+        return _floor4(min(self.speedups) * (1 - SPEED_MARGIN))
 
     @property
     def unstable(self) -> list[str]:
@@ -75,9 +86,7 @@ def _unusable_reason(res: dict[str, Any]) -> str | None:
     if status != "passed" and not (status == "failed" and reason in _USABLE_FAILURES):
         first_line = (res.get("message") or "").strip().splitlines()[:1]
         return f"{status} ({reason or 'no reason'}): {''.join(first_line)}".rstrip(": ")
-    if not isinstance(res.get("accept_rate"), (int, float)) or not isinstance(
-        res.get("accept_len"), (int, float)
-    ):
+    if not finite(res.get("accept_rate")) or not finite(res.get("accept_len")):
         return "no accept rate/len recorded (nothing drafted?)"
     return None
 
@@ -96,6 +105,8 @@ def collect(runs: list[dict[str, Any]], names: list[str] | None = None) -> dict[
                 cal.run_ids.append(str(run.get("run_id", "?")))
                 cal.rates.append(float(res["accept_rate"]))
                 cal.lens.append(float(res["accept_len"]))
+                if finite(res.get("speedup")):
+                    cal.speedups.append(float(res["speedup"]))
     for name in names or []:
         out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"]))
     return out
@@ -110,10 +121,11 @@ def provenance(runs: list[dict[str, Any]]) -> dict[str, str]:
     commits = sorted({(r.get("binary") or {}).get("commit") or "unknown" for r in runs}, key=len)
     shas = {(r.get("binary") or {}).get("sha256") for r in runs} - {None}
     devices = {device_name(r) for r in runs}
+    shas_text = sorted(str(s) for s in shas)
     same_commit = all(commits[-1].startswith(c) for c in commits)
     if not same_commit or len(shas) > 1 or len(devices) > 1:
         raise UserError(
-            f"the runs differ in llama.cpp commit {commits}, binary sha256 {sorted(shas)} or device "
+            f"the runs differ in llama.cpp commit {commits}, binary sha256 {shas_text} or device "
             f"{sorted(devices)}; calibrate from runs of one binary on one machine"
         )
     return {"commit": commits[-1], "device": devices.pop()}
@@ -158,7 +170,11 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
         table = tables[name]
         _set_keeping_trailer(table.value, "min_accept_rate", _float4(cal.rate_floor))
         _set_keeping_trailer(table.value, "min_accept_len", _float4(cal.len_floor))
-        fields = {
+        if "min_speedup" in table and cal.speed_floor is not None:
+            _set_keeping_trailer(table.value, "min_speedup", _float4(cal.speed_floor))
+        if "uncalibrated" in table:  # floors measured: no longer report-only
+            del table["uncalibrated"]
+        fields: dict[str, Any] = {
             "date": date,
             "commit": prov["commit"],
             "device": prov["device"],
@@ -166,16 +182,18 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
             "run_ids": cal.run_ids,
             "accept_rate": _rounded(cal.rates),
             "accept_len": _rounded(cal.lens),
+            **({"speedup": _rounded(cal.speedups)} if cal.speedups else {}),
         }
         sub = table.get("calibration")
         if not isinstance(sub, Table):
             sub = tomlkit.table()
             _set_keeping_trailer(table.value, "calibration", sub)
         for key, value in fields.items():
-            item = tomlkit.inline_table() if isinstance(value, dict) else value
             if isinstance(value, dict):
-                item.update(value)
-            _set_keeping_trailer(sub.value, key, item)
+                inline = tomlkit.inline_table()
+                inline.update(value)
+                value = inline
+            _set_keeping_trailer(sub.value, key, value)
     return tomlkit.dumps(doc)
 
 
@@ -197,22 +215,24 @@ def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
         )
         if cal.runs == 1:
             print(f"  {name}: a single run says nothing about stability; use --runs 3")
-        if why := cal.unstable:
-            msg = f"UNSTABLE {name}: {'; '.join(why)}: this floor would flake"
+        if reasons := cal.unstable:
+            msg = f"UNSTABLE {name}: {'; '.join(reasons)}: this floor would flake"
             print(msg)
             unstable.append(msg)
     return unstable
 
 
-def _run_tier_n(tier: str, runs: int, pytest_args: list[str]) -> list[Path]:
-    from .tier import run_tier  # the suite's runner; imported late so --from-results needs no suite
+def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
+    from .tier import parser, run_tier  # the suite's runner; imported late so --from-results needs no suite
 
+    # Calibration runs are not history: a floor must not be judged against the run that sets it.
+    args, pytest_args = parser().parse_known_args([tier, "--no-history", *tier_args])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = []
     for i in range(1, runs + 1):
         run_dir = paths.RESULTS_DIR / f"{stamp}-calibrate-{tier}-{i}"
         print(f"calibration run {i}/{runs}: tier {tier} -> {run_dir}", flush=True)
-        code = run_tier(tier, run_dir, pytest_args)
+        code = run_tier(args, run_dir, pytest_args)
         if not (run_dir / "results.json").is_file():
             raise UserError(
                 f"calibration run {i} (exit {code}) wrote no {run_dir / 'results.json'}; see its log"
@@ -274,17 +294,16 @@ def _case_names(cases: list[Any], tier: str | None) -> list[str]:
 
 
 def calibrate_command(argv: list[str]) -> int:
-    args, pytest_args = _parser().parse_known_args(argv)
+    from .cases import parse_cases, read_text
+    from .tier import split_posargs
+
+    rest, _ = split_posargs(argv)  # nox hands build flags to every session
+    args, pytest_args = _parser().parse_known_args(rest)
     if not args.from_results and not args.tier:
         raise UserError("calibrate: give --tier TIER to run, or --from-results DIR... to use finished runs")
     if args.runs < 1:
         raise UserError(f"calibrate: --runs must be >= 1, got {args.runs}")
-    try:
-        text = args.cases.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read cases file {args.cases}: {exc.strerror}") from None
-
-    from .cases import parse_cases
+    text = read_text(args.cases)
 
     cases = parse_cases(text)
     names = _case_names(cases, args.tier) if args.tier else None  # before running: a bad tier fails fast

@@ -1,183 +1,195 @@
-"""Compare two suite runs (A = baseline, B = candidate) case by case.
+"""Compare two suite runs (A = baseline, B = candidate) case by case, or B against its history baseline.
 
-B is judged against the floors recorded in B's own results.json (the floors it ran with). The command
-fails (exit 1) when B falls below a floor or a case of B failed or errored; an improvement over A never
-fails. A case present in only one run is shown as such and is not a failure by itself (a tier or a
-cases.toml change adds and drops cases); a case only in B is still checked against its floors.
+B fails a case when it falls below a floor recorded in B's own results.json (the floors it ran with), when
+the case failed outright, or when a metric dropped more than ``rtol`` relative to A (the history gate's
+rule, specsuite.regress). Improvements never fail. Exit codes: 0 = no regression, 1 = B regresses,
+2 = the input cannot be compared (unreadable runs, no case in common). A plot that cannot be drawn is a
+note, never a regression.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import regress, table
 from .errors import UserError
+from .regress import is_finite as finite
+from .results import CaseRecord, case_records, device_name, load_run, results_file
 
-# (results key, label, floor key or None, number format)
+# (record field, label, floor key or None, number format)
 METRICS = (
     ("accept_rate", "accept rate", "min_accept_rate", ".4f"),
     ("accept_len", "accept len", "min_accept_len", ".4f"),
-    ("speedup", "speedup", None, ".2f"),
+    ("speedup", "speedup", "min_speedup", ".2f"),
     ("identical_fraction", "identical", "min_identical_fraction", ".4f"),
 )
-_FAILED = {"failed", "error"}
-
-
-def results_file(path: str | Path) -> Path:
-    """A results/<run> folder or a results.json file -> the results.json path."""
-    path = Path(path)
-    return path / "results.json" if path.is_dir() else path
-
-
-def load_run(path: str | Path) -> dict[str, Any]:
-    """Read one run's results.json; UserError naming the file when it is missing or not a suite result."""
-    file = results_file(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            f"{path}: no results.json there (give a results/<run> folder or its results.json)"
-        ) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{file}: cannot read it as JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cases"), dict):
-        raise UserError(f"{file}: not a specsuite results.json (no 'cases' table)")
-    return data
-
-
-def device_name(run: dict[str, Any]) -> str:
-    """The GPU a run used (results.json 'gpu': null, a name, a {name: ...} or a list of those), or 'cpu'."""
-    gpu = run.get("gpu")
-    if isinstance(gpu, list):
-        gpu = gpu[0] if gpu else None
-    if isinstance(gpu, dict):
-        gpu = gpu.get("name")
-    return str(gpu) if gpu else "cpu"
+_FAILED = {"failed", "error", "interrupted"}
 
 
 @dataclass
 class Row:
     name: str
-    a: dict[str, Any] | None
-    b: dict[str, Any] | None
+    a: CaseRecord | None
+    b: CaseRecord | None
+    a_commit: str = "A"
 
     @property
     def presence(self) -> str:
         return "only in A" if self.b is None else "only in B" if self.a is None else ""
 
     def floor_failures(self) -> list[str]:
-        """Which of B's own floors B falls below, plus B failing outright."""
+        """Which of B's own floors B falls below (a NaN or missing number never passes a floor)."""
         if self.b is None:
             return []
         out = []
-        floors = self.b.get("floors") or {}
         for key, label, floor_key, _ in METRICS:
-            floor, value = floors.get(floor_key) if floor_key else None, self.b.get(key)
-            if isinstance(floor, (int, float)) and isinstance(value, (int, float)) and value < floor:
+            floor = (self.b.floors or {}).get(floor_key)
+            if floor is None or self.b.uncalibrated:
+                continue
+            if not finite(floor):
+                out.append(f"{label} floor {floor!r} is not a number")
+                continue
+            value = getattr(self.b, key)
+            if self.b.status in ("passed", "failed") and not finite(value):
+                out.append(f"{label} is {value!r}, not a number, against floor {floor:.4f}")
+            elif finite(value) and value < floor:
                 out.append(f"{label} {value:.4f} < {floor:.4f}")
-        if self.b.get("status") in _FAILED and not out:
-            out.append(f"{self.b.get('status')}: {self.b.get('reason') or self.b.get('message') or '?'}")
+        return out
+
+    def failures(self, rtol: float) -> list[str]:
+        out = self.floor_failures()
+        if self.b is not None and self.b.status in _FAILED:
+            out.append(f"{self.b.status}: {self.b.reason or self.b.message or '?'}")
+        if self.a is not None and self.b is not None and self.a.measured:
+            current = self.b.to_dict()
+            out += [
+                r.message
+                for r in regress.check(current, self.a.to_dict(), rtol=rtol, baseline_commit=self.a_commit)
+            ]
         return out
 
 
-def rows(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
-    names = dict.fromkeys([*b["cases"], *a["cases"]])
-    return [Row(n, a["cases"].get(n), b["cases"].get(n)) for n in names]
+def rows(a: dict[str, CaseRecord], b: dict[str, CaseRecord], a_commit: str = "A") -> list[Row]:
+    names = dict.fromkeys([*b, *a])
+    return [Row(n, a.get(n), b.get(n), a_commit) for n in names]
 
 
-def _num(value: Any, fmt: str = ".4f") -> str:
-    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "—"
+def _num(value: Any, fmt: str) -> str:
+    return format(value, fmt) if finite(value) else "—" if value is None else str(value)
 
 
 def _delta(a: Any, b: Any, fmt: str) -> str:
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-    return format(b - a, "+" + fmt) if ok else "—"
+    return format(b - a, "+" + fmt) if finite(a) and finite(b) else "—"
 
 
-def _status(res: dict[str, Any] | None) -> str:
+def _status(res: CaseRecord | None) -> str:
     if res is None:
         return "—"
-    reason = res.get("reason")
-    return f"{res.get('status')} ({reason})" if reason else str(res.get("status"))
+    return f"{res.status} ({res.reason})" if res.reason else str(res.status)
 
 
-def table(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def table_rows(all_rows: list[Row], rtol: float) -> tuple[list[str], list[list[str]]]:
     header = ["case", "A", "B"]
     for _, label, _, _ in METRICS:
         header += [f"{label} A", f"{label} B", f"Δ {label}"]
     header.append("B fails")
     body = []
-    for row in rows(a, b):
-        ra, rb = row.a or {}, row.b or {}
+    for row in all_rows:
         cells = [row.name + (f" ({row.presence})" if row.presence else ""), _status(row.a), _status(row.b)]
         for key, _, _, fmt in METRICS:
-            cells += [_num(ra.get(key), fmt), _num(rb.get(key), fmt), _delta(ra.get(key), rb.get(key), fmt)]
-        cells.append("; ".join(row.floor_failures()) or ("—" if row.b is None else "ok"))
+            va = getattr(row.a, key) if row.a else None
+            vb = getattr(row.b, key) if row.b else None
+            cells += [_num(va, fmt), _num(vb, fmt), _delta(va, vb, fmt)]
+        cells.append("; ".join(row.failures(rtol)) or ("—" if row.b is None else "ok"))
         body.append(cells)
     return header, body
 
 
-def _run_line(label: str, run: dict[str, Any], path: str | Path) -> str:
+def _run_line(label: str, run: dict[str, Any], where: str) -> str:
     binary = run.get("binary") or {}
     return (
-        f"{label}: {run.get('run_id', '?')} ({path}); llama.cpp {binary.get('commit') or '?'} "
+        f"{label}: {run.get('run_id', '?')} ({where}); llama.cpp {binary.get('commit') or '?'} "
         f"({binary.get('backend') or '?'} build) on {device_name(run)}"
     )
 
 
-def render_markdown(header: list[str], body: list[list[str]]) -> str:
-    esc = [[c.replace("|", "\\|") for c in r] for r in [header, *body]]
-    lines = ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
-    return "\n".join(lines)
+def _against_history(run_b: dict[str, Any]) -> tuple[dict[str, CaseRecord], str]:
+    """A built from the history: for each case of B, its baseline (the gate's rule), and a description."""
+    from .gate import baselines_for
+
+    found = baselines_for(run_b)
+    if not found:
+        raise UserError(
+            "no history baseline for any case of this run (same device class, backend and cases.toml, an "
+            "earlier llama.cpp commit); run the tier on an earlier commit first, or compare two runs A B"
+        )
+    commits = sorted({b.commit[:12] for b in found.values()})
+    recs = {name: CaseRecord.from_dict(name, b.record) for name, b in found.items()}
+    return recs, f"history baseline, commit(s) {', '.join(commits)}"
 
 
-def render_text(header: list[str], body: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*r).rstrip() for r in [header, *body])
-
-
-def _as_bool(value: Any) -> bool | None:
-    """invoke may hand flags over as strings; None means 'decide from the terminal'."""
-    if value is None or isinstance(value, bool):
-        return value
-    return str(value).strip().lower() not in {"", "0", "false", "no", "off"}
-
-
-def compare_command(*, a: str | Path, b: str | Path, markdown: Any = None, plot: Any = True) -> int:
-    """Print the comparison table; 1 when B fails a floor (or a case of B failed), else 0."""
-    run_a, run_b = load_run(a), load_run(b)
-    md = _as_bool(markdown)
-    md = not sys.stdout.isatty() if md is None else md
-    header, body = table(run_a, run_b)
-    failing = [r for r in rows(run_a, run_b) if r.floor_failures()]
-    lines = [_run_line("A", run_a, a), _run_line("B", run_b, b)]
+def compare_command(
+    *,
+    a: str | Path | None,
+    b: str | Path,
+    against: str | None = None,
+    rtol: float = 0.05,
+    markdown: bool | None = None,
+    plot: bool = True,
+) -> int:
+    """Print the comparison table; 1 when B regresses (floors, failures, relative drops), else 0."""
+    run_b = load_run(b)
+    recs_b = case_records(run_b)
+    if against == "auto":
+        recs_a, where_a = _against_history(run_b)
+        run_a: dict[str, Any] = {"run_id": "history", "cases": {n: r.to_dict() for n, r in recs_a.items()}}
+        a_commit = "history"
+    else:
+        assert a is not None
+        run_a, where_a = load_run(a), str(a)
+        recs_a = case_records(run_a)
+        a_commit = str((run_a.get("binary") or {}).get("commit") or run_a.get("run_id") or "A")[:12]
+    if not set(recs_a) & set(recs_b):
+        raise UserError(
+            f"A ({run_a.get('tier')}) and B ({run_b.get('tier')}) have no case in common: nothing to "
+            "compare; compare runs of the same tier"
+        )
+    all_rows = rows(recs_a, recs_b, a_commit)
+    md = not sys.stdout.isatty() if markdown is None else markdown
+    header, body = table_rows(all_rows, rtol)
+    lines = [_run_line("A", run_a, where_a), _run_line("B", run_b, str(b))]
     if md:
         print("\n".join(f"- {line}" for line in lines) + "\n")
-        print(render_markdown(header, body))
     else:
         print("\n".join(lines) + "\n")
-        print(render_text(header, body))
-    if _as_bool(plot):
+    print(table.render(header, body, markdown=md))
+    if plot:
         _plot(run_a, run_b, results_file(b).parent)
+    failing = [r for r in all_rows if r.failures(rtol)]
     verdict = (
-        f"B fails {len(failing)} case(s): {', '.join(r.name for r in failing)}"
+        f"B regresses in {len(failing)} case(s): {', '.join(r.name for r in failing)}"
         if failing
-        else "B passes every floor it ran with"
+        else f"B passes every floor it ran with and drops no metric by more than {rtol:.0%} against A"
     )
     print(("\n**" + verdict + "**") if md else "\n" + verdict)
     return 1 if failing else 0
 
 
 def _plot(run_a: dict[str, Any], run_b: dict[str, Any], out_dir: Path) -> None:
+    """Best effort: a missing matplotlib or an unwritable folder is a note, not a regression."""
     try:
         from .plot import plot_per_position
+
+        path = plot_per_position([("A", run_a), ("B", run_b)], out_dir / "per_position.png")
     except ImportError as exc:  # matplotlib is the optional `plot` extra
         print(f"note: no plot ({exc}); pip install -e '.[plot]' or pass --no-plot", file=sys.stderr)
         return
-    path = plot_per_position([("A", run_a), ("B", run_b)], out_dir / "per_position.png")
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(
+            f"note: the plot could not be saved in {out_dir} ({exc}); the comparison stands", file=sys.stderr
+        )
+        return
     print(f"plot: {path}", file=sys.stderr)

@@ -1,39 +1,46 @@
-"""Resumable, verified HTTP download of one file, published only after size and sha256 match.
+"""Resumable, verified HTTP download of one file, and the retry policy every Hub request shares.
 
 Hand-written on requests because no library does all of it (research/model-fetching.md §1): pooch cannot
 resume and re-hashes every call, huggingface_hub checks only the size and restarts from zero.
 
-Layout beside the final file (never ending in .gguf, never mistaken for a model):
-``.<name>.part`` (bytes so far), ``.<name>.part.json`` (what the partial is for), ``.<name>.stamp``.
+The bytes go to the store's partial file (``store.part_path``) and become the final file only through
+``store.publish`` (size and sha256 checked). A body is read in pieces of at most ``Policy.chunk`` bytes
+while a watchdog thread drops the connection when the user cancels or when fewer than ``stall_bytes``
+arrived in the last ``stall`` seconds (a per-read socket timeout alone never trips on a server trickling
+one byte a second); what arrived is kept, and the next attempt resumes it with ``Range``.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import email.utils
-import errno
 import hashlib
-import json
+import math
 import os
 import queue
 import random
 import re
-import shutil
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from . import stamps
+from . import filehash, store
 from .errors import UserError
+from .store import Cancelled
 
 if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay fast
     import requests
 
+__all__ = ["Attempts", "Cancelled", "Policy", "Retry", "download"]
+
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+FATAL_STATUS = frozenset({401, 403, 404})
 
 
 class Progress(Protocol):
@@ -50,36 +57,46 @@ class _Quiet:
         pass
 
     def note(self, msg: str) -> None:
-        print(msg, flush=True)
+        print(msg, file=sys.stderr, flush=True)
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
+# ---------------------------------------------------------------- the retry policy
+
+
+def _env_number(name: str, default: float, *, integer: bool = False) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    kind = "a whole number >= 1" if integer else "a finite number > 0"
     try:
-        return float(value) if value else default
+        value = int(raw) if integer else float(raw)
     except ValueError:
-        raise UserError(f"{name}={value!r} is not a number") from None
+        raise UserError(f"{name}={raw!r} is not {kind}; set it to, e.g., {default:g} or unset it") from None
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{name}={raw!r} must be {kind}; set it to, e.g., {default:g} or unset it")
+    return value
 
 
 @dataclass
 class Policy:
-    """Retry and timing knobs; tests shrink the delays (also settable through SPEC_FETCH_* variables)."""
+    """Retry and timing knobs, shared by every request; tests shrink them (also SPEC_FETCH_* variables)."""
 
-    attempts: int = 10  # consecutive failed attempts without new bytes before giving up
+    attempts: int = 10  # retries after consecutive failures without new bytes, then give up
     backoff: float = 1.0  # first delay; doubles per failure, with jitter, up to max_backoff
     max_backoff: float = 60.0
     max_retry_after: float = 900.0
-    stall: float = 60.0  # no byte received for this long -> drop the connection and resume
+    stall: float = 60.0  # window of the throughput floor; also the socket timeout (connect aside)
+    stall_bytes: int = 1 << 20  # fewer bytes than this in the last `stall` seconds: stalled
     connect: float = 20.0
-    chunk: int = 8 << 20  # large reads: 1-byte or 1-KiB chunks are the classic slow-download bug
+    chunk: int = 1 << 20  # largest piece read at once: big enough for speed, small enough to stop promptly
     margin: int = 256 << 20  # free space kept on top of the missing bytes
 
     @classmethod
     def from_env(cls) -> Policy:
         return cls(
-            attempts=int(_env_float("SPEC_FETCH_ATTEMPTS", cls.attempts)),
-            backoff=_env_float("SPEC_FETCH_BACKOFF_S", cls.backoff),
-            stall=_env_float("SPEC_FETCH_STALL_S", cls.stall),
+            attempts=int(_env_number("SPEC_FETCH_ATTEMPTS", cls.attempts, integer=True)),
+            backoff=_env_number("SPEC_FETCH_BACKOFF_S", cls.backoff),
+            stall=_env_number("SPEC_FETCH_STALL_S", cls.stall),
         )
 
     def delay(self, failures: int) -> float:
@@ -87,70 +104,16 @@ class Policy:
         return base / 2 + random.uniform(0, base / 2)  # jitter so parallel fetchers do not retry in step
 
 
-class Cancelled(Exception):
-    """Another file failed or the user pressed Ctrl-C; the partial is kept for a later resume."""
+class Retry(Exception):
+    """A transient failure (connection, timeout, stall, 408/429/5xx): worth another attempt."""
 
-
-class _Retry(Exception):
     def __init__(self, reason: str, wait: float | None = None) -> None:
         super().__init__(reason)
         self.wait = wait
 
 
-def part_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}.part")
-
-
-def _meta_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}.part.json")
-
-
-def discard_partial(final: Path) -> None:
-    for p in (part_path(final), _meta_path(final)):
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def publish(part: Path, final: Path, sha256: str) -> None:
-    """Make a verified partial the final file: fsync it, rename atomically, fsync the folder, stamp it."""
-    with open(part, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(part, final)
-    fsync_dir(final.parent)
-    with contextlib.suppress(FileNotFoundError):
-        _meta_path(final).unlink()
-    stamps.write_stamp(final, sha256)
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
-
-
-def check_space(folder: Path, need: int, what: str) -> None:
-    free = shutil.disk_usage(folder).free
-    if free < need:
-        raise UserError(
-            f"not enough free space in {folder} for {what}: need {_gib(need)} (missing bytes plus margin), "
-            f"have {_gib(free)}; free some space or point --model-dir / SPEC_MODEL_DIR at a bigger disk"
-        )
-
-
-def disk_full(exc: OSError, part: Path, what: str) -> UserError:
-    return UserError(
-        f"disk full while writing {what} ({part}): {exc.strerror}; free space in {part.parent} or use "
-        "--model-dir / SPEC_MODEL_DIR on a bigger disk, then rerun (the partial file is kept and resumed)"
-    )
-
-
-def _retry_after(value: str | None) -> float | None:
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
     if not value:
         return None
     if value.strip().isdigit():
@@ -161,22 +124,68 @@ def _retry_after(value: str | None) -> float | None:
     return None
 
 
-def _adopt(final: Path, size: int, sha256: str, progress: Progress) -> tuple[hashlib._Hash, int]:  # type: ignore[name-defined]
-    """Re-hash a kept partial meant for the same (size, sha256); anything else is discarded."""
-    part, meta = part_path(final), _meta_path(final)
-    try:
-        info = json.loads(meta.read_text(encoding="utf-8"))
-        have = part.stat().st_size
-    except (OSError, ValueError):
-        info, have = None, 0
-    if info != {"size": size, "sha256": sha256} or have > size:
-        discard_partial(final)
-        meta.write_text(json.dumps({"size": size, "sha256": sha256}), encoding="utf-8")
-        part.write_bytes(b"")
+def retry_for_status(code: int, headers: Any) -> Retry:
+    wait = retry_after(headers.get("Retry-After")) if code in (429, 503) else None
+    return Retry(f"HTTP {code}", wait)
+
+
+class Attempts:
+    """Counts one job's consecutive failed attempts and waits (backoff or Retry-After) before the next."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        what: str,
+        note: Callable[[str], None],
+        cancel: threading.Event | None,
+        hint: str,
+    ) -> None:
+        self.policy, self.what, self.note, self.cancel, self.hint = policy, what, note, cancel, hint
+        self.failures = 0
+
+    def failed(self, exc: Retry, progressed: bool = False) -> None:
+        """Wait before the next attempt; UserError once ``policy.attempts`` attempts failed in a row."""
+        self.failures = 1 if progressed else self.failures + 1  # bytes arrived: the link works, reset
+        if self.failures > self.policy.attempts:
+            raise UserError(
+                f"giving up on {self.what} after {self.policy.attempts} retries (last: {exc}); {self.hint}"
+            )
+        wait = (
+            self.policy.delay(self.failures)
+            if exc.wait is None
+            else min(exc.wait, self.policy.max_retry_after)
+        )
+        self.note(f"{self.what}: {exc}; retry {self.failures}/{self.policy.attempts} in {wait:.1f} s")
+        sleep(wait, self.cancel)
+
+
+def sleep(seconds: float, cancel: threading.Event | None) -> None:
+    if cancel is None:
+        time.sleep(seconds)
+    elif cancel.wait(seconds):
+        raise Cancelled()
+
+
+# ---------------------------------------------------------------- one download
+
+
+def _adopt(
+    final: Path, size: int, sha256: str, progress: Progress, cancel: threading.Event | None
+) -> tuple[Any, int]:
+    """Re-hash a kept partial meant for the same (size, sha256); anything else starts a new one."""
+    want: dict[str, int | str] = {"size": size, "sha256": sha256}
+    part = store.regular_or_absent(store.part_path(final))
+    if part is None or part.st_size > size or store.read_meta(final) != want:
+        store.new_part(final, want).close()
         return hashlib.sha256(), 0
+
+    def advance(n: int) -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        progress.advance(n)
+
     # hashlib objects cannot be pickled, so the only way to continue the hash is to re-read the prefix.
-    hasher = stamps.hash_file(part, progress=progress.advance)
-    return hasher, have
+    return filehash.hash_into(store.part_path(final), progress=advance), part.st_size
 
 
 @dataclass
@@ -189,7 +198,7 @@ class _State:
     policy: Policy
     progress: Progress
     cancel: threading.Event | None
-    hasher: hashlib._Hash  # type: ignore[name-defined]
+    hasher: Any
     offset: int = 0
     restarts: int = 0
 
@@ -201,7 +210,7 @@ class _State:
                 f"not serve one consistent file of {self.size} bytes. Check HF_ENDPOINT and the lock entry"
             )
         self.progress.note(f"{self.final.name}: {why}; starting over from byte 0")
-        with open(part_path(self.final), "r+b") as f:
+        with store.open_part(self.final, new=False) as f:
             f.truncate(0)
         self.hasher, self.offset = hashlib.sha256(), 0
         self.progress.set(0)
@@ -213,15 +222,11 @@ def _check_status(st: _State, r: requests.Response, asked: int) -> None:
     code = r.status_code
     if code == 416:
         st.restart("server answered 416 to the resume request (stale partial)")
-        raise _Retry("416 Range Not Satisfiable", wait=0)
-    if code in _RETRY_STATUS:
-        raise _Retry(
-            f"HTTP {code}", _retry_after(r.headers.get("Retry-After")) if code in (429, 503) else None
-        )
-    if code in (401, 403, 404) or (400 <= code < 500):
+        raise Retry("416 Range Not Satisfiable", wait=0)
+    if code in RETRY_STATUS or code >= 500:
+        raise retry_for_status(code, r.headers)
+    if 400 <= code < 500:
         raise UserError(f"cannot download {st.final.name} from {st.url}: {http_hint(code, st.final.name)}")
-    if code >= 500:
-        raise _Retry(f"HTTP {code}")
     if code == 200 and asked:
         st.restart("server ignored the Range request (200 instead of 206)")
     if code == 200:
@@ -238,9 +243,9 @@ def _check_status(st: _State, r: requests.Response, asked: int) -> None:
             st.restart(
                 f"bad Content-Range {r.headers.get('Content-Range')!r} for a request from byte {asked}"
             )
-            raise _Retry("wrong Content-Range", wait=0)
+            raise Retry("wrong Content-Range", wait=0)
     else:
-        raise _Retry(f"unexpected HTTP {code}")
+        raise Retry(f"unexpected HTTP {code}")
 
 
 class _Writer:
@@ -250,8 +255,9 @@ class _Writer:
     costs about max(receive + hash, write) rather than the sum.
     """
 
-    def __init__(self, f) -> None:
-        self.f, self.exc = f, None
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.exc: OSError | None = None
         self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -278,49 +284,111 @@ class _Writer:
             raise self.exc
 
 
-def _stream(st: _State, r: requests.Response) -> None:
-    part = part_path(st.final)
+class _Watchdog:
+    """Ends a body read that was cancelled or that is too slow, by shutting the socket down.
+
+    A blocked read cannot be interrupted from its own thread, and a socket timeout resets with every byte;
+    urllib3's ``HTTPResponse.shutdown()`` (thread-safe, made for this) wakes the reader at once.
+    """
+
+    def __init__(self, raw: Any, policy: Policy, cancel: threading.Event | None, remaining: int) -> None:
+        self.raw, self.policy, self.cancel = raw, policy, cancel
+        self.need = min(policy.stall_bytes, remaining)
+        self.received = 0  # written by the reader only; an int store is atomic
+        self.reason: Retry | Cancelled | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        tick = min(0.25, self.policy.stall / 4)
+        samples = collections.deque([(time.monotonic(), 0)])
+        while not self._done.wait(tick):
+            now = time.monotonic()
+            samples.append((now, self.received))
+            if self.cancel is not None and self.cancel.is_set():
+                return self._trip(Cancelled())
+            while len(samples) > 1 and samples[1][0] <= now - self.policy.stall:
+                samples.popleft()
+            start, then = samples[0]
+            if now - start >= self.policy.stall and self.received - then < self.need:
+                got = self.received - then
+                return self._trip(
+                    Retry(f"stalled: {got} bytes in the last {now - start:.1f} s (fewer than {self.need})")
+                )
+
+    def _trip(self, reason: Retry | Cancelled) -> None:
+        self.reason = reason
+        with contextlib.suppress(Exception):  # already closed or released: the reader ends anyway
+            self.raw.shutdown()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _pump(st: _State, raw: Any, writer: _Writer, watch: _Watchdog) -> None:
+    """Move the body into the writer, piece by piece; Retry/Cancelled when the watchdog ended it."""
+    import requests
+    import urllib3.exceptions
+
     try:
-        with open(part, "r+b") as f:
+        while chunk := raw.read1(st.policy.chunk, decode_content=True):
+            if st.offset + len(chunk) > st.size:
+                raise UserError(
+                    f"{st.url} sent more than the {st.size} bytes expected for {st.final.name}; "
+                    "the lock and the server disagree: check `invoke lock-models --check`"
+                )
+            writer.write(chunk)
+            st.hasher.update(chunk)
+            st.offset += len(chunk)
+            watch.received += len(chunk)
+            st.progress.advance(len(chunk))
+            if st.cancel is not None and st.cancel.is_set():
+                raise Cancelled()
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+        if watch.reason is not None:
+            raise watch.reason from None
+        raise Retry(f"{type(exc).__name__}: {exc}") from None
+    if watch.reason is not None:
+        raise watch.reason
+
+
+def _stream(st: _State, r: requests.Response) -> None:
+    watch = _Watchdog(r.raw, st.policy, st.cancel, st.size - st.offset)
+    try:
+        with store.open_part(st.final, new=False) as f:
             f.seek(st.offset)
             f.truncate()
             writer = _Writer(f)
             try:
-                for chunk in r.iter_content(st.policy.chunk):
-                    if st.cancel is not None and st.cancel.is_set():
-                        raise Cancelled()
-                    if st.offset + len(chunk) > st.size:
-                        raise UserError(
-                            f"{st.url} sent more than the {st.size} bytes expected for {st.final.name}; "
-                            "the lock and the server disagree: check `invoke lock-models --check`"
-                        )
-                    writer.write(chunk)
-                    st.hasher.update(chunk)
-                    st.offset += len(chunk)
-                    st.progress.advance(len(chunk))
+                _pump(st, r.raw, writer, watch)
             finally:
                 writer.close()  # every counted byte is in the file before anyone looks at it
-    except OSError as exc:
-        if exc.errno in _DISK_FULL:
-            raise disk_full(exc, part, st.final.name) from None
-        raise
+    except OSError as exc:  # the partial file's errors (network errors arrive as urllib3's)
+        raise store.io_error(exc, st.final.name) from None
+    finally:
+        watch.stop()
 
 
 def _attempt(st: _State) -> None:
     import requests
     import urllib3.exceptions
 
+    if st.cancel is not None and st.cancel.is_set():
+        raise Cancelled()
     asked = st.offset
     headers = {"Range": f"bytes={asked}-"} if asked else {}
-    timeout = (st.policy.connect, st.policy.stall)  # the read timeout is the stall watchdog: no byte for N s
+    # The socket timeout is the backstop (no answer at all); during the body the watchdog's window decides.
+    timeout = (st.policy.connect, 2 * st.policy.stall)
     try:
         with st.sess.get(st.url, headers=headers, stream=True, timeout=timeout) as r:
             _check_status(st, r, asked)
             _stream(st, r)
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        raise _Retry(f"{type(exc).__name__}: {exc}") from None
+        raise Retry(f"{type(exc).__name__}: {exc}") from None
     if st.offset < st.size:
-        raise _Retry(f"body ended at byte {st.offset} of {st.size}")
+        raise Retry(f"body ended at byte {st.offset} of {st.size}")
 
 
 def download(
@@ -340,44 +408,28 @@ def download(
     """
     policy = policy or Policy()
     progress = progress or _Quiet()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    hasher, offset = _adopt(final, size, sha256, progress)
+    store.ensure_folder(final.parent)
+    store.check_layout(final)
+    hasher, offset = _adopt(final, size, sha256, progress, cancel)
     status = "resumed" if offset else "downloaded"
-    check_space(final.parent, size - offset + policy.margin, final.name)
+    store.check_space(final.parent, size - offset + policy.margin, final.name)
     st = _State(final, url, size, sha256, sess, policy, progress, cancel, hasher, offset)
-    failures = mismatches = 0
+    hint = f"the partial file is kept and the next run resumes it. Check the network and {url}"
+    tries = Attempts(policy, final.name, progress.note, cancel, hint)
+    mismatched = False
     while True:
         if st.offset == size:
-            if st.hasher.hexdigest() == sha256:
-                publish(part_path(final), final, sha256)
-                return status
-            mismatches += 1
             got = st.hasher.hexdigest()
-            if mismatches > 1:
-                discard_partial(final)
-                raise UserError(
-                    f"{final.name}: downloaded bytes have sha256 {got}, expected {sha256} (twice); "
-                    f"nothing was published. The server at {url} serves other content than the lock names: "
-                    "check `invoke lock-models --check` and HF_ENDPOINT"
-                )
-            st.restart(f"sha256 mismatch ({got}, expected {sha256})")
+            if got != sha256 and not mismatched:
+                mismatched = True  # one corrupt transfer is retried from zero; the second is the answer
+                st.restart(f"sha256 mismatch ({got}, expected {sha256})")
+                continue
+            store.publish(final, size=size, sha256=sha256, got=got, what=f"as downloaded (twice) from {url}",
+                          fix="The server serves other content than the lock names: check "
+                          "`invoke lock-models --check` and HF_ENDPOINT")  # fmt: skip
+            return status
         before = st.offset
         try:
             _attempt(st)
-        except _Retry as exc:
-            failures = 1 if st.offset > before else failures + 1  # bytes arrived: the link works, reset
-            if failures > policy.attempts:
-                raise UserError(
-                    f"giving up on {final.name} after {policy.attempts} failed attempts ({exc}); the partial "
-                    f"file is kept and the next run resumes it. Check the network and {url}"
-                ) from None
-            wait = policy.delay(failures) if exc.wait is None else min(exc.wait, policy.max_retry_after)
-            progress.note(f"{final.name}: {exc}; retry {failures}/{policy.attempts} in {wait:.1f} s")
-            _sleep(wait, cancel)
-
-
-def _sleep(seconds: float, cancel: threading.Event | None) -> None:
-    if cancel is None:
-        time.sleep(seconds)
-    elif cancel.wait(seconds):
-        raise Cancelled()
+        except Retry as exc:
+            tries.failed(exc, progressed=st.offset > before)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 # where one failure logs several lines, e.g. an unknown draft architecture also logs "failed to load
 # draft model", and a draft context that does not fit also logs "failed to create MTP context".
 RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
+    ("port_in_use", ("couldn't bind HTTP server socket",)),  # server-http.cpp:517: another process has it
     (
         "binary_outdated",
         (
@@ -45,6 +46,9 @@ RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
             "speculative decoding not supported by this context",  # server-context.cpp:1223
             "synthetic acceptance requires an initialized speculative",  # server-context.cpp:1264
             "failed to create MTP context",  # server-context.cpp:1123, speculative.cpp:2552
+            # Newer binaries abort with this on forced MTP against a model without MTP heads (the front
+            # end's seed, frontend-mtp-handling.txt); not in the pinned tree: for the binaries after it.
+            "failed to measure MTP context memory",
             "failed to load draft model",  # server-context.cpp:1118, speculative.cpp:2544
         ),
     ),
@@ -73,6 +77,7 @@ _SHELL_SIGNALS = {
 }
 
 REASONS = {
+    "port_in_use": "another process held the server's port; the run picks another one and retries",
     "binary_outdated": "the binary predates the model architecture (or a method or flag): build a newer one",
     "spec_init_failed": "the speculative context could not be created, or the server dropped speculation",
     "out_of_memory": "an allocation failed (weights, KV cache or compute buffers)",

@@ -189,27 +189,58 @@ def parse_lock(text: str, path: Path | str = "models.lock") -> Lock:
     return Lock(path=path, entries=entries, doc=doc)
 
 
+MAX_BYTES = 4 << 20  # the real lock is a few KiB; anything this big is the wrong file
+
+
+def read_text(path: Path, what: str = "lock file", flag: str = "--lock PATH") -> str:
+    """A small UTF-8 text file, or one UserError saying why not (unreadable, too big, not UTF-8)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}; pass {flag}") from None
+    if len(data) > MAX_BYTES:
+        raise UserError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB: not a lock file; pass {flag}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x}); "
+            f"save it as UTF-8 or pass {flag}"
+        ) from None
+
+
 def load_lock(path: str | os.PathLike[str] | None = None) -> Lock:
     """Read and validate a lock file (default: models.lock at the repository root)."""
     path = Path(path) if path else paths.MODELS_LOCK
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read lock file {path}: {exc.strerror}; pass --lock PATH") from None
-    return parse_lock(text, path)
+    return parse_lock(read_text(path), path)
 
 
 def set_locked(lock: Lock, name: str, size: int, sha256: str) -> None:
-    """Record size and sha256 of an entry in the document, in place of ``locked = false`` if present."""
-    table = next(t for t in lock.doc["model"] if t["name"] == name)
-    if "locked" in table:
-        # tomlkit has no public positional insert; _insert_after keeps the entry's key order and comments.
-        table.value._insert_after("locked", "size", size)
-        table.value._insert_after("size", "sha256", sha256)
-        del table["locked"]
-    else:
-        table["size"] = size
-        table["sha256"] = sha256
+    """Record size and sha256 of an entry in the document, in place of ``locked = false`` if present.
+
+    The entry is rebuilt with tomlkit's public API (its items, comments and blank lines in order), so
+    the lines around stay as they were; the trailing comment of ``locked = false`` goes with that line.
+    """
+    models = lock.doc["model"]
+    index = next(i for i, t in enumerate(models) if t["name"] == name)
+    old = models[index]
+    if "locked" not in old:
+        old["size"] = size  # replacing a value keeps its place
+        old["sha256"] = sha256
+        return
+    new = tomlkit.table()
+    for part in ("indent", "comment_ws", "comment", "trail"):  # the header line's own layout and comment
+        setattr(new.trivia, part, getattr(old.trivia, part))
+    for key, item in old.value.body:
+        if key is None:
+            new.append(None, item)  # a comment or blank line
+        elif key.key == "locked":
+            new.append("size", size)
+            new.append("sha256", sha256)
+        else:
+            new.append(key, item)
+    models[index] = new
 
 
 def write_lock(lock: Lock) -> None:

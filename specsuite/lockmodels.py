@@ -12,6 +12,7 @@ import sys
 from collections import defaultdict
 
 from . import hub
+from .download import Policy
 from .errors import UserError
 from .lockfile import Entry, load_lock, set_locked, write_lock
 
@@ -22,9 +23,14 @@ def _describe(e: Entry, size: int, sha: str) -> str:
     return f"{e.name}: {e.size} bytes, sha256 {e.sha256} -> {size} bytes, sha256 {sha}"
 
 
-def lock_models(*, lock: str | os.PathLike[str] | None = None, check: bool = False) -> int:
-    """Lock every hf entry; returns the number of entries that changed (or would, with ``check``)."""
+def lock_models(
+    *, lock: str | os.PathLike[str] | None = None, check: bool = False, policy: Policy | None = None
+) -> int:
+    """Lock every hf entry; returns the number of entries that changed (or would, with ``check``).
+
+    Requests follow the fetcher's retry policy (``policy``, default from the SPEC_FETCH_* variables)."""
     lk = load_lock(lock)
+    policy = policy or Policy.from_env()
     groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for e in lk.entries.values():
         if e.source == "hf":
@@ -32,7 +38,8 @@ def lock_models(*, lock: str | os.PathLike[str] | None = None, check: bool = Fal
     drift: list[tuple[Entry, int, str]] = []
     with hub.session() as sess:
         for (repo, revision), entries in groups.items():
-            metas = hub.paths_info(sess, repo, revision, [e.path for e in entries])  # type: ignore[misc]
+            wanted = [e.path for e in entries]
+            metas = hub.paths_info(sess, repo, revision, wanted, policy=policy)  # type: ignore[arg-type]
             for e in entries:
                 meta = metas[e.path]  # type: ignore[index]
                 if (e.size, e.sha256) != (meta.size, meta.sha256):

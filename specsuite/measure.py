@@ -1,35 +1,26 @@
 """Requests and the numbers derived from them: prompts, decode speed, divergence from the baseline.
 
 Every number here comes from the server: tokens and ``timings`` from ``/completion``, counters from the
-``/metrics`` delta (see metrics.py). Nothing is estimated.
+``/metrics`` delta (see metrics.py). Nothing is estimated. The prompt texts are data (cases.toml).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .metrics import Delta
 
-# The seed suite's three prompts (Fibonacci with memoization, TCP vs UDP, capital of France), and the
-# synthetic tier's (tiny generated vocabularies: short ASCII that every test tokenizer can encode).
-PROMPT_SETS: dict[str, tuple[tuple[str, str], ...]] = {
-    "seed": (
-        ("fib", "Write a Python function that computes the n-th Fibonacci number using memoization."),
-        ("tcp", "Explain the difference between TCP and UDP."),
-        ("paris", "What is the capital of France?"),
-    ),
-    "synthetic": (
-        ("fox", "Hello world, the quick brown fox"),
-        ("count", "1 2 3 4 5 6 7 8"),
-        ("the", "the the the"),
-    ),
-}
-N_PREDICT = 128
 SEED = 42
+WARMUP_N_PREDICT = 16
+Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+Prompts = Sequence[tuple[str, str]]
 
 
-def request_body(prompt: str, n_predict: int = N_PREDICT) -> dict[str, Any]:
+def request_body(prompt: str, n_predict: int) -> dict[str, Any]:
     """Greedy and reproducible: no prompt cache (slot reuse changes batch shapes), fixed seed (synthetic
     acceptance draws from the request seed), tokens returned for the divergence check."""
     return {
@@ -54,7 +45,7 @@ class Completion:
 
     @classmethod
     def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
-        t = body.get("timings", {})
+        t = body.get("timings") or {}
         return cls(
             prompt_id,
             tuple(body.get("tokens") or ()),
@@ -65,12 +56,17 @@ class Completion:
         )
 
 
-def run_prompts(post: Any, prompt_set: str = "seed", n_predict: int = N_PREDICT) -> list[Completion]:
-    """Send every prompt of the set through ``post(path, body) -> dict`` (LlamaServer.post)."""
+def run_prompts(post: Post, prompts: Prompts, n_predict: int) -> list[Completion]:
+    """Send every prompt through ``post(path, body) -> dict`` (LlamaServer.post)."""
     return [
         Completion.from_response(pid, post("/completion", request_body(text, n_predict)))
-        for pid, text in PROMPT_SETS[prompt_set]
+        for pid, text in prompts
     ]
+
+
+def warm_up(post: Post, prompts: Prompts) -> None:
+    """One discarded short request: the first request pays for allocations and graph setup."""
+    post("/completion", request_body(prompts[0][1], WARMUP_N_PREDICT))
 
 
 def decode_tps(completions: list[Completion]) -> float | None:
@@ -79,7 +75,36 @@ def decode_tps(completions: list[Completion]) -> float | None:
     return 1000.0 * sum(c.predicted_n for c in completions) / ms if ms > 0 else None
 
 
-def first_diff(ref: tuple[int, ...] | list[int], got: tuple[int, ...] | list[int]) -> int | None:
+def abba(repeat: int) -> list[tuple[str, str]]:
+    """Measurement order for ``repeat`` rounds, A = baseline, B = speculative: A-B, B-A, A-B, …
+    (A-B-B-A-A-B…), so a machine that slows down or speeds up over the run favours neither side."""
+    return [("base", "spec") if r % 2 == 0 else ("spec", "base") for r in range(repeat)]
+
+
+@dataclass
+class Speed:
+    """Decode speed per round: the speculative server and the baseline, paired by round."""
+
+    spec_tps: list[float] = field(default_factory=list)
+    base_tps: list[float] = field(default_factory=list)
+
+    @property
+    def speedups(self) -> list[float]:
+        return [s / b for s, b in zip(self.spec_tps, self.base_tps, strict=False) if b > 0]
+
+    def as_dict(self) -> dict[str, Any]:
+        ups = self.speedups
+        return {
+            "repeat": len(ups),
+            "spec_tps": [round(x, 2) for x in self.spec_tps],
+            "base_tps": [round(x, 2) for x in self.base_tps],
+            "speedups": [round(x, 4) for x in ups],
+            "speedup_median": round(statistics.median(ups), 4) if ups else None,
+            "speedup_spread": round(max(ups) - min(ups), 4) if ups else None,
+        }
+
+
+def first_diff(ref: Sequence[int], got: Sequence[int]) -> int | None:
     """Index of the first differing token (a length mismatch differs at the shorter length); None if equal."""
     for i, (a, b) in enumerate(zip(ref, got, strict=False)):
         if a != b:
@@ -120,6 +145,34 @@ def identical_fraction(divs: list[PromptDivergence]) -> float | None:
     return sum(d.identical for d in divs) / len(divs) if divs else None
 
 
+def usage_problem(body: dict[str, Any]) -> str | None:
+    """What is wrong with an OpenAI-style answer's ``usage`` (the front end's backfill bug), or None.
+
+    llama-server reports ``timings.predicted_n``; ``usage.completion_tokens`` must be there and equal it
+    whenever tokens were produced (front ends show tokens/s from it)."""
+    predicted = (body.get("timings") or {}).get("predicted_n")
+    usage = body.get("usage")
+    if not isinstance(predicted, int) or predicted <= 0:
+        return None  # nothing was produced (or the server reports no timings): nothing to check against
+    got = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(got, int) or got == 0:
+        return f"usage.completion_tokens is {got!r} (usage {usage!r}) while timings.predicted_n = {predicted}"
+    if got != predicted:
+        return f"usage.completion_tokens = {got} but timings.predicted_n = {predicted}"
+    return None
+
+
+def chat_body(prompt: str, max_tokens: int = 16) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "top_k": 1,
+        "seed": SEED,
+        "cache_prompt": False,
+    }
+
+
 @dataclass
 class Outcome:
     """Everything one case measured; ``numbers()`` is what results.json and the SPEC_RESULT line show."""
@@ -127,30 +180,31 @@ class Outcome:
     delta: Delta
     completions: list[Completion]
     divergences: list[PromptDivergence] = field(default_factory=list)
-    baseline_decode_tps: float | None = None
-
-    @property
-    def decode_tps(self) -> float | None:
-        return decode_tps(self.completions)
+    speed: Speed = field(default_factory=Speed)
 
     @property
     def speedup(self) -> float | None:
-        tps, base = self.decode_tps, self.baseline_decode_tps
-        return tps / base if tps and base else None
+        s = self.speed.as_dict()["speedup_median"]
+        return None if s is None or not math.isfinite(s) else float(s)
 
     def numbers(self) -> dict[str, Any]:
         d = self.delta
+        rates = [_r(x) for x in d.per_position_rate] if d.per_position_exported else []
         return {
             "drafted": d.drafted,
             "accepted": d.accepted,
             "drafts": d.drafts,
             "accept_rate": _r(d.accept_rate),
             "accept_len": _r(d.accept_len),
-            "per_position": list(d.per_position),
-            "per_position_rate": [_r(x) for x in d.per_position_rate],
-            "decode_tps": _r(self.decode_tps, 2),
-            "baseline_decode_tps": _r(self.baseline_decode_tps, 2),
+            "per_position": list(d.per_position) if d.per_position_exported else [],
+            "per_position_rate": rates,
+            "pos0_rate": rates[0] if rates else None,
+            "decode_tps": _r(statistics.median(self.speed.spec_tps), 2) if self.speed.spec_tps else None,
+            "baseline_decode_tps": _r(statistics.median(self.speed.base_tps), 2)
+            if self.speed.base_tps
+            else None,
             "speedup": _r(self.speedup, 3),
+            "speed": self.speed.as_dict(),
             "identical_fraction": _r(identical_fraction(self.divergences)),
             "prompts": [dv.as_dict() for dv in self.divergences],
         }

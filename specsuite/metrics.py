@@ -7,6 +7,7 @@ speculative request, so a measurement is always the difference of two snapshots 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +30,7 @@ class Snapshot:
     drafts: int
     per_position: tuple[int, ...]
     start_time: str | None = None  # Process-Start-Time-Unix header: identifies the server process
+    has_per_position: bool = False  # the block is absent before the first speculative request (or ever)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Delta:
     accepted: int
     drafts: int
     per_position: tuple[int, ...] = field(default=())
+    per_position_exported: bool = True
 
     @property
     def accept_rate(self) -> float | None:
@@ -59,7 +62,7 @@ class Delta:
             errors.append(f"accepted {self.accepted} > drafted {self.drafted}")
         if self.drafts > self.drafted:
             errors.append(f"drafts {self.drafts} > drafted {self.drafted}")
-        if sum(self.per_position) != self.accepted:  # a missing block counts as zeros
+        if self.per_position_exported and sum(self.per_position) != self.accepted:
             errors.append(
                 f"per-position counts {list(self.per_position)} sum to {sum(self.per_position)}, "
                 f"not accepted {self.accepted}"
@@ -67,6 +70,14 @@ class Delta:
         if any(b > a for a, b in itertools.pairwise(self.per_position)):
             errors.append(f"per-position counts {list(self.per_position)} increase with position")
         return errors
+
+    def warnings(self) -> list[str]:
+        if not self.per_position_exported and self.drafts > 0:
+            return [
+                f"the binary exports no {PER_POS}_total counters: per-position rates and their sanity "
+                "check are unavailable for this run"
+            ]
+        return []
 
 
 def parse(text: str, start_time: str | None = None) -> Snapshot:
@@ -81,12 +92,21 @@ def parse(text: str, start_time: str | None = None) -> Snapshot:
                 per_pos[int(sample.labels["position"])] = sample.value
             elif name in (DRAFT_TOKENS, ACCEPTED, DRAFTS):
                 values[name] = sample.value
+    bad = {n: v for n, v in [*values.items(), *((f"{PER_POS}[{k}]", v) for k, v in per_pos.items())]
+           if not math.isfinite(v) or v < 0}  # fmt: skip
+    if bad:
+        raise MetricsError(f"/metrics has counters that are not finite non-negative numbers: {bad}")
     missing = [n for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS) if n not in values]
     if missing:
         raise MetricsError(f"/metrics lacks {', '.join(m + '_total' for m in missing)} (server too old?)")
     positions = tuple(int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)) if per_pos else ()
     return Snapshot(
-        int(values[DRAFT_TOKENS]), int(values[ACCEPTED]), int(values[DRAFTS]), positions, start_time
+        int(values[DRAFT_TOKENS]),
+        int(values[ACCEPTED]),
+        int(values[DRAFTS]),
+        positions,
+        start_time,
+        bool(per_pos),
     )
 
 
@@ -105,6 +125,7 @@ def delta(before: Snapshot, after: Snapshot) -> Delta:
         after.accepted - before.accepted,
         after.drafts - before.drafts,
         tuple(pos),
+        after.has_per_position,
     )
     if min(d.drafted, d.accepted, d.drafts, *pos, 0) < 0:
         raise MetricsError(f"counters went backwards ({before} -> {after}): the server restarted")

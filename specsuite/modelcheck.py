@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
-import os
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gguf import GGUFReader
 
-from . import atomic, paths
 from .errors import UserError
+from .statcache import StatCache
 
 # What each spec type needs from the draft file (the arch and tensors the pinned tree loads).
 DRAFT_ARCH = {"draft-dflash": "dflash", "draft-dspark": "dflash", "draft-eagle3": "eagle3"}
@@ -58,37 +56,25 @@ def _field(reader: GGUFReader, key: str) -> object | None:
     return None if field is None else field.contents()
 
 
-def _cache_file(path: Path, st: os.stat_result) -> tuple[Path, dict[str, object]]:
-    key = {
-        "v": 1,
-        "path": str(path.resolve()),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "ino": st.st_ino,
-    }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return paths.cache_dir() / "modelinfo" / f"{digest}.json", key
+_CACHE = StatCache("modelinfo", 1)
 
 
 def read_info(path: Path) -> ModelInfo:
     """Architecture, MTP heads and DSpark head of a GGUF file; UserError if it is missing or not GGUF.
 
     GGUFReader turns every metadata array element into Python objects: a 262k-token vocabulary takes
-    seconds to read. The answer is cached per file identity (path, size, mtime_ns, inode), like the
-    fetcher's stamps, so a changed or truncated file is read again and an unchanged one is not.
+    seconds to read. The answer is cached per file identity (statcache), like the fetcher's stamps, so a
+    changed or truncated file is read again and an unchanged one is not.
     """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"model file not found: {path}; fetch it with `invoke fetch-models`")
-    cache, key = _cache_file(path, path.stat())
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        data = json.loads(cache.read_text())
-        if data["key"] == key:
-            return ModelInfo(path=path, **data["info"])
+    cached = _CACHE.get(path)
+    with contextlib.suppress(TypeError, ValueError):
+        if isinstance(cached, dict):
+            return ModelInfo(path=path, **cached)
     info = _read_uncached(path)
-    fields = {k: v for k, v in dataclasses.asdict(info).items() if k != "path"}
-    with contextlib.suppress(OSError):  # a read-only cache only costs the next read
-        atomic.write_json(cache, {"key": key, "info": fields})
+    _CACHE.put(path, {k: v for k, v in dataclasses.asdict(info).items() if k != "path"})
     return info
 
 
@@ -143,18 +129,24 @@ def _suspicious(info: ModelInfo) -> str | None:
     return None
 
 
-def check_models(spec_type: str, target: Path, draft: Path | None) -> list[str]:
-    """Refuse (UserError) a target/draft pair this spec type cannot use; return warnings.
+def check_models(spec_types: Sequence[str], target: Path, draft: Path | None) -> list[str]:
+    """Refuse (UserError) a target/draft pair these spec types cannot use; return warnings.
 
-    Every file is read (a truncated or non-GGUF draft fails here even for types that ignore its arch)."""
+    ``draft-mtp`` needs MTP heads in the model that drafts: the target itself, or a separate MTP drafter
+    given as the draft (llama.cpp then creates the MTP context on the draft model). Every file is read, so a
+    truncated or non-GGUF draft fails here even for types that ignore its architecture."""
     tinfo = read_info(Path(target))
-    if spec_type == "draft-mtp" and not tinfo.has_mtp_heads:
-        raise UserError(
-            f"{target}: draft-mtp needs MTP heads in the target, and this {tinfo.arch!r} model "
-            f"has none ({tinfo.arch}.nextn_predict_layers absent or 0, no blk.N.nextn.* tensors); "
-            "use an -MTP GGUF of the model"
-        )
     dinfo = read_info(Path(draft)) if draft is not None else None
-    _check_draft(spec_type, draft, dinfo)
+    if "draft-mtp" in spec_types:
+        drafter = dinfo or tinfo
+        if not drafter.has_mtp_heads:
+            role = "its separate MTP drafter" if dinfo else "the target"
+            raise UserError(
+                f"{drafter.path}: draft-mtp needs MTP heads in {role}, and this {drafter.arch!r} model "
+                f"has none ({drafter.arch}.nextn_predict_layers absent or 0, no blk.N.nextn.* tensors); "
+                "use an -MTP GGUF of the model"
+            )
+    for spec_type in spec_types:
+        _check_draft(spec_type, draft, dinfo)
     infos = [tinfo] + ([dinfo] if dinfo is not None and dinfo.path != tinfo.path else [])
     return [w for w in map(_suspicious, infos) if w]

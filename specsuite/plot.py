@@ -1,14 +1,13 @@
 """Per-position acceptance plots: for each case, the rate at which draft position k was accepted.
 
 One panel per case, one bar group per position, one bar per run (A against B, or a single run).
-``python -m specsuite.plot RESULTS [RESULTS]`` draws one or two runs; ``invoke compare`` draws A against B.
+``specsuite plot RESULTS [RESULTS]`` draws one or two runs; ``specsuite compare`` draws A against B.
 The PNG goes next to the last run's results.json as ``per_position.png``.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,30 +95,12 @@ def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .compare import load_run, results_file
-    from .errors import UserError
+def plot_runs(run_paths: list[str]) -> Path:
+    """One run, or A against B: ``per_position.png`` next to the last run's results.json."""
+    from .results import load_run, results_file
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (1, 2):
-        print(
-            "usage: python -m specsuite.plot RESULTS [RESULTS]  (results/<run> folders or results.json)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        runs = [load_run(p) for p in argv]
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.code
+    runs = [load_run(p) for p in run_paths]
     labels = ["A", "B"] if len(runs) == 2 else ["run"]
-    print(
-        plot_per_position(
-            list(zip(labels, runs, strict=True)), results_file(argv[-1]).parent / "per_position.png"
-        )
+    return plot_per_position(
+        list(zip(labels, runs, strict=True)), results_file(run_paths[-1]).parent / "per_position.png"
     )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

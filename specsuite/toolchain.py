@@ -22,6 +22,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .errors import UserError
+from .filehash import sha256_file
 
 MIN_CMAKE = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native and the FindCUDAToolkit llama.cpp relies on
 MIN_NINJA = (1, 10)
@@ -31,6 +32,9 @@ DEFAULT_CUDA_ARCHITECTURES = "80;86;89;90;120;121"
 # Oldest nvcc that knows each architecture; older toolkits get the list without them.
 _ARCH_MIN_NVCC = {"120": (12, 8), "121": (12, 9)}
 FALLBACK_NVCC = "/usr/local/cuda/bin/nvcc"
+# The Hub token's variables (hub.token reads them): never handed to build tools, which run whatever code the
+# llama.cpp commit under test (or a PyPI package's build) contains.
+TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,16 @@ class Cublas:
     origin: str = "CUDA toolkit"
 
 
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a build subprocess (cmake, ninja, git, pip, compilers): ``env`` without tokens."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k not in TOKEN_VARS}
+
+
 def _run(cmd: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60, env=env)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=60, env=child_env(env)
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -100,7 +111,7 @@ def find_tool(name: str, minimum: tuple[int, ...]) -> tuple[Tool | None, str]:
 
 def ensure_build_tools() -> tuple[Tool, Tool]:
     """cmake and ninja, installed from PyPI into the running venv when missing or too old."""
-    wanted = {"cmake": MIN_CMAKE, "ninja": MIN_NINJA}
+    wanted: dict[str, tuple[int, ...]] = {"cmake": MIN_CMAKE, "ninja": MIN_NINJA}
     found = {name: find_tool(name, minimum) for name, minimum in wanted.items()}
     missing = {name: why for name, (tool, why) in found.items() if tool is None}
     if missing:
@@ -121,7 +132,7 @@ def _pip_install(missing: dict[str, str], wanted: dict[str, tuple[int, ...]]) ->
             f"them yourself: `python -m pip install {' '.join(specs)}` or `apt install cmake ninja-build`."
         )
     print(f"build: installing {', '.join(specs)} from PyPI into {sys.prefix} ({reasons})", flush=True)
-    res = subprocess.run([sys.executable, "-m", "pip", "install", *specs], check=False)
+    res = subprocess.run([sys.executable, "-m", "pip", "install", *specs], check=False, env=child_env())
     if res.returncode != 0:
         raise UserError(
             f"pip install {' '.join(specs)} failed (exit {res.returncode}); install them another way: "
@@ -142,7 +153,7 @@ def find_compiler(env: Mapping[str, str] | None = None) -> tuple[str, str]:
 
     cc, cxx = first(env.get("CC"), "cc", "gcc", "clang"), first(env.get("CXX"), "c++", "g++", "clang++")
     res = _run([cxx, "--version"]) if cc and cxx else None
-    if res is None or res.returncode != 0:
+    if cxx is None or res is None or res.returncode != 0:
         missing = "C compiler" if not cc else "C++ compiler"
         raise UserError(
             f"no working {missing} found (looked at CC/CXX, cc/c++, gcc/g++, clang/clang++ on PATH). "
@@ -167,7 +178,7 @@ def find_nvcc(env: Mapping[str, str] | None = None) -> Nvcc | None:
     for via, path in candidates:
         if not path or not os.access(path, os.X_OK):
             continue
-        res = _run([path, "--version"], env={**env})
+        res = _run([path, "--version"], env)
         version = parse_version(res.stdout.split("release", 1)[-1]) if res and res.returncode == 0 else None
         if version:
             return Nvcc(path=path, version=version, root=_toolkit_root(path, env), found_via=via)
@@ -176,7 +187,7 @@ def find_nvcc(env: Mapping[str, str] | None = None) -> Nvcc | None:
 
 def _toolkit_root(nvcc: str, env: Mapping[str, str]) -> Path:
     """The toolkit folder; nvcc may be a wrapper script, so ask it (``TOP`` in ``--dryrun``) first."""
-    res = _run([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull], env={**env})
+    res = _run([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull], env)
     for line in (res.stderr + res.stdout).splitlines() if res else []:
         if line.startswith("#$ TOP="):
             return Path(line.split("=", 1)[1].strip()).resolve()
@@ -214,7 +225,7 @@ def cuda_architectures(env: Mapping[str, str] | None = None, nvcc: Nvcc | None =
     if env.get("CMAKE_CUDA_ARCHITECTURES"):
         return env["CMAKE_CUDA_ARCHITECTURES"], "CMAKE_CUDA_ARCHITECTURES"
     smi = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
-    res = _run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], env={**env}) if smi else None
+    res = _run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], env) if smi else None
     if res and res.returncode == 0:
         caps = sorted({c.strip().replace(".", "") for c in res.stdout.splitlines() if c.strip()}, key=int)
         if caps and all(c.isdigit() for c in caps):
@@ -254,26 +265,20 @@ def cublas_from_wheel(nvcc: Nvcc, cache: Path) -> Cublas:
 
 
 def _fetch_cublas_wheel(requirement: str, root: Path, record: Path) -> dict[str, str]:
-    from .source import sha256_file  # one hashing helper for the whole package
+    from .pipdownload import pip_download
 
     tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=root))
     try:
         print(f"build: downloading {requirement} from PyPI (--cublas-from-wheel)", flush=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--dest",
-            str(tmp),
-        ]
-        res = subprocess.run([*cmd, requirement], capture_output=True, text=True, check=False)
-        wheels = sorted(tmp.glob("*.whl"))
-        if res.returncode != 0 or not wheels:
-            raise UserError(f"pip could not download {requirement}: {res.stderr.strip()[-600:]}")
+        wheels = pip_download(
+            [requirement], tmp, binary=True,
+            check="check access to PyPI (or PIP_INDEX_URL), or install cuBLAS with the CUDA toolkit",
+        )  # fmt: skip
+        wheels = [w for w in wheels if w.suffix == ".whl"]
+        if not wheels:
+            raise UserError(
+                f"pip download of {requirement} left no wheel in {tmp}; rerun --cublas-from-wheel"
+            )
         wheel, sha = wheels[0], sha256_file(wheels[0])
         dest = root / sha[:16]
         if not dest.is_dir():

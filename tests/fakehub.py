@@ -11,9 +11,14 @@ Routes, as the real Hub answers them (research/model-fetching.md §3):
 Faults are queued per file and consumed one per data request (``hub.fault(path, "drop:1000", ...)``):
 ``drop:K`` close the connection after K body bytes; ``flip:K`` flip byte K of the file; ``truncate:K`` a
 clean response that ends at file byte K (Content-Length says so); ``status:N[:retry_after]``; ``stall:K:S``
-send K bytes then go silent for S seconds; ``ignore_range`` answer 200 with the whole file; ``bad_range``
-a 206 whose Content-Range starts 100 bytes before the asked offset; ``slow:R`` at most R bytes/s; or a
-callable run before the body (e.g. to fill the disk).
+send K bytes then go silent for S seconds; ``trickle:K:R`` send K bytes, then R bytes per second (one at a
+time) until the client hangs up; ``ignore_range`` answer 200 with the whole file; ``bad_range`` a 206
+whose Content-Range starts 100 bytes before the asked offset; ``slow:R`` at most R bytes/s; or a callable
+run before the body (e.g. to fill the disk).
+
+Metadata requests have their own queue per method (``hub.fault("HEAD", ...)``, ``hub.fault("POST", ...)``),
+consumed one per HEAD on a resolve URL or per paths-info POST: ``status:N[:retry_after]`` or ``drop``
+(close the connection without an answer).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +68,13 @@ class _File:
             return f.read(end - start)
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client hanging up mid-request is what the fault tests do; anything else is reported."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeHub:
     def __init__(
         self,
@@ -80,7 +93,7 @@ class FakeHub:
         self.lock = threading.Lock()
         for path, content in (files or {}).items():
             self.add(path, content)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self.server = _Server(("127.0.0.1", 0), _make_handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -141,10 +154,26 @@ def _make_handler(hub: FakeHub):
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _meta_fault(self) -> bool:
+            """Apply a queued HEAD/POST fault; True when it answered (or dropped) the request."""
+            fault = hub.next_fault([self.command])
+            if fault is None:
+                return False
+            kind, _, arg = fault.partition(":")
+            if kind == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return True
+            code, _, retry = arg.partition(":")
+            self._send(int(code), b"fault", {"Retry-After": retry} if retry else None)
+            return True
+
         def do_POST(self) -> None:
             m = re.match(r"^/api/models/(.+)/paths-info/([^/]+)$", self.path)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
             self._record("api")
+            if self._meta_fault():
+                return
             if not m or m[1] != hub.repo or m[2] != hub.revision:
                 return self._send(404, b'{"error":"Repository or revision not found"}')
             if not self._authorized():
@@ -183,6 +212,10 @@ def _make_handler(hub: FakeHub):
             if not self._authorized():
                 self._record("resolve")
                 return self._send(401, b"Invalid credentials", meta)
+            if self.command == "HEAD" and hub.faults.get("HEAD"):
+                self._record("resolve")  # before answering: the client may act on the answer at once
+                self._meta_fault()
+                return None
             meta.update({"X-Linked-Size": f.size, "X-Linked-Etag": f'"{f.sha256}"', "ETag": f'"{f.sha256}"'})
             if hub.cdn is not None:
                 self._record("resolve")
@@ -231,6 +264,9 @@ def _make_handler(hub: FakeHub):
                 limit, stall = min(end, start + int(k)), float(secs)
             elif kind == "slow":
                 rate = float(arg)
+            elif kind == "trickle":
+                k, _, per_s = arg.partition(":")
+                return self._trickle(f, start, end, int(k), float(per_s))
             if kind in ("", "ignore_range", "bad_range", "truncate") and isinstance(f.content, Path):
                 return self._sendfile(f.content, start, limit)
             pos, t0 = start, time.monotonic()
@@ -252,6 +288,19 @@ def _make_handler(hub: FakeHub):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
 
+        def _trickle(self, f: _File, start: int, end: int, first: int, per_s: float) -> None:
+            """``first`` bytes at once, then one byte every 1/per_s seconds until the client hangs up."""
+            pos = min(end, start + first)
+            try:
+                self.wfile.write(f.read(start, pos))
+                while pos < end:
+                    time.sleep(1 / per_s)
+                    self.wfile.write(f.read(pos, pos + 1))
+                    self.wfile.flush()
+                    pos += 1
+            except OSError:
+                return
+
         def _sendfile(self, path: Path, start: int, end: int) -> None:
             with open(path, "rb") as src:
                 pos = start
@@ -272,7 +321,16 @@ def _make_handler(hub: FakeHub):
 # ---------------------------------------------------------------- pytest fixtures
 
 # Small blocks and short delays so fault tests run in well under a second each.
-FAST = Policy(attempts=4, backoff=0.01, max_backoff=0.05, stall=0.5, connect=2.0, chunk=64 << 10, margin=0)
+FAST = Policy(
+    attempts=4,
+    backoff=0.01,
+    max_backoff=0.05,
+    stall=0.5,
+    stall_bytes=16 << 10,
+    connect=2.0,
+    chunk=64 << 10,
+    margin=0,
+)
 
 
 @pytest.fixture
@@ -303,6 +361,24 @@ def small_fs(tmp_path):
     if proc.returncode != 0:
         if os.environ.get("CI"):
             pytest.fail(f"cannot mount a tmpfs for the disk-full test: {proc.stderr.decode().strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def ro_fs(tmp_path):
+    """A read-only tmpfs (needs root and `mount`): a model folder nobody can write to, even root."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if proc.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a read-only tmpfs: {proc.stderr.decode().strip()}")
         pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.decode().strip()}")
     try:
         yield mnt

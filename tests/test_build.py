@@ -17,6 +17,7 @@ import pytest
 
 from specsuite import build, buildinfo, paths, source, toolchain
 from specsuite.errors import UserError
+from specsuite.filehash import sha256_file
 
 FAKE_SERVER = r"""
 #include <stdio.h>
@@ -262,6 +263,25 @@ def test_wheel_cublas_flags_point_cmake_at_the_wheel(tmp_path: Path) -> None:
     ]
 
 
+def test_cmake_and_ninja_run_without_the_hub_token(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Recording stand-ins: the real tools would run the code of the llama.cpp commit under test.
+    record = isolated / "env"
+    record.mkdir()
+    cmake = script(isolated / "bin" / "cmake", f"env > {record}/cmake")
+    ninja = script(isolated / "bin" / "ninja", f"env > {record}/ninja")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret2")
+    src = source.Source(isolated, "dir", None, "dir:x")
+    plan = build.Plan(src, "cpu", list(build.BASE_FLAGS), isolated / "b", "cc")
+    plan.build_dir.mkdir()
+    build.configure(plan, str(cmake), str(ninja))
+    with pytest.raises(UserError, match=r"ninja succeeded but .* does not exist"):
+        build.publish(plan, build.compile_target(plan, str(ninja)))  # no binary: the stand-in built nothing
+    for tool in ("cmake", "ninja"):
+        seen = (record / tool).read_text()
+        assert "PATH=" in seen and "hf_secret" not in seen, tool
+
+
 # --- the whole cycle on a tiny tree ---------------------------------------------------------------------
 
 
@@ -283,7 +303,7 @@ def test_build_publish_noop_and_failure(
     plan = build.make_plan(parse(["--cpu"]), os.environ)
     assert info["backend"] == "cpu" and info["cmake_flags"] == plan.flags
     assert info["source"] == {"kind": "dir", "path": str(tree.resolve()), "commit": None}
-    assert info["binary_sha256"] == source.sha256_file(binary)
+    assert info["binary_sha256"] == sha256_file(binary)
     assert info["spec_types"] == ["draft-simple", "ngram-mod", "none"]
     assert info["nvcc_version"] is None and info["cuda_architectures"] is None
     assert info["compiler"] == toolchain.find_compiler()[1] and info["build_seconds"] >= 0
@@ -353,7 +373,7 @@ def test_real_cpu_build_from_the_pinned_sdist(monkeypatch: pytest.MonkeyPatch) -
     assert info is not None
     assert info["commit"] == pin.commit and info["backend"] == "cpu"
     assert info["source"]["kind"] == "pinned-sdist" and info["source"]["sha256"] == pin.sha256
-    assert info["binary_sha256"] == source.sha256_file(binary)
+    assert info["binary_sha256"] == sha256_file(binary)
     # The pin was chosen because it has every method of the suite.
     needed = {"draft-mtp", "draft-dflash", "draft-dspark", "draft-eagle3", "draft-simple", "ngram-mod"}
     assert needed <= set(info["spec_types"])

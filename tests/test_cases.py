@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 
 from specsuite import paths
-from specsuite.cases import TIERS, load_cases, parse_cases, select_cases
+from specsuite.cases import TIERS, load_cases, parse_case_file, parse_cases, select_cases
 from specsuite.errors import UserError
 
 BASE = """version = 1
+[[prompt_set]]
+name = "seed"
+prompts = [{ id = "fib", text = "x" }]
+[[prompt_set]]
+name = "synthetic"
+prompts = [{ id = "fox", text = "y" }]
 [[case]]
 name = "a"
 tier = "smoke"
@@ -30,7 +36,7 @@ def test_real_cases_file_loads_and_has_every_tier() -> None:
     assert {"smoke", "compact", "nightly"} <= tiers
     mtp = next(c for c in cases if c.name == "mtp")
     assert (mtp.spec_type, mtp.n_max, mtp.min_accept_rate, mtp.min_accept_len) == (
-        "draft-mtp",
+        ("draft-mtp",),
         3,
         0.6855,
         2.923,
@@ -98,6 +104,66 @@ def test_missing_floor_and_unknown_spec_type() -> None:
         parse_cases(BASE.replace('"ngram-mod"', '"mtp"'))
 
 
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (
+            ('spec_type = "ngram-mod"', 'spec_type = "ngram-mod"\nmode = "auto"'),
+            "exactly one of spec_type, mode",
+        ),
+        (('spec_type = "ngram-mod"', ""), "exactly one of spec_type, mode, spec_default (got none)"),
+        (('spec_type = "ngram-mod"', 'mode = "turbo"'), "mode 'turbo' is not one of auto, mtp, ngram"),
+        (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "detect"]'), "cannot be part of a chain"),
+        (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "ngram-mod"]'), "names a type twice"),
+        (("n_max = 3\n", ""), "missing n_max"),
+        (("min_accept_len = 1.5", "min_accept_len = 1.5\nmin_speedup = 0"), "min_speedup = 0 must be > 0"),
+    ],
+)
+def test_method_keys(change, needle) -> None:
+    with pytest.raises(UserError) as exc:
+        parse_cases(BASE.replace(*change))
+    assert needle in str(exc.value)
+
+
+def test_chain_mode_spec_default_and_uncalibrated_parse() -> None:
+    chain = parse_cases(BASE.replace('"ngram-mod"', '["ngram-mod", "draft-mtp"]'))[0]
+    assert chain.spec_type == ("ngram-mod", "draft-mtp") and chain.method == "ngram-mod,draft-mtp"
+    no_floors = BASE.replace("min_accept_rate = 0.5\nmin_accept_len = 1.5\n", "uncalibrated = true\n")
+    mode = parse_cases(
+        no_floors.replace('spec_type = "ngram-mod"\n', 'mode = "auto"\n').replace("n_max = 3\n", "")
+    )[0]
+    assert (mode.mode, mode.n_max, mode.method, mode.uncalibrated) == ("auto", None, "mode=auto", True)
+    default = parse_cases(no_floors.replace('spec_type = "ngram-mod"\n', "spec_default = true\n"))[0]
+    assert default.spec_default and default.method == "spec-default"
+
+
+def test_seed_prompts_are_upstreams_byte_for_byte() -> None:
+    """The compact and nightly floors were measured on these texts (upstream test_spec_methods.py PROMPTS)."""
+    upstream = [
+        "Write a Python function that returns the n-th Fibonacci number using memoization.\n\n```python\n",
+        "The three main differences between TCP and UDP are:\n1.",
+        "Question: What is the capital of France, and what river flows through it?\nAnswer:",
+    ]
+    cases = load_cases(paths.CASES_FILE)
+    for tier in ("compact", "nightly", "smoke"):
+        for case in select_cases(cases, tier):
+            if case.prompts == "seed":
+                assert [text for _, text in case.prompt_texts] == upstream, case.name
+    assert all(c.prompts == "seed" for c in select_cases(cases, "all"))
+    seed = parse_case_file(paths.CASES_FILE.read_text()).prompt_sets["seed"]
+    assert [text.encode() for _, text in seed] == [u.encode() for u in upstream]
+
+
+def test_prompt_set_errors() -> None:
+    with pytest.raises(UserError, match="needs exactly `name`"):
+        parse_cases('version = 1\n[[prompt_set]]\nname = "x"\n')
+    with pytest.raises(UserError, match="duplicate prompt id"):
+        parse_cases(
+            'version = 1\n[[prompt_set]]\nname = "x"\n'
+            'prompts = [{ id = "a", text = "1" }, { id = "a", text = "2" }]\n'
+        )
+
+
 def test_unknown_model_name_against_lock() -> None:
     with pytest.raises(UserError, match=r"model 't\.gguf' is not in models\.lock"):
         parse_cases(BASE, lock_names={"other.gguf"})
@@ -106,7 +172,7 @@ def test_unknown_model_name_against_lock() -> None:
 
 def test_duplicate_names_version_and_toml_errors() -> None:
     with pytest.raises(UserError, match="duplicate case name"):
-        parse_cases(BASE + BASE.replace("version = 1\n", ""))
+        parse_cases(BASE + BASE.split("[[case]]", 1)[1].join(["[[case]]", ""]))
     with pytest.raises(UserError, match="`version = 1` is required"):
         parse_cases(BASE.replace("version = 1", "version = 2"))
     with pytest.raises(UserError, match="not valid TOML at line 2"):
@@ -119,7 +185,7 @@ def test_select_by_tier_names_and_all() -> None:
     cases = load_cases(paths.CASES_FILE)
     assert select_cases(cases, "") == []
     compact = [c.name for c in select_cases(cases, "compact")]
-    assert compact == ["mtp", "dflash", "dspark", "eagle3"]
+    assert compact == ["mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"]
     every = [c.name for c in select_cases(cases, "all")]
     assert every == [*compact, "dflash2", "lilicorr"]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]

@@ -1,4 +1,4 @@
-"""Compare on recorded (hand-made fixture) results: a regression, an improvement, one-sided cases."""
+"""Compare on recorded (hand-made fixture) results: floors, relative drops, one-sided cases, bad input."""
 
 from __future__ import annotations
 
@@ -8,16 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.compare import compare_command, load_run, rows
+from specsuite.compare import compare_command, rows
 from specsuite.errors import UserError
+from specsuite.results import case_records, load_run
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE, REGRESSED, IMPROVED = (DATA / n for n in ("fixture-base", "fixture-regressed", "fixture-improved"))
 
 
-def _cmp(a: Path, b: Path, capsys: pytest.CaptureFixture[str], **kw) -> tuple[int, str]:
+def _cmp(a: Path | None, b: Path, capsys: pytest.CaptureFixture[str], **kw) -> tuple[int, str]:
     code = compare_command(a=a, b=b, plot=False, **kw)
     return code, capsys.readouterr().out
+
+
+def _edited(tmp_path: Path, src: Path, **cases: dict) -> Path:
+    data = json.loads((src / "results.json").read_text())
+    for name, change in cases.items():
+        data["cases"][name].update(change)
+    out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps(data))
+    return out
 
 
 def test_regression_fails(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,19 +36,22 @@ def test_regression_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     ngram = next(line for line in out.splitlines() if line.startswith("ngram "))
     assert "accept rate 0.4500 < 0.5000" in ngram and "accept len 1.6000 < 1.8000" in ngram
+    assert "accept_rate 0.4500 is 27.4 % below 0.6200 at baseline" in ngram
     assert "-0.1700" in ngram  # accept rate 0.45 - 0.62
-    assert "B fails 1 case(s): ngram" in out
+    assert "B regresses in 1 case(s): ngram" in out
 
 
-def test_improvement_never_fails(capsys: pytest.CaptureFixture[str]) -> None:
+def test_improvement_never_fails_but_a_relative_drop_does(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _cmp(BASE, IMPROVED, capsys, markdown=False)
     assert code == 0, out
     simple = next(line for line in out.splitlines() if line.startswith("simple "))
     assert "+0.0500" in simple and simple.rstrip().endswith("ok")
-    # the other way round B is worse than A, but above every floor it ran with: still passes
+    # the other way round: above every floor B ran with, but ngram's rate fell 11 % (0.70 -> 0.62)
     code, out = _cmp(IMPROVED, BASE, capsys, markdown=False)
+    assert code == 1, out
+    assert "-0.0800" in out and "accept_rate 0.6200 is 11.4 % below 0.7000" in out
+    code, out = _cmp(IMPROVED, BASE, capsys, markdown=False, rtol=0.2)  # a looser gate lets it through
     assert code == 0, out
-    assert "-0.0800" in out  # ngram accept rate 0.62 - 0.70
 
 
 def test_case_in_one_run_only(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,20 +64,53 @@ def test_case_in_one_run_only(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_only_in_b_still_checked_against_its_floors(tmp_path: Path, capsys) -> None:
-    data = json.loads((REGRESSED / "results.json").read_text())
-    data["cases"]["added"]["accept_rate"] = 0.3
-    (tmp_path / "results.json").write_text(json.dumps(data))
-    code, out = _cmp(BASE, tmp_path / "results.json", capsys, markdown=False)
-    assert code == 1 and "B fails 2 case(s): ngram, added" in out
+    b = _edited(tmp_path, REGRESSED, added={"accept_rate": 0.3})
+    code, out = _cmp(BASE, b, capsys, markdown=False)
+    assert code == 1 and "B regresses in 2 case(s): ngram, added" in out
 
 
 def test_error_in_b_fails_without_numbers(tmp_path: Path, capsys) -> None:
-    data = json.loads((IMPROVED / "results.json").read_text())
-    data["cases"]["simple"].update(status="error", reason="crashed", accept_rate=None, accept_len=None)
-    (tmp_path / "results.json").write_text(json.dumps(data))
-    code, out = _cmp(BASE, tmp_path, capsys, markdown=False)
+    b = _edited(tmp_path, IMPROVED, simple={"status": "error", "reason": "crashed", "accept_rate": None,
+                                             "accept_len": None})  # fmt: skip
+    code, out = _cmp(BASE, b, capsys, markdown=False)
     assert code == 1
     assert "error: crashed" in next(line for line in out.splitlines() if line.startswith("simple "))
+
+
+def test_nan_metric_never_passes_its_floor(tmp_path: Path, capsys) -> None:
+    b = _edited(tmp_path, IMPROVED, simple={"accept_rate": float("nan")})
+    code, out = _cmp(BASE, b, capsys, markdown=False)
+    assert code == 1
+    assert "accept rate is nan, not a number" in next(
+        line for line in out.splitlines() if line.startswith("simple")
+    )
+
+
+def test_text_floor_is_a_failure_not_ignored(tmp_path: Path, capsys) -> None:
+    data = json.loads((IMPROVED / "results.json").read_text())
+    b = _edited(
+        tmp_path, IMPROVED, simple={"floors": {**data["cases"]["simple"]["floors"], "min_accept_rate": "0.9"}}
+    )
+    code, out = _cmp(BASE, b, capsys, markdown=False)
+    assert code == 1 and "accept rate floor '0.9' is not a number" in out
+
+
+def test_runs_with_no_case_in_common_cannot_pass(tmp_path: Path, capsys) -> None:
+    data = json.loads((BASE / "results.json").read_text())
+    data["cases"] = {"other-" + k: v for k, v in data["cases"].items()}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="no case in common: nothing to compare"):
+        compare_command(a=BASE, b=tmp_path, plot=False)
+
+
+def test_a_plot_that_cannot_be_saved_is_a_note_not_a_regression(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    b = tmp_path / "run-b"
+    shutil.copytree(IMPROVED, b)
+    (b / "per_position.png").mkdir()  # the PNG cannot be written there
+    code = compare_command(a=BASE, b=b, markdown=False, plot=True)
+    assert code == 0
+    assert "the plot could not be saved" in capsys.readouterr().err
 
 
 def test_markdown_and_text(capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,19 +118,16 @@ def test_markdown_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "| case | A | B | accept rate A |" in md and "|---|" in md
     assert "| ngram | passed | failed (floor) | 0.6200 | 0.4500 | -0.1700 |" in md
     _, text = _cmp(BASE, REGRESSED, capsys, markdown=False)
-    assert "|" not in text
-    header, first = text.splitlines()[3:5]
+    assert "| ngram |" not in text
+    header, _dashes, first = text.splitlines()[3:6]
     assert header.index("accept rate A") == first.index("0.6200")  # columns line up
     # capsys is not a terminal: the default is markdown, for job summaries
     _, auto = _cmp(BASE, REGRESSED, capsys)
     assert "|---|" in auto
-    # invoke may hand the flag over as text
-    _, text2 = _cmp(BASE, REGRESSED, capsys, markdown="false")
-    assert text2 == text
 
 
 def test_rows_order_b_first_then_a_only() -> None:
-    names = [r.name for r in rows(load_run(BASE), load_run(REGRESSED))]
+    names = [r.name for r in rows(case_records(load_run(BASE)), case_records(load_run(REGRESSED)))]
     assert names == ["ngram", "simple", "added", "dropped"]
 
 
@@ -115,3 +159,29 @@ def test_recorded_real_smoke_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "identical 0.6667 < 1.0000" in next(
         line for line in out.splitlines() if line.startswith("synth-zero")
     )
+
+
+def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, capsys) -> None:
+    from specsuite import history
+
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+
+    def doc(run: Path, commit: str, started: str) -> dict:
+        d = json.loads((run / "results.json").read_text())
+        source = {"kind": None, "mirror": None}
+        d.update(
+            schema=2, started=started, cases_sha256="c" * 64, device={"name": "cpu", "class": "cpu-x86-64"},
+            binary={**d["binary"], "commit": commit, "backend": "cpu", "source": source},
+        )  # fmt: skip
+        return d
+
+    with pytest.raises(UserError, match="no history baseline"):
+        b = tmp_path / "b"
+        b.mkdir()
+        (b / "results.json").write_text(json.dumps(doc(REGRESSED, "b" * 40, "2026-12-02T00:00:00+00:00")))
+        compare_command(a=None, b=b, against="auto", plot=False)
+    assert history.record_run(doc(BASE, "a" * 40, "2026-12-01T00:00:00+00:00")) is not None
+    code, out = _cmp(None, b, capsys, against="auto", markdown=False)
+    assert code == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in out
+    assert "accept_rate 0.4500 is 27.4 % below 0.6200" in out

@@ -7,6 +7,12 @@ from specsuite.expect import check
 from specsuite.measure import Completion
 
 CASE = """version = 1
+[[prompt_set]]
+name = "seed"
+prompts = [{ id = "fib", text = "x" }]
+[[prompt_set]]
+name = "synthetic"
+prompts = [{ id = "fox", text = "y" }]
 [[case]]
 name = "c"
 tier = "smoke"

@@ -78,3 +78,94 @@ def test_missing_token_for_gated_repo(monkeypatch, tmp_path):
         monkeypatch.setenv("HF_ENDPOINT", hf.url)
         with hub.session() as s, pytest.raises(UserError, match=r"HTTP 401 .*set HF_TOKEN"):
             hub.file_meta(s, REPO, REV, "m.gguf")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "huggingface.co",
+        "ftp://mirror.example",
+        "http://",
+        "http://mirror.example:port",
+        "http://mirror.example:99999",
+        "http://mir ror.example",
+        "http://user:pw@mirror.example",
+        "https://mirror.example/?token=1",
+        "https://mirror.example/#x",
+    ],
+)
+def test_malformed_endpoint_is_one_message_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    with pytest.raises(UserError) as exc:
+        hub.resolve_url(REPO, REV, "m.gguf")
+    assert str(exc.value) == (
+        f"HF_ENDPOINT={value!r} is not an http(s)://host[:port][/path] URL; fix it or unset it "
+        "(the default is https://huggingface.co)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+        ("https://hf-mirror.example/hub/", "https://hf-mirror.example/hub"),
+        ("http://[::1]:9000", "http://[::1]:9000"),
+    ],
+)
+def test_good_endpoints(monkeypatch, value, expected):
+    monkeypatch.setenv("HF_ENDPOINT", value)
+    assert hub.endpoint() == expected
+
+
+# ---------------------------------------------------------------- metadata requests retry like downloads
+
+
+class Notes(list):
+    def __call__(self, msg: str) -> None:
+        self.append(msg)
+
+
+def test_head_retried_after_a_dropped_connection(fakehub, payload):
+    fakehub.fault("HEAD", "drop")
+    notes = Notes()
+    with hub.session() as s:
+        meta = hub.head_meta(s, REPO, REV, "m.gguf", policy=POLICY, note=notes)
+    assert meta is not None and meta.sha256 == hashlib.sha256(payload).hexdigest()
+    assert [r["method"] for r in fakehub.log] == ["HEAD", "HEAD"]
+    assert notes[0].startswith(f"{REPO}/m.gguf at {REV}: ConnectionError") and "retry 1/10" in notes[0]
+
+
+def test_head_retried_on_server_errors(fakehub, payload):
+    fakehub.fault("HEAD", "status:503", "status:502", "status:408")
+    with hub.session() as s:
+        meta = hub.file_meta(s, REPO, REV, "m.gguf", policy=POLICY, note=Notes())
+    assert meta.size == len(payload)
+    assert [r["method"] for r in fakehub.log] == ["HEAD"] * 4
+
+
+def test_paths_info_honours_retry_after(fakehub, payload):
+    fakehub.fault("POST", "status:429:1")
+    notes = Notes()
+    with hub.session() as s:
+        got = hub.paths_info(s, REPO, REV, ["m.gguf"], policy=POLICY, note=notes)
+    assert got["m.gguf"].size == len(payload)
+    assert notes == [f"paths-info of {REPO} at {REV}: HTTP 429; retry 1/10 in 1.0 s"]
+
+
+def test_metadata_refusals_are_not_retried(fakehub):
+    fakehub.fault("POST", "status:403", "status:500")
+    with hub.session() as s, pytest.raises(UserError, match=r"HTTP 403 for paths-info .*set HF_TOKEN"):
+        hub.paths_info(s, REPO, REV, ["m.gguf"], policy=POLICY, note=Notes())
+    assert len([r for r in fakehub.log if r["method"] == "POST"]) == 1
+
+
+def test_metadata_gives_up_after_the_attempts(fakehub):
+    policy = Policy(attempts=2, backoff=0.01, max_backoff=0.02)
+    fakehub.fault("HEAD", *["status:500"] * 3)
+    with hub.session() as s, pytest.raises(UserError) as exc:
+        hub.head_meta(s, REPO, REV, "m.gguf", policy=policy, note=Notes())
+    assert str(exc.value).startswith(
+        f"giving up on {REPO}/m.gguf at {REV} after 2 retries (last: HTTP 500); check the network and "
+        f"HF_ENDPOINT ({fakehub.url})"
+    )
+    assert len(fakehub.log) == 3

@@ -132,3 +132,52 @@ def test_set_locked_keeps_comments_and_order(tmp_path):
     write_lock(again)
     assert path.read_text() == out.replace("size = 42", "size = 43")
     assert not list(tmp_path.glob(".*"))
+
+
+def test_set_locked_needs_no_private_tomlkit_api(tmp_path, monkeypatch):
+    # tomlkit's private Container._insert_after may change in any release (there is no upper bound on
+    # tomlkit); a tomlkit without it cannot be installed here, so it is removed for this test.
+    import tomlkit.container
+
+    def gone(*args, **kwargs):
+        raise AttributeError("_insert_after is private to tomlkit")
+
+    monkeypatch.setattr(tomlkit.container.Container, "_insert_after", gone)
+    text = (
+        '# head\nversion = 1\n\n[[model]]  # the first\nname = "a.gguf"\nsource = "hf"\nrepo = "o/r"\n'
+        f'revision = "{REV}"\npath = "a.gguf"\nlocked = false  # not seen yet\n# about the licence\n'
+        'license = "x"  # trailing\n\n# before the second\n[[model]]\nname = "b.gguf"\nsource = "hf"\n'
+        f'repo = "o/r"\nrevision = "{REV}"\npath = "b.gguf"\nlocked = false\n'
+    )
+    path = tmp_path / "models.lock"
+    path.write_text(text)
+    lk = load_lock(path)
+    set_locked(lk, "a.gguf", 7, SHA)
+    write_lock(lk)
+    assert path.read_text() == text.replace(
+        "locked = false  # not seen yet\n", f'size = 7\nsha256 = "{SHA}"\n'
+    )
+    assert load_lock(path).entries["a.gguf"].size == 7 and not load_lock(path).entries["b.gguf"].locked
+
+
+def test_lock_that_is_not_utf8(tmp_path):
+    path = tmp_path / "models.lock"
+    path.write_bytes(b"version = 1\n# caf\xe9\n")
+    with pytest.raises(UserError) as exc:
+        load_lock(path)
+    assert str(exc.value) == (
+        f"lock file {path} is not UTF-8 text (byte 17: 0xe9); save it as UTF-8 or pass --lock PATH"
+    )
+
+
+def test_huge_lock_is_refused_without_reading_it_all(tmp_path):
+    path = tmp_path / "models.lock"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # a sparse 1 GiB file: the old reader would have read (and parsed) it all
+    with pytest.raises(UserError, match=r"is larger than 4 MiB: not a lock file; pass --lock PATH"):
+        load_lock(path)
+
+
+def test_lock_that_is_a_folder(tmp_path):
+    with pytest.raises(UserError, match=r"cannot read lock file .*: Is a directory; pass --lock PATH"):
+        load_lock(tmp_path)

@@ -79,3 +79,22 @@ def test_missing_path_is_an_error(lockfile):
     with pytest.raises(UserError, match=r"has no file 'gone\.gguf' at revision"):
         lock_models(lock=lockfile)
     assert "gone.gguf" in lockfile.read_text() and "locked = false" in lockfile.read_text()
+
+
+def test_retries_paths_info_like_a_download(lockfile, fakehub, monkeypatch, capsys):
+    monkeypatch.setenv("SPEC_FETCH_BACKOFF_S", "0.01")
+    fakehub.fault("POST", "drop", "status:503", "status:429")
+    assert lock_models(lock=lockfile) == 2
+    assert load_lock(lockfile).entries["m.gguf"].locked
+    assert len([r for r in fakehub.log if r["method"] == "POST"]) == 4
+    err = capsys.readouterr().err
+    assert "ConnectionError" in err and "HTTP 503; retry 2/10" in err and "HTTP 429; retry 3/10" in err
+
+
+def test_gives_up_with_one_message_and_writes_nothing(lockfile, fakehub, monkeypatch):
+    monkeypatch.setenv("SPEC_FETCH_BACKOFF_S", "0.01")
+    monkeypatch.setenv("SPEC_FETCH_ATTEMPTS", "2")
+    fakehub.fault("POST", *["status:500"] * 3)
+    with pytest.raises(UserError, match=r"giving up on paths-info of .* after 2 retries \(last: HTTP 500\)"):
+        lock_models(lock=lockfile)
+    assert lockfile.read_text() == TEXT

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from specsuite.measure import (
-    PROMPT_SETS,
     Completion,
     Outcome,
+    Speed,
+    abba,
     decode_tps,
     divergence,
     first_diff,
@@ -15,6 +16,7 @@ from specsuite.measure import (
     request_body,
     run_prompts,
     spec_result_line,
+    usage_problem,
 )
 from specsuite.metrics import Delta
 
@@ -51,10 +53,11 @@ def test_decode_tps_from_server_timings() -> None:
 
 def test_outcome_numbers_and_result_line() -> None:
     comps = [_c("fib", [1, 2], 120, 1000.0)]
-    out = Outcome(Delta(90, 60, 30, (25, 20, 15)), comps, divergence(comps, comps), baseline_decode_tps=60.0)
+    out = Outcome(Delta(90, 60, 30, (25, 20, 15)), comps, divergence(comps, comps), Speed([120.0], [60.0]))
     n = out.numbers()
     assert (n["accept_rate"], n["accept_len"], n["speedup"]) == (0.6667, 3.0, 2.0)
-    assert n["per_position_rate"] == [0.8333, 0.6667, 0.5]
+    assert n["per_position_rate"] == [0.8333, 0.6667, 0.5] and n["pos0_rate"] == 0.8333
+    assert (n["decode_tps"], n["baseline_decode_tps"]) == (120.0, 60.0)
     assert n["identical_fraction"] == 1.0
     line = spec_result_line("x", n)
     assert line == (
@@ -73,7 +76,6 @@ def test_requests_are_greedy_seeded_uncached() -> None:
         "cache_prompt": False,
         "return_tokens": True,
     }
-    assert [p for p, _ in PROMPT_SETS["seed"]] == ["fib", "tcp", "paris"]
 
 
 def test_run_prompts_reads_timings_and_tokens() -> None:
@@ -86,6 +88,41 @@ def test_run_prompts_reads_timings_and_tokens() -> None:
             "timings": {"predicted_n": 2, "predicted_ms": 10.0, "draft_n": 4, "draft_n_accepted": 3},
         }
 
-    comps = run_prompts(post, "synthetic", 16)
-    assert [s[1] for s in sent] == [t for _, t in PROMPT_SETS["synthetic"]]
+    prompts = (("fox", "Hello world"), ("count", "1 2 3"))
+    comps = run_prompts(post, prompts, 16)
+    assert sent == [("/completion", "Hello world"), ("/completion", "1 2 3")]
     assert comps[0] == Completion("fox", (7, 8), 2, 10.0, 4, 3)
+
+
+def test_abba_rounds_alternate_which_side_goes_first() -> None:
+    assert abba(1) == [("base", "spec")]
+    assert abba(4) == [("base", "spec"), ("spec", "base"), ("base", "spec"), ("spec", "base")]
+
+
+def test_speed_pairs_rounds_and_reports_median_and_spread() -> None:
+    sp = Speed(spec_tps=[30.0, 20.0, 33.0], base_tps=[10.0, 10.0, 11.0])
+    d = sp.as_dict()
+    assert d["speedups"] == [3.0, 2.0, 3.0] and d["speedup_median"] == 3.0 and d["speedup_spread"] == 1.0
+    assert Speed().as_dict()["speedup_median"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"usage": {"completion_tokens": 16}, "timings": {"predicted_n": 16}}, None),
+        ({"usage": {"completion_tokens": 0}, "timings": {"predicted_n": 16}}, "is 0"),
+        ({"timings": {"predicted_n": 16}}, "is None"),
+        ({"usage": {"completion_tokens": 15}, "timings": {"predicted_n": 16}}, "= 15 but"),
+        ({"usage": None, "timings": {"predicted_n": 0}}, None),  # nothing produced: nothing to check
+    ],
+)
+def test_usage_problem(body, problem) -> None:
+    got = usage_problem(body)
+    assert (got is None) if problem is None else (problem in got)
+
+
+def test_no_per_position_block_gives_no_rates_and_a_warning() -> None:
+    d = Delta(12, 9, 4, (), per_position_exported=False)
+    assert d.sanity_errors() == [] and "exports no" in d.warnings()[0]
+    n = Outcome(d, [], []).numbers()
+    assert n["per_position_rate"] == [] and n["pos0_rate"] is None

@@ -46,24 +46,24 @@ def target(tmp_path) -> Path:
 
 def test_mtp_heads_from_key_and_tensors(tmp_path):
     t = write_gguf(tmp_path / "t.gguf", "glm4moe", PLAIN + NEXTN, {"glm4moe.nextn_predict_layers": 1})
-    assert check_models("draft-mtp", t, None) == []
+    assert check_models(["draft-mtp"], t, None) == []
     info = read_info(t)
     assert (info.arch, info.nextn_predict_layers, info.nextn_tensors) == ("glm4moe", 1, 2)
 
 
 def test_mtp_heads_from_tensors_only(tmp_path):
     t = write_gguf(tmp_path / "t.gguf", "qwen35", PLAIN + NEXTN)
-    assert check_models("draft-mtp", t, None) == []
+    assert check_models(["draft-mtp"], t, None) == []
 
 
 def test_mtp_heads_from_key_only(tmp_path):
     t = write_gguf(tmp_path / "t.gguf", "qwen35", PLAIN, {"qwen35.nextn_predict_layers": 1})
-    assert check_models("draft-mtp", t, None) == []
+    assert check_models(["draft-mtp"], t, None) == []
 
 
 def test_mtp_heads_absent(target):
     with pytest.raises(UserError, match=r"target\.gguf: draft-mtp needs MTP heads.*'qwen3'") as exc:
-        check_models("draft-mtp", target, None)
+        check_models(["draft-mtp"], target, None)
     assert str(target) in str(exc.value)
 
 
@@ -71,7 +71,24 @@ def test_mtp_heads_zero(tmp_path):
     t = write_gguf(tmp_path / "t.gguf", "qwen3", PLAIN, {"qwen3.nextn_predict_layers": 0})
     assert read_info(t).nextn_predict_layers == 0
     with pytest.raises(UserError, match="nextn_predict_layers absent or 0"):
-        check_models("draft-mtp", t, None)
+        check_models(["draft-mtp"], t, None)
+
+
+def test_separate_mtp_drafter_carries_the_heads(tmp_path, target):
+    """draft-mtp with a draft file: llama.cpp builds the MTP context on the draft, so the heads go there."""
+    drafter = write_gguf(
+        tmp_path / "mtp-drafter.gguf", "qwen35", PLAIN + NEXTN, {"qwen35.nextn_predict_layers": 1}
+    )
+    assert check_models(["draft-mtp"], target, drafter) == []
+    with pytest.raises(UserError, match=r"needs MTP heads in its separate MTP drafter"):
+        check_models(["draft-mtp"], drafter, target)
+
+
+def test_a_chain_is_checked_type_by_type(tmp_path, target):
+    mtp = write_gguf(tmp_path / "m.gguf", "glm4moe", PLAIN + NEXTN, {"glm4moe.nextn_predict_layers": 1})
+    assert check_models(["ngram-mod", "draft-mtp"], mtp, None) == []
+    with pytest.raises(UserError, match="draft-mtp needs MTP heads"):
+        check_models(["ngram-mod", "draft-mtp"], target, None)
 
 
 # --- drafts ----------------------------------------------------------------------------------------------
@@ -79,43 +96,43 @@ def test_mtp_heads_zero(tmp_path):
 
 def test_dflash_draft(tmp_path, target):
     draft = write_gguf(tmp_path / "dflash.gguf", "dflash", ["fc.weight"])
-    assert check_models("draft-dflash", target, draft) == []
+    assert check_models(["draft-dflash"], target, draft) == []
 
 
 def test_dspark_needs_markov_head(tmp_path, target):
     plain = write_gguf(tmp_path / "dflash.gguf", "dflash", ["fc.weight"])
     with pytest.raises(UserError, match=r"dflash\.gguf: a DSpark draft needs the tensor 'markov_w1\.weight'"):
-        check_models("draft-dspark", target, plain)
+        check_models(["draft-dspark"], target, plain)
     dspark = write_gguf(tmp_path / "dspark.gguf", "dflash", ["fc.weight", "markov_w1.weight"])
-    assert check_models("draft-dspark", target, dspark) == []
-    assert check_models("draft-dflash", target, dspark) == []  # a DSpark file is still a dflash draft
+    assert check_models(["draft-dspark"], target, dspark) == []
+    assert check_models(["draft-dflash"], target, dspark) == []  # a DSpark file is still a dflash draft
 
 
 def test_eagle3_draft(tmp_path, target):
     eagle = write_gguf(tmp_path / "eagle3.gguf", "eagle3", ["fc.weight"])
-    assert check_models("draft-eagle3", target, eagle) == []
+    assert check_models(["draft-eagle3"], target, eagle) == []
     dflash = write_gguf(tmp_path / "dflash.gguf", "dflash", ["fc.weight"])
     with pytest.raises(UserError, match=r"dflash\.gguf: draft-eagle3 needs a draft of architecture 'eagle3'"):
-        check_models("draft-eagle3", target, dflash)
+        check_models(["draft-eagle3"], target, dflash)
 
 
 def test_swapped_target_and_draft(tmp_path, target):
     eagle = write_gguf(tmp_path / "eagle3.gguf", "eagle3", ["fc.weight"])
     with pytest.raises(UserError, match=r"target\.gguf: draft-eagle3 needs .* this file is 'qwen3'"):
-        check_models("draft-eagle3", eagle, target)
+        check_models(["draft-eagle3"], eagle, target)
 
 
 def test_missing_draft(target):
     with pytest.raises(UserError, match="draft-dflash needs a draft model of architecture 'dflash'"):
-        check_models("draft-dflash", target, None)
+        check_models(["draft-dflash"], target, None)
 
 
 def test_draft_simple_and_ngram_read_but_do_not_constrain(tmp_path, target):
     draft = write_gguf(tmp_path / "small.gguf", "qwen3", PLAIN)
-    assert check_models("draft-simple", target, draft) == []
-    assert check_models("draft-simple", target, target) == []  # a model drafting for itself
-    assert check_models("ngram-mod", target, None) == []
-    assert check_models("auto", target, None) == []
+    assert check_models(["draft-simple"], target, draft) == []
+    assert check_models(["draft-simple"], target, target) == []  # a model drafting for itself
+    assert check_models(["ngram-mod"], target, None) == []
+    assert check_models(["auto"], target, None) == []
 
 
 # --- the -MTP name marker ----------------------------------------------------------------------------------
@@ -140,26 +157,26 @@ def test_mtp_marker(name, marked):
 
 def test_mtp_named_file_without_heads_is_suspicious(tmp_path):
     t = write_gguf(tmp_path / "qwen3.6-35b-a3b-mtp-q4_k_m.gguf", "qwen3moe", PLAIN)
-    warnings = check_models("ngram-mod", t, None)
+    warnings = check_models(["ngram-mod"], t, None)
     assert len(warnings) == 1 and warnings[0].startswith("suspicious:") and str(t) in warnings[0]
     with pytest.raises(UserError, match="needs MTP heads"):  # for an MTP case it is an error, not a warning
-        check_models("draft-mtp", t, None)
+        check_models(["draft-mtp"], t, None)
 
 
 def test_mtp_in_general_name_without_heads_is_suspicious(tmp_path):
     t = write_gguf(tmp_path / "model.gguf", "qwen3", PLAIN, name="Qwen3.6-27B-MTP")
-    assert len(check_models("draft-simple", t, t)) == 1
+    assert len(check_models(["draft-simple"], t, t)) == 1
 
 
 def test_mtp_named_file_with_heads_is_fine(tmp_path):
     t = write_gguf(tmp_path / "Qwen3.5-4B-MTP-Q4_K_M.gguf", "qwen35", PLAIN + NEXTN)
-    assert check_models("draft-mtp", t, None) == []
-    assert check_models("ngram-mod", t, None) == []
+    assert check_models(["draft-mtp"], t, None) == []
+    assert check_models(["ngram-mod"], t, None) == []
 
 
 def test_marker_lookalike_is_not_suspicious(tmp_path):
     t = write_gguf(tmp_path / "MTPower-bar.gguf", "qwen3", PLAIN)
-    assert check_models("ngram-mod", t, None) == []
+    assert check_models(["ngram-mod"], t, None) == []
 
 
 # --- unreadable files ------------------------------------------------------------------------------------
@@ -169,26 +186,26 @@ def test_not_gguf(tmp_path, target):
     bogus = tmp_path / "model.gguf"
     bogus.write_text("<html>rate limited</html>\n" * 20)
     with pytest.raises(UserError, match=r"model\.gguf: not a readable GGUF file \(GGUF magic invalid\)"):
-        check_models("ngram-mod", bogus, None)
+        check_models(["ngram-mod"], bogus, None)
     with pytest.raises(UserError, match=r"model\.gguf: not a readable GGUF file"):
-        check_models("draft-simple", target, bogus)
+        check_models(["draft-simple"], target, bogus)
 
 
 def test_truncated_anywhere(tmp_path):
     # Every prefix of a valid file: header, metadata, tensor infos or data cut short -> one clear UserError.
     whole = write_gguf(tmp_path / "whole.gguf", "glm4moe", PLAIN + NEXTN, {"glm4moe.nextn_predict_layers": 1})
-    assert check_models("draft-mtp", whole, None) == []
+    assert check_models(["draft-mtp"], whole, None) == []
     data = whole.read_bytes()
     cut = tmp_path / "cut.gguf"
     for n in [*range(0, len(data), 7), len(data) - 1]:  # every 7th byte keeps this under a second
         cut.write_bytes(data[:n])
         with pytest.raises(UserError, match=r"cut\.gguf: not a readable GGUF file"):
-            check_models("draft-mtp", cut, None)
+            check_models(["draft-mtp"], cut, None)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(UserError, match=r"model file not found: .*absent\.gguf"):
-        check_models("ngram-mod", tmp_path / "absent.gguf", None)
+        check_models(["ngram-mod"], tmp_path / "absent.gguf", None)
 
 
 def test_gguf_without_architecture(tmp_path):
@@ -201,7 +218,7 @@ def test_gguf_without_architecture(tmp_path):
     # Rewrite the key name so the file stays valid GGUF but lacks general.architecture.
     path.write_bytes(path.read_bytes().replace(b"general.architecture", b"general.architectur_"))
     with pytest.raises(UserError, match=r"noarch\.gguf: GGUF file lacks general\.architecture"):
-        check_models("ngram-mod", path, None)
+        check_models(["ngram-mod"], path, None)
 
 
 # --- the per-file cache ---------------------------------------------------------------------------------

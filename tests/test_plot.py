@@ -11,8 +11,9 @@ pytest.importorskip("matplotlib")
 
 from matplotlib import image
 
-from specsuite.compare import load_run
-from specsuite.plot import main, plot_per_position, position_rates
+from specsuite.errors import UserError
+from specsuite.plot import plot_per_position, plot_runs, position_rates
+from specsuite.results import load_run
 
 DATA = Path(__file__).parent / "data" / "results"
 
@@ -33,14 +34,13 @@ def test_two_runs(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*tmp*"))
 
 
-def test_single_run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_single_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(DATA / "fixture-cal-2", run)  # "simple" was skipped: a panel saying why
-    assert main([str(run)]) == 0
-    assert capsys.readouterr().out.strip() == str(run / "per_position.png")
+    assert plot_runs([str(run)]) == run / "per_position.png"
     assert image.imread(run / "per_position.png").shape[1] == round(4.2 * 3 * 110)
 
 
-def test_cli_usage_and_bad_path(tmp_path: Path) -> None:
-    assert main([]) == 2
-    assert main([str(tmp_path)]) == 2
+def test_bad_path(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"no results\.json"):
+        plot_runs([str(tmp_path / "nope")])

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import pytest
 from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 
 from specsuite import paths, probe
+from specsuite.cases import Case, parse_cases
+from specsuite.command import missing_reason
 from specsuite.errors import UserError
 
 ALL_CURRENT_TYPES = {
@@ -33,17 +35,27 @@ def _own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@dataclass(frozen=True)
-class FakeCase:  # the attributes print_table and case_missing_reason read from cases.Case
-    name: str
-    spec_type: str
-    n_max: int = 3
-    draft: str | None = None
-    n_min: int | None = None
-    p_min: float | None = None
-    synth_rates: tuple[float, ...] | None = None
-    synth_len: float | None = None
-    tier: str = "compact"
+def FakeCase(name: str, spec_type: str, *, draft: str | None = None, **extra: object) -> Case:
+    """A real Case (parsed from TOML) with the keys the command builder reads."""
+    lines = [
+        f'name = "{name}"',
+        'tier = "compact"',
+        f'spec_type = "{spec_type}"',
+        'target = "t.gguf"',
+        "n_max = 3",
+    ]
+    lines += [f'draft = "{draft}"'] if draft else []
+    lines += [f"{k} = {list(v) if isinstance(v, tuple) else v}" for k, v in extra.items()]
+    head = 'version = 1\n[[prompt_set]]\nname = "seed"\nprompts = [{ id = "a", text = "x" }]\n[[case]]\n'
+    return parse_cases(head + "\n".join(lines) + "\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n")[0]
+
+
+def _missing(caps: probe.Capabilities, spec_type: str) -> str | None:
+    try:
+        caps.require_type(spec_type)
+    except probe.MissingFlag as exc:
+        return exc.reason
+    return None
 
 
 def _table(out: str) -> dict[str, list[str]]:
@@ -81,11 +93,13 @@ def test_current(tmp_path):
         "n_gpu_layers": "--n-gpu-layers",
         "ctx_size": "--ctx-size",
         "parallel": "--parallel",
+        "seed": "--seed",
+        "spec_default": "--spec-default",
     }
     # The removal stubs of the pinned tree (common/arg.cpp:4383-4420) are absent, not options.
     assert {"--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min"} <= caps.removed
     assert "--draft-max" not in caps.options
-    assert all(caps.missing_reason(t) is None for t in ALL_CURRENT_TYPES | {"auto"})
+    assert all(_missing(caps, t) is None for t in ALL_CURRENT_TYPES)
 
 
 def test_post_rename(tmp_path):
@@ -95,22 +109,22 @@ def test_post_rename(tmp_path):
     assert caps.backend == "cuda"
     assert caps.devices == ("CUDA0: NVIDIA H100 80GB HBM3 (81007 MiB, 80468 MiB free)",)
     assert caps.spec_token("draft-mtp") == "draft-mtp"
-    assert caps.missing_reason("draft-mtp") is None
-    assert caps.missing_reason("draft-dspark") == "binary_no_dspark"
-    assert caps.missing_reason("draft-dflash") == "binary_no_dflash"
-    assert caps.missing_reason("draft-eagle3") == "binary_no_eagle3"
+    assert _missing(caps, "draft-mtp") is None
+    assert _missing(caps, "draft-dspark") == "binary_no_dspark"
+    assert _missing(caps, "draft-dflash") == "binary_no_dflash"
+    assert _missing(caps, "draft-eagle3") == "binary_no_eagle3"
     assert caps.flag("draft_n_max") == "--spec-draft-n-max"
     assert caps.flag("synth_rates") is None and caps.flag("synth_len") is None
     synth = FakeCase("synth-zero", "draft-simple", synth_rates=(0.0, 0.0, 0.0))
-    assert probe.case_missing_reason(caps, synth) == "binary_no_synth_rates"
+    assert missing_reason(caps, synth) == "binary_no_synth_rates"
 
 
 def test_legacy(tmp_path):
     caps = _probe(tmp_path, "legacy")
     assert caps.spec_types == {"none", "mtp"} | NGRAM_TYPES
     assert caps.spec_token("draft-mtp") == "mtp"  # the binary's own name for the method
-    assert caps.missing_reason("draft-mtp") is None
-    assert caps.missing_reason("draft-simple") == "binary_no_draft-simple"
+    assert _missing(caps, "draft-mtp") is None
+    assert _missing(caps, "draft-simple") == "binary_no_draft-simple"
     assert caps.flag("draft_n_max") == "--draft-max"
     assert caps.flag("draft_n_min") == "--draft-min"
     assert caps.flag("draft_p_min") == "--draft-p-min"
@@ -134,27 +148,51 @@ def test_removal_stubs(tmp_path):
     assert caps.spec_types == ALL_CURRENT_TYPES
     assert caps.commit == "f00d003"
     rates = FakeCase("synth-zero", "draft-simple", synth_rates=(0.0,))
-    assert probe.case_missing_reason(caps, rates) == "binary_no_synth_rates"
-    assert probe.case_missing_reason(caps, FakeCase("synth-len", "draft-simple", synth_len=2.5)) is None
+    assert missing_reason(caps, rates) == "binary_no_synth_rates"
+    assert missing_reason(caps, FakeCase("synth-len", "draft-simple", synth_len=2.5)) is None
 
 
-def test_minimal_pre_speculation(tmp_path):
-    caps = _probe(tmp_path, "minimal")
-    assert caps.spec_types == frozenset()
-    assert caps.flag("spec_type") is None and caps.flag("draft_model") is None
-    assert caps.flag("flash_attn") == "--flash-attn" and caps.flag("metrics") == "--metrics"
-    assert caps.missing_reason("draft-mtp") == "binary_no_mtp"
-    assert caps.missing_reason("ngram-mod") == "binary_no_ngram-mod"
-    assert caps.missing_reason("auto") is None  # passes no --spec-type at all
-    assert caps.backend is None  # no --list-devices in this binary
-    assert caps.commit == "f00d000"
+def test_minimal_pre_speculation_is_refused(tmp_path):
+    """A binary without --spec-type cannot answer the suite's question: refused, not "everything skipped"."""
+    with pytest.raises(
+        UserError, match="not a llama-server with speculative decoding: its --help lists no --spec-type"
+    ):
+        _probe(tmp_path, "minimal")
+    options, _, types = probe.parse_help((HELP_DIR / "minimal.txt").read_text())
+    assert types == frozenset() and "--spec-type" not in options
+
+
+def test_version_without_a_commit_is_refused(tmp_path):
+    exe = help_binary(tmp_path / "llama-server", "current")
+    text = exe.read_text().replace(f"cat {HELP_DIR / 'current.version'} >&2", "echo 'version: unknown' >&2")
+    exe.write_text(text)
+    with pytest.raises(UserError, match="its --version names no commit"):
+        probe.probe(exe)
+
+
+def test_probe_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
+    """A hung --help whose wrapper started a child: both are gone when the probe gives up."""
+    pidfile = tmp_path / "child.pid"
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nwait\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(probe, "_TIMEOUT_S", 1)
+    with pytest.raises(UserError, match="did not finish within 1 s"):
+        probe.probe(exe)
+    child = int(pidfile.read_text())
+    stat = Path(f"/proc/{child}/stat")
+    for _ in range(50):  # SIGKILL is asynchronous; a killed child may linger as a zombie until reaped
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"
 
 
 @pytest.mark.parametrize("variant", HELP_VARIANTS)
 def test_every_variant_parses_its_own_spec_flag(tmp_path, variant):
-    caps = _probe(tmp_path, variant)
-    assert caps.options and not caps.options & caps.removed
-    assert ("--spec-type" in caps.options) == bool(caps.spec_types)
+    options, removed, types = probe.parse_help((HELP_DIR / f"{variant}.txt").read_text())
+    assert options and not options & removed
+    assert ("--spec-type" in options) == bool(types)
 
 
 # --- method names, strictness, small parsers -------------------------------------------------------
@@ -174,17 +212,6 @@ def test_every_variant_parses_its_own_spec_flag(tmp_path, variant):
 )
 def test_method_name(spec_type, method):
     assert probe.method_name(spec_type) == method
-
-
-@pytest.mark.parametrize(("value", "expected"), [("1", True), ("true", True), ("0", False), ("", False)])
-def test_strict(monkeypatch, value, expected):
-    monkeypatch.setenv("SPEC_STRICT", value)
-    assert probe.strict() is expected
-
-
-def test_strict_unset(monkeypatch):
-    monkeypatch.delenv("SPEC_STRICT", raising=False)
-    assert probe.strict() is False
 
 
 @pytest.mark.parametrize(
@@ -302,18 +329,14 @@ def test_print_table_names_each_case_and_why(tmp_path, capsys):
     assert rows["dspark"][4:] == ["no", "binary_no_dspark"]
     assert rows["synth-zero"][4:] == ["no", "binary_no_synth_rates"]
     assert rows["ngram"][4] == "yes"
-    assert "SPEC_STRICT=1 makes them fail" in out
+    assert "--allow-missing skips them" in out
 
 
-def test_probe_command_falls_back_to_the_binary_types(tmp_path, monkeypatch, capsys):
+def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "CASES_FILE", tmp_path / "no-cases.toml")
     probe.probe_command(str(help_binary(tmp_path / "llama-server", "legacy")))
     out = capsys.readouterr().out
-    assert "commit:  f00d001" in out
-    rows = _table(out)
-    assert rows["draft-mtp"] == ["draft-mtp", "-", "draft-mtp", "mtp", "yes"]
-    assert set(rows) == {"draft-mtp"} | NGRAM_TYPES
-    assert "SPEC_STRICT" not in out  # everything it lists, it can run
+    assert "commit:  f00d001" in out and "spec types: mtp, ngram-cache" in out and "---" not in out
 
 
 def test_probe_command_lists_the_suite_cases(tmp_path, capsys):

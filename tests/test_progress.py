@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from specsuite.progress import Board
+from specsuite.progress import Board, human_size
 
 
 def test_plain_lines_are_throttled():
@@ -41,3 +41,8 @@ def test_unlocked_file_learns_its_size():
     assert board.total == 150 and board.bar.total == 150 and f.bar.total == 50
     f.close()
     board.close()
+
+
+def test_human_size():
+    assert [human_size(n) for n in (0, 1023, 1024, 300_000, 253_113_024, 50 << 30)] == [
+        "0 B", "1023 B", "1.0 KiB", "293.0 KiB", "241.4 MiB", "50.0 GiB"]  # fmt: skip

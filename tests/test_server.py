@@ -1,7 +1,4 @@
-"""llama-server lifecycle against the real CPU build and the real smoke model; no process may outlive a test.
-
-Command-line tests use the recorded ``--help`` of the pinned build (tests/data/help/current.txt).
-"""
+"""llama-server lifecycle on the real CPU build and the real smoke model; no process may outlive a test."""
 
 from __future__ import annotations
 
@@ -15,73 +12,34 @@ from pathlib import Path
 import pytest
 
 from specsuite import paths
-from specsuite.cases import parse_cases
+from specsuite.command import build_command
 from specsuite.errors import UserError
 from specsuite.measure import request_body
-from specsuite.probe import Capabilities, parse_help
-from specsuite.server import LlamaServer, ServerFailed, _child_env, build_command, free_port
+from specsuite.probe import Capabilities
+from specsuite.server import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s
 
-HELP = Path(__file__).parent / "data" / "help" / "current.txt"
 SMOKE = "gemma-3-270m-q4_k_m.gguf"
-
-
-def _caps(backend: str) -> Capabilities:
-    options, removed, types = parse_help(HELP.read_text())
-    return Capabilities("/b/llama-server", "version: x", "0c1e570", types, options, removed, backend)
-
-
-def _case(body: str):
-    head = 'version = 1\n[[case]]\nname = "c"\ntier = "smoke"\ntarget = "t.gguf"\n'
-    return parse_cases(head + textwrap.dedent(body))[0]
-
-
-def test_command_cpu_build_omits_ngl_and_polls_not(monkeypatch) -> None:
-    monkeypatch.setenv("N_GPU_LAYERS", "42")
-    case = _case(
-        'spec_type = "draft-simple"\ndraft = "t.gguf"\nn_max = 3\nsynth_rates = [0.0, 0.0, 0.0]\n'
-        "min_accept_rate = 0.0\nmin_accept_len = 1.0\n"
-    )
-    cmd = build_command(_caps("cpu"), Path("/m/t.gguf"), 8111, case, Path("/m/t.gguf"))
-    assert "--n-gpu-layers" not in cmd and "--spec-draft-ngl" not in cmd
-    s = " ".join(cmd)
-    for part in (
-        "-m /m/t.gguf --ctx-size 1024 --parallel 1",
-        "--flash-attn on --metrics --fit off",
-        "--poll 0 --spec-draft-poll 0",
-        "--temp 0 --host 127.0.0.1 --port 8111",
-        "--spec-type draft-simple --spec-draft-model /m/t.gguf --spec-draft-n-max 3",
-        "--spec-synth-rates 0,0,0",
-    ):
-        assert part in s
-
-
-def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
-    monkeypatch.delenv("N_GPU_LAYERS", raising=False)
-    case = _case(
-        'spec_type = "draft-dflash"\ndraft = "d.gguf"\nn_max = 7\nmin_accept_rate = 0.1\n'
-        'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["--x", "1"]\n'
-    )
-    cmd = build_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
-    s = " ".join(cmd)
-    assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s and "--poll" not in s
-    assert s.endswith("--spec-draft-n-max 7 --spec-draft-p-min 0 --x 1")
-
-
-def test_command_ngram_length_goes_to_its_own_flags_and_baseline_has_no_spec() -> None:
-    case = _case(
-        'spec_type = "ngram-mod"\nn_max = 16\nn_min = 4\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n'
-    )
-    s = " ".join(build_command(_caps("cpu"), Path("/m/t.gguf"), 1, case))
-    assert "--spec-ngram-mod-n-max 16 --spec-ngram-mod-n-min 4" in s and "--spec-draft-n-max" not in s
-    base = build_command(_caps("cpu"), Path("/m/t.gguf"), 1)
-    assert not [a for a in base if a.startswith("--spec")]
 
 
 def test_child_env_is_scrubbed(monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "99999")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret2")
     env = _child_env("/tmp/empty-xdg")
     assert not [k for k in env if k.startswith("LLAMA_ARG_")]
+    assert "HF_TOKEN" not in env and "HUGGING_FACE_HUB_TOKEN" not in env
     assert env["XDG_CONFIG_HOME"] == "/tmp/empty-xdg"
+
+
+def test_start_timeout_default_and_override(monkeypatch) -> None:
+    monkeypatch.delenv("SPEC_START_TIMEOUT_S", raising=False)
+    assert start_timeout_s() == 1800.0  # upstream's server.start(timeout_seconds=1800)
+    monkeypatch.setenv("SPEC_START_TIMEOUT_S", "90")
+    assert start_timeout_s() == 90.0
+    for bad in ("nan", "-1", "soon", "inf"):
+        monkeypatch.setenv("SPEC_START_TIMEOUT_S", bad)
+        with pytest.raises(UserError, match="SPEC_START_TIMEOUT_S"):
+            start_timeout_s()
 
 
 # --- the real binary ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ layout, unpacking and the file lock are the real code. Only the network fetch is
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import tarfile
@@ -17,6 +18,7 @@ import pytest
 
 from specsuite import source
 from specsuite.errors import UserError
+from specsuite.filehash import sha256_file
 
 
 def make_tree(root: Path, marker: str = "one") -> Path:
@@ -180,7 +182,7 @@ def pin_for(tarball: Path, sha256: str | None = None) -> source.Pin:
         repository="unused",
         requirement="pkg==1.0",
         filename=tarball.name,
-        sha256=sha256 or source.sha256_file(tarball),
+        sha256=sha256 or sha256_file(tarball),
         subdir="vendor/llama.cpp",
     )
 
@@ -214,7 +216,7 @@ def test_sdist_is_verified_unpacked_and_cached(tmp_path: Path) -> None:
 
 def test_sdist_with_wrong_hash_is_refused_before_unpacking(tmp_path: Path) -> None:
     tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
-    actual = source.sha256_file(tarball)
+    actual = sha256_file(tarball)
     pin = pin_for(tarball, sha256="ab" * 32)
     with pytest.raises(UserError, match=rf"has sha256 {actual}, but llama.cpp.pin.toml expects {'ab' * 32}"):
         source.source_from_pin(pin, tmp_path / "cache", CopyDownload(tarball))
@@ -274,5 +276,99 @@ def test_pip_download_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
     pin = pin_for(make_sdist(tmp_path / "pkg-1.0.tar.gz"))
     dest = tmp_path / "dl"
     dest.mkdir()
-    with pytest.raises(UserError, match=r"(?s)pip could not download pkg==1.0: .*LLAMA_CPP_DIR"):
+    with pytest.raises(UserError) as exc:
         source.pip_download(pin, dest)
+    msg = str(exc.value)
+    assert msg.startswith("pip could not download pkg==1.0 (exit 1):\n  ")
+    assert "No matching distribution found for pkg==1.0" in msg
+    assert msg.endswith(
+        "Check access to PyPI (or PIP_INDEX_URL), or use LLAMA_CPP_DIR with a local llama.cpp checkout."
+    )
+
+
+# --- tar members, by hand where the data filter is missing ------------------------------------------------
+
+
+def _tar(path: Path, *members: tarfile.TarInfo) -> tarfile.TarFile:
+    with tarfile.open(path, "w") as tar:
+        for m in members:
+            tar.addfile(m, io.BytesIO(b"x" * m.size) if m.isfile() else None)
+    return tarfile.open(path)
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+@pytest.mark.parametrize(
+    ("member", "why"),
+    [
+        (_member("/etc/evil"), "an absolute path or '..'"),
+        (_member("pkg/../../evil"), "an absolute path or '..'"),
+        (_member("pkg/link", tarfile.SYMTYPE, "/etc/passwd"), "a link to '/etc/passwd', outside the tree"),
+        (_member("pkg/link", tarfile.SYMTYPE, "../../x"), "a link to '../../x', outside the tree"),
+        (_member("pkg/hard", tarfile.LNKTYPE, "../outside"), "a hard link to '../outside', outside the tree"),
+        (_member("pkg/dev", tarfile.CHRTYPE), "a device or special file"),
+        (_member("pkg/fifo", tarfile.FIFOTYPE), "a device or special file"),
+    ],
+)
+def test_fallback_refuses_what_the_data_filter_refuses(
+    tmp_path: Path, member: tarfile.TarInfo, why: str
+) -> None:
+    tar = _tar(tmp_path / "t.tar", _member("pkg/ok"), member)
+    with tar, pytest.raises(UserError) as exc:
+        source.safe_extract(tar, tmp_path / "out", data_filter=False)
+    assert str(exc.value) == (
+        f"{tmp_path / 't.tar'}: member {member.name!r} is {why}; "
+        "refusing to unpack it (delete the file and retry)"
+    )
+    assert not (tmp_path / "out").exists()  # checked before anything is written
+
+
+def test_fallback_extracts_a_clean_tree(tmp_path: Path) -> None:
+    tar = _tar(tmp_path / "t.tar", _member("pkg/a"), _member("pkg/sub/link", tarfile.SYMTYPE, "../a"))
+    with tar:
+        source.safe_extract(tar, tmp_path / "out", data_filter=False)
+    assert (tmp_path / "out" / "pkg" / "a").read_bytes() == b"x"
+    assert (tmp_path / "out" / "pkg" / "sub" / "link").resolve() == (tmp_path / "out" / "pkg" / "a").resolve()
+
+
+def test_unpack_on_a_python_without_the_data_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Python 3.10.0 to 3.10.11 (allowed by requires-python) cannot exist in this venv: emulate its tarfile,
+    # which has no data_filter and whose extractall() raises TypeError for the `filter` argument.
+    real = tarfile.TarFile.extractall
+
+    def extractall_3_10_11(self, path=".", members=None, *, numeric_owner=False, **kw):
+        if kw:
+            raise TypeError(f"extractall() got an unexpected keyword argument {next(iter(kw))!r}")
+        return real(self, path, members, numeric_owner=numeric_owner, filter="fully_trusted")
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall_3_10_11)
+    good = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    src = source.source_from_pin(pin_for(good), tmp_path / "cache", CopyDownload(good))
+    assert (src.path / "CMakeLists.txt").read_text() == "# fake\n"
+    (tmp_path / "bad").mkdir()
+    bad = make_sdist(tmp_path / "bad" / "pkg-1.0.tar.gz", {"pkg-1.0/../../evil": b"x"})
+    with pytest.raises(UserError, match=r"member 'pkg-1\.0/\.\./\.\./evil' is an absolute path or '\.\.'"):
+        source.source_from_pin(pin_for(bad), tmp_path / "cache2", CopyDownload(bad))
+    assert not (tmp_path / "evil").exists()
+
+
+# --- the Hub token never reaches a build tool -----------------------------------------------------------
+
+
+def test_git_runs_without_the_hub_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "env.txt"
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nenv > {record}\necho 0123456789abcdef0123456789abcdef01234567\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret2")
+    assert source.git_head(tmp_path) == "0123456789abcdef0123456789abcdef01234567"
+    seen = record.read_text()
+    assert "PATH=" in seen and "hf_secret" not in seen

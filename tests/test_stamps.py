@@ -43,3 +43,48 @@ def test_size_mismatch_and_missing(tmp_path):
     assert stamps.verify_file(f, 5, "0" * 64) == (False, "missing")
     f.write_bytes(b"abc")
     assert stamps.verify_file(f, 5, "0" * 64) == (False, "size 3 != 5")
+
+
+def test_stamp_fields_are_the_shared_identity(tmp_path):
+    import json
+
+    from specsuite.statcache import identity
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"hello")
+    stamps.write_stamp(f, "a" * 64)
+    data = json.loads(stamps.stamp_path(f).read_text())
+    assert data == {"version": stamps.VERSION, **identity(f), "sha256": "a" * 64}
+
+
+def test_other_stamp_versions_only_cost_a_rehash(tmp_path):
+    import json
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"hello")
+    sha = hashlib.sha256(b"hello").hexdigest()
+    stamps.write_stamp(f, sha)
+    data = json.loads(stamps.stamp_path(f).read_text())
+    stamps.stamp_path(f).write_text(json.dumps({**data, "version": 0}))
+    assert stamps.read_stamp(f) is None
+    assert stamps.verify_file(f, 5, sha) == (True, "hashed")
+    assert stamps.read_stamp(f) == sha
+
+
+def test_links_are_never_vouched_for(tmp_path):
+    real = tmp_path / "real"
+    real.write_bytes(b"hello")
+    sha = hashlib.sha256(b"hello").hexdigest()
+    stamps.write_stamp(real, sha)
+    link = tmp_path / "m.gguf"
+    link.symlink_to(real)
+    stamps.stamp_path(link).symlink_to(stamps.stamp_path(real))
+    assert stamps.read_stamp(real) == sha
+    assert stamps.read_stamp(link) is None  # neither the file nor its stamp is followed
+
+
+def test_unlocked_entry_is_hashed_and_stamped(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"hello")
+    assert stamps.verify_file(f, None, None) == (True, "hashed")
+    assert stamps.read_stamp(f) == hashlib.sha256(b"hello").hexdigest()

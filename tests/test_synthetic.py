@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import tomlkit
 
-from specsuite import paths, synthetic
+from specsuite import paths, stamps, synthetic
 from specsuite.cases import load_cases, select_cases
 from specsuite.errors import UserError
+from specsuite.filehash import sha256_file
 from specsuite.lockfile import load_lock
 from specsuite.modelcheck import check_models
 from specsuite.synthetic_tokenizer import EOS_ID, MASK_ID, N_VOCAB
@@ -32,6 +33,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[recipe.id] = folder / recipe.filename
         synthetic.generate(recipe.id, out[recipe.id])
     return out
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    return path.stat().st_size, sha256_file(path)
 
 
 def _fields(path: Path) -> dict[str, object]:
@@ -64,7 +69,7 @@ def test_files_match_models_lock(files: dict[str, Path]) -> None:
     for recipe, path in files.items():
         entry = locked[recipe]
         assert entry.name == path.name
-        assert synthetic.file_digest(path) == (entry.size, entry.sha256), f"{recipe}: generator changed"
+        assert _digest(path) == (entry.size, entry.sha256), f"{recipe}: generator changed"
 
 
 def test_metadata_has_no_paths_or_times(files: dict[str, Path]) -> None:
@@ -178,8 +183,12 @@ def test_make_synthetic_models_writes_verified_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in written) == sorted(r.filename for r in synthetic.RECIPES.values())
     for path in written:
         entry = lock.entries[path.name]
-        assert synthetic.file_digest(path) == (entry.size, entry.sha256)
-    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in written)  # no temp files left
+        assert _digest(path) == (entry.size, entry.sha256)
+        assert stamps.read_stamp(path) == entry.sha256  # published like a download: stamped
+    names = sorted(p.name for p in written)
+    assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".")) == names
+    extra = {n for n in os.listdir(tmp_path) if n.startswith(".")}
+    assert extra == {f".{n}{suffix}" for n in names for suffix in (".stamp", ".lock")}  # no partial left
 
 
 def test_make_synthetic_models_defaults_to_the_model_folder(tmp_path: Path, monkeypatch) -> None:
@@ -201,15 +210,15 @@ def _edit_lock(tmp_path: Path, which: str, **changes: object) -> Path:
 def test_changed_generator_is_a_checksum_failure(tmp_path: Path) -> None:
     lock = _edit_lock(tmp_path, "draft-eagle3-fixed", sha256="0" * 64)
     out = tmp_path / "models"
-    with pytest.raises(UserError, match=r"synth-draft-eagle3-fixed\.gguf .*the generator changed"):
+    with pytest.raises(UserError, match=r"synth-draft-eagle3-fixed\.gguf .*The generator changed"):
         synthetic.make_synthetic_models(out=out, lock=lock)
     assert not (out / "synth-draft-eagle3-fixed.gguf").exists()
-    assert not any(p.name.startswith(".") for p in out.iterdir())
+    assert not any(p.name.endswith((".part", ".part.json")) for p in out.iterdir())
 
 
 def test_changed_size_is_a_failure_too(tmp_path: Path) -> None:
     lock = _edit_lock(tmp_path, "target-llama-random", size=1)
-    with pytest.raises(UserError, match="locks 1 bytes"):
+    with pytest.raises(UserError, match=r"but 1 bytes, sha256 [0-9a-f]{64} were expected"):
         synthetic.make_synthetic_models(out=tmp_path / "models", lock=lock)
 
 
@@ -219,8 +228,26 @@ def test_missing_lock_entry_is_a_clear_error(tmp_path: Path) -> None:
         synthetic.make_synthetic_models(out=tmp_path / "models", lock=lock)
 
 
+def test_output_folder_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("a file")
+    with pytest.raises(
+        UserError, match=r"^the output folder .*out exists but is not a folder; give a folder"
+    ):
+        synthetic.make_synthetic_models(out=tmp_path / "out")
+    assert (tmp_path / "out").read_text() == "a file"
+
+
+def test_directory_at_a_model_name(tmp_path: Path) -> None:
+    (tmp_path / "synth-target-llama-fixed.gguf").mkdir()
+    with pytest.raises(
+        UserError, match=r"synth-target-llama-fixed\.gguf is a directory, but the model folder"
+    ):
+        synthetic.make_synthetic_models(out=tmp_path)
+    assert (tmp_path / "synth-target-llama-fixed.gguf").is_dir()
+
+
 def test_lock_block_matches_models_lock() -> None:
-    # What `python -m specsuite.synthetic` prints is what models.lock holds, entry for entry.
+    # What `make-synthetic-models --print-lock` prints is what models.lock holds, entry for entry.
     block = synthetic.lock_block()
     for entry in synthetic.locked_recipes(paths.MODELS_LOCK).values():
         assert f'name = "{entry.name}"\nsource = "generated"\nrecipe = "{entry.recipe}"\n' in block
@@ -242,22 +269,22 @@ _PAIRS = [
 @pytest.mark.parametrize(("spec_type", "target", "draft"), _PAIRS)
 def test_model_checks_accept_the_synthetic_pairs(files, mode, spec_type, target, draft) -> None:
     draft_path = files[f"{draft}-{mode}"] if draft else None
-    assert check_models(spec_type, files[f"{target}-{mode}"], draft_path) == []
+    assert check_models((spec_type,), files[f"{target}-{mode}"], draft_path) == []
 
 
 def test_model_checks_refuse_mismatched_synthetic_files(files: dict[str, Path]) -> None:
     with pytest.raises(UserError, match="draft-mtp needs MTP heads"):
-        check_models("draft-mtp", files["target-llama-fixed"], None)
+        check_models(("draft-mtp",), files["target-llama-fixed"], None)
     with pytest.raises(UserError, match=r"markov_w1\.weight"):
-        check_models("draft-dspark", files["target-llama-fixed"], files["draft-dflash-fixed"])
+        check_models(("draft-dspark",), files["target-llama-fixed"], files["draft-dflash-fixed"])
     with pytest.raises(UserError, match="architecture 'eagle3'"):
-        check_models("draft-eagle3", files["target-llama-fixed"], files["draft-dflash-fixed"])
+        check_models(("draft-eagle3",), files["target-llama-fixed"], files["draft-dflash-fixed"])
 
 
 def test_synthetic_tier_needs_only_generated_models() -> None:
     lock = load_lock(paths.MODELS_LOCK)
     cases = select_cases(load_cases(lock_names=lock.names()), "synthetic")
-    assert {c.spec_type for c in cases} >= {"draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash",
-                                            "draft-dspark", "auto"}  # fmt: skip
+    assert {t for c in cases for t in c.spec_type} >= {"draft-simple", "draft-mtp", "draft-eagle3",
+                                                       "draft-dflash", "draft-dspark", "detect"}  # fmt: skip
     for case in cases:
         assert all(lock.entries[m].source == "generated" for m in case.models), case.name

@@ -1,17 +1,27 @@
-"""Tier runner: posargs splitting, bad input, and SPEC_METHODS selection in the suite's conftest."""
+"""run-tier: posargs, options, the GPU gate before downloads, SPEC_METHODS selection, signals down the chain.
+
+The chain is nox -> ``specsuite run-tier`` -> pytest -> llama-server; the tests here start the real chain
+from run-tier down (with a fake llama-server that really serves HTTP) and signal it like a runner does.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+from fakellama import fake_llama
 
 from specsuite import paths
 from specsuite.errors import UserError
-from specsuite.tier import pytest_command, run_tier, run_tier_command, split_posargs
+from specsuite.tier import parser, pytest_command, run_tier_command, split_posargs
+
+SYNTH = "tiny-simple-fixed"
 
 
 def test_build_flags_are_dropped_from_posargs() -> None:
@@ -22,27 +32,46 @@ def test_build_flags_are_dropped_from_posargs() -> None:
     assert dropped == ["--cpu", "-DGGML_NATIVE=OFF", "--configure-only", "--cuda", "--cublas-from-wheel"]
 
 
-def test_unknown_tier_and_usage() -> None:
-    with pytest.raises(UserError, match="unknown tier 'weekly'; valid tiers: smoke, synthetic"):
-        run_tier("weekly", paths.RESULTS_DIR / "x", [])
-    with pytest.raises(UserError, match="usage: python -m specsuite run-tier"):
-        run_tier_command([])
+def test_options_and_pytest_args_are_told_apart() -> None:
+    args, rest = parser().parse_known_args(["smoke", "--allow-missing", "--repeat", "3", "-x", "--lf"])
+    assert (args.tier, args.allow_missing, args.repeat, rest) == ("smoke", True, 3, ["-x", "--lf"])
+    for bad in (["smoke", "--repeat", "0"], ["smoke", "--repeat", "abc"], ["smoke", "--rtol", "2"]):
+        with pytest.raises(SystemExit):
+            parser().parse_args(bad)
+
+
+def test_unknown_selector_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "absent"))
+    with pytest.raises(UserError, match="unknown case or tier 'weekly'; valid tiers: smoke, synthetic"):
+        run_tier_command(["weekly"])
 
 
 def test_missing_binary_points_at_nox_build(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "nope" / "llama-server"))
+    monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
     with pytest.raises(UserError, match="nox -s build"):
-        run_tier("smoke", tmp_path / "r", [])
+        run_tier_command(["smoke"])
     assert not (tmp_path / "r").exists()  # nothing half-written
 
 
-def test_pytest_command_has_junit_and_no_cache(tmp_path) -> None:
-    cmd = pytest_command(tmp_path, ["-x"])
-    assert cmd[1:3] == ["-m", "pytest"] and f"--junitxml={tmp_path / 'junit.xml'}" in cmd
-    assert cmd[-1] == "-x" and "no:cacheprovider" in cmd
+def test_pytest_command_has_junit_and_allows_the_cache() -> None:
+    cmd = pytest_command(Path("/r"), ["-x", "--lf"])
+    assert cmd[1:3] == ["-m", "pytest"] and "--junitxml=/r/junit.xml" in cmd
+    assert cmd[-2:] == ["-x", "--lf"] and "no:cacheprovider" not in cmd  # --lf needs the cache
 
 
-COLLECT = ("--collect-only", "-q", "-p", "no:cacheprovider")
+def test_gpu_tier_on_a_cpu_build_is_refused_before_any_download(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(tmp_path / "bin")))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
+    monkeypatch.delenv("SPEC_ALLOW_CPU", raising=False)
+    with pytest.raises(UserError, match="it is a CPU build, and the selected cases are GPU tier"):
+        run_tier_command(["compact"])
+    assert not (tmp_path / "models").exists() and not (tmp_path / "r").exists()
+
+
+COLLECT = ("--collect-only", "-q")
 
 
 def _collect(methods: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -83,66 +112,100 @@ def test_spec_methods_unknown_lists_valid_ones() -> None:
     assert "unknown case or tier 'medusa'" in bad.stderr and "valid cases: mtp" in bad.stderr
 
 
-def _fake_binary(tmp_path, drop_type: str):
-    """A stand-in llama-server that only answers the probe: the pinned build's recorded --help with one
-    spec type removed (a real older/newer binary is not available here)."""
-    help_text = (paths.REPO_ROOT / "tests" / "data" / "help" / "current.txt").read_text()
-    (tmp_path / "help.txt").write_text(help_text.replace(f",{drop_type}", ""))
-    exe = tmp_path / "llama-server"
-    exe.write_text(
-        "#!/bin/sh\n"
-        f'case "$1" in --help) cat {tmp_path / "help.txt"};; --version) echo "version: 1 (build 1, commit '
-        'abc1234)";; --list-devices) printf "Available devices:\\n";; esac\n'
+# --- the real chain: run-tier -> pytest -> (fake) llama-server ------------------------------------------
+
+
+@pytest.fixture
+def chain_env(tmp_path: Path) -> dict[str, str]:
+    from specsuite.fetch import fetch_models
+
+    models = tmp_path / "models"
+    fetch_models(methods=[SYNTH], model_dir=models, tty=False)
+    return {
+        **os.environ,
+        "SPEC_MODEL_DIR": str(models),
+        "SPEC_CACHE_DIR": str(tmp_path / "cache"),
+        "SPEC_HISTORY": str(tmp_path / "history.sqlite"),
+        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
+    }
+
+
+def _run_tier(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specsuite", "run-tier", *args],
+        cwd=paths.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    exe.chmod(0o755)
-    return exe
 
 
 @pytest.mark.parametrize(
-    ("strict", "word", "status"), [("", "1 skipped", "skipped"), ("1", "1 failed", "failed")]
+    ("flag", "code", "status"), [((), 1, "failed"), (("--allow-missing",), 1, "skipped")]
 )
-def test_method_missing_from_binary_skips_or_fails_strict(tmp_path, strict, word, status) -> None:
-    exe = _fake_binary(tmp_path, "draft-dspark")
-    env = {
-        **os.environ,
-        "SPEC_METHODS": "dspark",
-        "LLAMA_SERVER_BIN_PATH": str(exe),
-        "SPEC_STRICT": strict,
-        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
-        "SPEC_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/spec", "-rA", "-p", "no:cacheprovider"],
-        cwd=paths.REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_lost_method_fails_by_default_and_all_skipped_is_not_green(
+    tmp_path, chain_env, flag, code, status
+) -> None:
+    exe = fake_llama(tmp_path / "bin", drop_types=["draft-simple"])
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH, *flag)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert (doc["cases"][SYNTH]["status"], doc["cases"][SYNTH]["reason"]) == (
+        status,
+        "binary_no_draft-simple",
     )
-    assert word in proc.stdout and "binary_no_dspark" in proc.stdout, proc.stdout
-    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]["dspark"]
-    assert (rec["status"], rec["reason"]) == (status, "binary_no_dspark")
-    assert (tmp_path / "r" / "summary.md").read_text().count("binary_no_dspark") == 1
+    summary = (tmp_path / "r" / "summary.md").read_text().splitlines()
+    assert "FAILED" in summary[0]
+    if flag:
+        assert "no selected case ran" in summary[0] and "STRICT OFF" in "\n".join(summary[:6])
 
 
-def test_missing_model_points_at_fetch_models(tmp_path) -> None:
-    exe = _fake_binary(tmp_path, "no-such-type")  # every method present; no server is ever started
-    env = {
-        **os.environ,
-        "SPEC_METHODS": "ngram-mod",
-        "LLAMA_SERVER_BIN_PATH": str(exe),
-        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
-        "SPEC_CACHE_DIR": str(tmp_path / "cache"),
-        "SPEC_MODEL_DIR": str(tmp_path / "empty"),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/spec", "-p", "no:cacheprovider"],
+def test_not_a_llama_server_fails_with_one_line(tmp_path, chain_env) -> None:
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\necho 'usage: --help'\n")
+    exe.chmod(0o755)
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {exe}: not a llama-server with speculative decoding: its --help lists no --spec-type option"
+        ". "
+        "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
+    ]
+
+
+def _pids_of(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_run_tier_records_the_interrupted_case_and_leaves_nothing_running(
+    tmp_path, chain_env, sig
+) -> None:
+    exe = fake_llama(tmp_path / "bin", request_sleep_s=60.0)  # the case hangs in its first request
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specsuite", "run-tier", SYNTH],
         cwd=paths.REPO_ROOT,
-        env=env,
-        capture_output=True,
+        env={**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=120,
     )
-    assert proc.returncode == 1 and "invoke fetch-models --tier smoke" in proc.stdout, proc.stdout
-    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]["ngram-mod"]
-    assert (rec["status"], rec["command"]) == ("error", None)
+    results = tmp_path / "r" / "results.json"
+    for _ in range(300):  # until the speculative server serves its first (hanging) request
+        if results.exists() and _pids_of(f"{exe}.*--spec-type"):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    rec = json.loads(results.read_text())["cases"][SYNTH]
+    assert (rec["status"], rec["reason"]) == ("interrupted", "interrupted"), out
+    assert "FAILED" in (tmp_path / "r" / "summary.md").read_text().splitlines()[0]
+    for _ in range(50):
+        if not _pids_of(str(exe)):
+            break
+        time.sleep(0.1)
+    assert _pids_of(str(exe)) == []  # neither the baseline nor the speculative server outlived the run

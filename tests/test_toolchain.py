@@ -15,7 +15,7 @@ import pytest
 
 from specsuite import toolchain
 from specsuite.errors import UserError
-from specsuite.source import sha256_file
+from specsuite.filehash import sha256_file
 
 
 def script(path: Path, body: str) -> Path:
@@ -224,8 +224,13 @@ def test_cublas_wheel_download_failure(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     nvcc = toolchain.Nvcc("nvcc", (13, 0), tmp_path, "PATH")
-    with pytest.raises(UserError, match=r"pip could not download nvidia-cublas==13\.\*"):
+    with pytest.raises(UserError) as exc:
         toolchain.cublas_from_wheel(nvcc, tmp_path / "cache")
+    assert str(exc.value).startswith("pip could not download nvidia-cublas==13.* (exit 1):\n  ")
+    assert str(exc.value).endswith(
+        "check access to PyPI (or PIP_INDEX_URL), or install cuBLAS with the CUDA toolkit"
+    )
+    assert not list((tmp_path / "cache" / "cuda" / "cublas-wheel").glob(".dl-*"))  # no temp folder left
 
 
 # --- CUDA architectures ---------------------------------------------------------------------------------
@@ -259,3 +264,21 @@ def test_arch_default_without_nvidia_smi_drops_what_old_nvcc_lacks(tmp_path: Pat
     mid = toolchain.Nvcc("nvcc", (12, 8), tmp_path, "PATH")
     assert toolchain.cuda_architectures(env, old) == ("80;86;89;90", "default")
     assert toolchain.cuda_architectures(env, mid) == ("80;86;89;90;120", "default")
+
+
+def test_tools_run_without_the_hub_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "env.txt"
+    cmake = script(tmp_path / "bin" / "cmake", f'env > {record}; echo "cmake version 3.28.1"')
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret2")
+    assert toolchain.tool_version(str(cmake)) == (3, 28, 1)
+    assert "PATH=" in record.read_text() and "hf_secret" not in record.read_text()
+    nvcc = fake_toolkit(tmp_path / "cuda")
+    nvcc.write_text(nvcc.read_text().replace("#!/bin/sh\n", f"#!/bin/sh\nenv > {record}\n", 1))
+    assert toolchain.find_nvcc({"PATH": str(nvcc.parent), "HF_TOKEN": "hf_secret"}) is not None
+    assert "hf_secret" not in record.read_text()
+
+
+def test_child_env_drops_only_the_tokens() -> None:
+    env = {"HF_TOKEN": "a", "HUGGING_FACE_HUB_TOKEN": "b", "HF_ENDPOINT": "http://x", "PATH": "/bin"}
+    assert toolchain.child_env(env) == {"HF_ENDPOINT": "http://x", "PATH": "/bin"}

@@ -1,0 +1,34 @@
+"""A llama.cpp commit's ancestry from the local git mirror, nearest first: which runs can be baselines."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+GIT_TIMEOUT_S = 60
+_COMMIT = re.compile(r"[0-9a-fA-F]{4,40}")  # hex only: never a ref name or an option git would act on
+
+
+def ancestors(mirror: Path, commit: str, limit: int = 5000) -> list[str] | None:
+    """Up to ``limit`` ancestors of ``commit`` (full shas, nearest first, ``commit`` itself excluded).
+
+    ``git rev-list --topo-order``: every commit comes before its parents, so the first ancestor that has a
+    recorded run is the nearest one. None when the mirror is missing, is not a git repository, lacks the
+    commit, or git fails; the caller then falls back to time order.
+    """
+    mirror = Path(mirror)
+    if not mirror.is_dir() or not _COMMIT.fullmatch(commit) or limit < 0:
+        return None
+    # GIT_CEILING_DIRECTORIES: a folder that is not a repository must not resolve to one above it
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(mirror.resolve().parent), "LC_ALL": "C"}
+    cmd = ["git", "-C", str(mirror), "rev-list", "--topo-order", f"--max-count={limit + 1}", commit, "--"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    shas = out.stdout.split()
+    if not shas or not shas[0].startswith(commit.lower()):
+        return None  # rev-list always lists the commit itself first
+    return shas[1:]

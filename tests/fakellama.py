@@ -1,0 +1,131 @@
+"""A fake ``llama-server`` that really serves HTTP, for runner tests of what a real build cannot do.
+
+It answers the probe from a recorded ``--help`` (tests/data/help/), and when started as a server it listens
+on ``--port``, answers /health, /completion, /metrics and /v1/chat/completions with scripted numbers: a
+binary that lost a counter, reports zero usage, diverges from its baseline, is slower than plain decoding,
+or dies mid-request. Its behaviour is a JSON file written next to it. It stands in for builds of other
+llama.cpp commits, which cannot be compiled in test time; the real pinned build is tested alongside it.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP_DIR = Path(__file__).resolve().parent / "data" / "help"
+
+DEFAULT: dict[str, Any] = {
+    "version": "version: 9999 (build 1, commit abc1234)",
+    "drop_types": [],  # spec types removed from the recorded --help
+    "drop_options": [],  # options removed from the recorded --help
+    "devices": "Available devices:\n",  # what --list-devices prints: no GPU
+    # per /completion request of a speculative server: (drafted, accepted, drafts, per-position counts)
+    "drafted": 12,
+    "accepted": 9,
+    "drafts": 4,
+    "per_pos": [4, 3, 2],  # null: the binary exports no per-position block
+    "spec_ms_per_token": 10.0,  # decode speed of a speculative server
+    "base_ms_per_token": 20.0,  # ... and of one without speculation
+    "diverge": False,  # speculative tokens differ from the baseline's
+    "usage": "ok",  # ok | zero | missing
+    "die_after_requests": None,  # a speculative server exits after this many /completion requests
+    "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
+}
+
+SCRIPT = r"""#!__PYTHON__
+import json, os, sys, time, signal
+from http.server import BaseHTTPRequestHandler, HTTPServer
+CONFIG = json.loads(open(__CONFIG__).read())
+HELP = open(__HELP__).read()
+args = sys.argv[1:]
+if args[:1] == ["--help"]:
+    for t in CONFIG["drop_types"]:
+        HELP = HELP.replace("," + t, "")
+    lines = [l for l in HELP.splitlines() if not any(l.startswith(o) for o in CONFIG["drop_options"])]
+    print("\n".join(lines)); sys.exit(0)
+if args[:1] == ["--version"]:
+    print(CONFIG["version"], file=sys.stderr); sys.exit(0)
+if args[:1] == ["--list-devices"]:
+    print(CONFIG["devices"]); sys.exit(0)
+spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
+port = int(args[args.index("--port") + 1])
+state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
+print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def _send(self, code, body, ctype="application/json"):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Process-Start-Time-Unix", str(START))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/health":
+            return self._send(200, {"status": "ok"})
+        if self.path == "/metrics":
+            lines = ["# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
+                     "llamacpp:spec_decode_num_draft_tokens_total %d" % state["drafted"],
+                     "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
+                     "llamacpp:spec_decode_num_accepted_tokens_total %d" % state["accepted"],
+                     "# TYPE llamacpp:spec_decode_num_drafts_total counter",
+                     "llamacpp:spec_decode_num_drafts_total %d" % state["drafts"]]
+            if CONFIG["per_pos"] is not None and state["drafts"]:
+                lines.append("# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter")
+                name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+                for i, c in enumerate(state["pos"]):
+                    lines.append('%s{position="%d"} %d' % (name, i, c))
+            return self._send(200, "\n".join(lines) + "\n", "text/plain; version=0.0.4")
+        self._send(404, {"error": "not found"})
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        n = int(body.get("n_predict") or body.get("max_tokens") or 16)
+        text = body.get("prompt") or json.dumps(body.get("messages"))
+        tokens = [(sum(map(ord, text)) + i) % 251 for i in range(n)]
+        if spec and CONFIG["diverge"]:
+            tokens[n // 2] = (tokens[n // 2] + 1) % 251
+        ms = n * (CONFIG["spec_ms_per_token"] if spec else CONFIG["base_ms_per_token"])
+        timings = {"predicted_n": n, "predicted_ms": ms}
+        if self.path == "/completion":
+            state["requests"] += 1
+            if spec and CONFIG["die_after_requests"] and state["requests"] > CONFIG["die_after_requests"]:
+                print("GGML_ASSERT(fake) failed", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGABRT)
+            if spec:
+                time.sleep(CONFIG["request_sleep_s"])
+                for k in ("drafted", "accepted", "drafts"):
+                    state[k] += CONFIG[k]
+                for i, c in enumerate(CONFIG["per_pos"] or []):
+                    state["pos"][i] += c
+            return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
+        if self.path == "/v1/chat/completions":
+            answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
+            if CONFIG["usage"] == "ok":
+                answer["usage"] = {"completion_tokens": n, "prompt_tokens": 3, "total_tokens": n + 3}
+            elif CONFIG["usage"] == "zero":
+                answer["usage"] = {"completion_tokens": 0, "prompt_tokens": 0, "total_tokens": 0}
+            return self._send(200, answer)
+        self._send(404, {"error": "not found"})
+
+START = int(time.time())
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def fake_llama(folder: Path, variant: str = "current", **config: Any) -> Path:
+    """Write the fake into ``folder`` (a fresh one per behaviour: the probe caches per binary)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = folder / "fake-config.json"
+    cfg.write_text(json.dumps({**DEFAULT, **config}))
+    exe = folder / "llama-server"
+    text = SCRIPT.replace("__PYTHON__", sys.executable).replace("__CONFIG__", repr(str(cfg)))
+    exe.write_text(text.replace("__HELP__", repr(str(HELP_DIR / f"{variant}.txt"))))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe

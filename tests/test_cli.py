@@ -1,0 +1,102 @@
+"""The one front door (``specsuite`` / ``python -m specsuite``) and the invoke tasks that call it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specsuite import cli, paths
+
+BIN = Path(sys.executable).parent
+
+
+def _run(*argv: str, tool: str = "specsuite", **kw) -> subprocess.CompletedProcess[str]:
+    exe = BIN / tool
+    if not exe.exists():
+        pytest.skip(f"{tool} is not installed next to {sys.executable} (pip install -e .)")
+    return subprocess.run(
+        [str(exe), *argv], cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120, **kw
+    )
+
+
+def test_help_lists_every_command() -> None:
+    proc = _run("--help")
+    assert proc.returncode == 0
+    for name in cli.COMMANDS:
+        assert name in proc.stdout, name
+    module = subprocess.run([sys.executable, "-m", "specsuite", "--help"], capture_output=True, text=True)
+    assert module.returncode == 0 and module.stdout == proc.stdout
+
+
+def test_unknown_command_and_no_command_are_usage_errors() -> None:
+    bad = _run("weekly")
+    assert bad.returncode == 2 and "invalid choice: 'weekly'" in bad.stderr
+    assert _run().returncode == 2
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_every_command_has_its_own_help(command: str) -> None:
+    assert cli.main([command, "--help"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["fetch-models", "--jobs", "abc"], "'abc' is not a whole number"),
+        (["fetch-models", "--jobs", "0"], "0 must be >= 1"),
+        (["history", "--last", "-3"], "-3 must be >= 1"),
+        (["compare", "a", "b", "--rtol", "nan"], "must be between 0 and 1"),
+        (["run-tier", "smoke", "--repeat", "0"], "0 must be >= 1"),
+    ],
+)
+def test_numeric_options_are_checked(argv: list[str], needle: str, capsys) -> None:
+    assert cli.main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_compare_on_junk_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_bytes(b"\xff\xfe junk")
+    proc = _run("compare", str(tmp_path), str(tmp_path))
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    )
+
+
+def test_invoke_tasks_use_the_same_checks() -> None:
+    listed = _run("--list", tool="invoke")
+    for task in ("fetch-models", "lock-models", "verify-models", "probe", "compare", "history", "resolve"):
+        assert task in listed.stdout, listed.stdout
+    bad = _run("fetch-models", "--jobs", "abc", tool="invoke")
+    assert (
+        bad.returncode == 2 and "'abc' is not a whole number" in bad.stderr and "Traceback" not in bad.stderr
+    )
+
+
+def test_ctrl_c_under_invoke_says_so(tmp_path: Path) -> None:
+    hang = tmp_path / "llama-server"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")  # a probe that never answers
+    hang.chmod(0o755)
+    exe = BIN / "invoke"
+    if not exe.exists():
+        pytest.skip("invoke is not installed")
+    env = {**os.environ, "SPEC_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([str(exe), "probe", "--binary", str(hang)], cwd=paths.REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_history_json_on_an_empty_database(tmp_path: Path) -> None:
+    proc = _run("history", "--json", env={**os.environ, "SPEC_HISTORY": str(tmp_path / "h.sqlite")})
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == [] and "no runs recorded yet" in proc.stderr

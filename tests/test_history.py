@@ -1,0 +1,521 @@
+"""The run history on real SQLite files: recording, refusals, broken databases, migrations, concurrent
+writers in real processes, reading, and the baseline lookup."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import platform
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specsuite import history
+from specsuite.errors import UserError
+from specsuite.history import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
+
+REAL = Path(__file__).parent / "data" / "results" / "smoke-real-1" / "results.json"
+H200 = {"name": "NVIDIA H200", "class": "nvidia-h200", "driver": "580.82.07", "cuda": "13.0"}
+CASES_SHA = "c" * 64
+
+
+def case(
+    accept_rate: float | None = 0.63, status: str = "passed", reason: str | None = None, **kw: Any
+) -> dict:
+    return {
+        "name": kw.pop("name", "mtp"),
+        "tier": "compact",
+        "status": status,
+        "reason": reason,
+        "message": None,
+        "spec_type": "draft-mtp",
+        "n_max": 3,
+        "target": "Qwen3.5-4B-MTP-Q4_K_M.gguf",
+        "draft": None,
+        "drafted": 300,
+        "accepted": 189,
+        "drafts": 100,
+        "accept_rate": accept_rate,
+        "accept_len": 2.89,
+        "per_position": [80, 60, 49],
+        "per_position_rate": [0.8, 0.6, 0.49],
+        "pos0_rate": 0.8,
+        "decode_tps": 150.0,
+        "baseline_decode_tps": 90.0,
+        "speedup": 1.667,
+        "speed": {
+            "repeat": 3,
+            "spec_tps": [150.0, 151.0, 149.0],
+            "base_tps": [90.0, 90.5, 89.5],
+            "speedups": [1.667, 1.669, 1.665],
+            "speedup_median": 1.667,
+            "speedup_spread": 0.004,
+        },
+        "identical_fraction": 1.0,
+        "wall_s": 12.5,
+        "warnings": [],
+        **kw,
+    }
+
+
+def doc(
+    commit: str | None,
+    started: str = "2026-12-01T10:00:00+00:00",
+    *,
+    cases: dict[str, dict] | None = None,
+    device: dict | None = None,
+    backend: str = "cuda",
+    cases_sha256: str = CASES_SHA,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """A schema-2 results.json document, as a run writes it."""
+    return {
+        "schema": 2,
+        "run_id": run_id or f"{started[:19].replace('-', '').replace(':', '')}Z-compact-{commit}",
+        "tier": "compact",
+        "selector": "compact",
+        "started": started,
+        "finished": started,
+        "wall_s": 600.0,
+        "harness": {"commit": "1" * 40, "version": "0.1.0"},
+        "cases_sha256": cases_sha256,
+        "binary": {
+            "path": "/b/llama-server",
+            "sha256": "b" * 64,
+            "commit": commit,
+            "backend": backend,
+            "version_text": "v",
+            "source": {"kind": "ref", "mirror": None},
+        },
+        "device": device or H200,
+        "host": "runner-1",
+        "options": {"strict": False, "repeat": 3, "rtol": 0.05, "history": True},
+        "models": {"Qwen3.5-4B-MTP-Q4_K_M.gguf": {"sha256": "d" * 64, "size": 2_500_000_000}},
+        "cases": cases if cases is not None else {"mtp": case()},
+    }
+
+
+def rows(path: Path, sql: str, *args: Any) -> list[tuple]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def warned(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: history not recorded: ") and line.endswith(f" ({path})")
+    return line
+
+
+# --- recording -------------------------------------------------------------------------------------------
+
+
+def test_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SPEC_HISTORY", raising=False)
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    assert history.default_path() == tmp_path / "cache" / "history.sqlite"
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
+    assert history.default_path() == tmp_path / "h.sqlite"
+
+
+def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    run = json.loads(REAL.read_text())
+    assert record_run(run, db) == 1
+    [r] = runs(db)
+    assert (r["run_id"], r["llama_commit"], r["backend"]) == (run["run_id"], run["binary"]["commit"], "cpu")
+    assert (r["device_name"], r["device_class"]) == ("cpu", f"cpu-{platform.machine()}")  # no 'device' in v1
+    assert r["models"] == run["models"] and r["started"] == run["started"] and r["cases_sha256"] is None
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        got = {r["name"]: dict(r) for r in conn.execute("SELECT * FROM cases")}
+    assert set(got) == set(run["cases"])
+    for name, c in run["cases"].items():
+        row = got[name]
+        assert json.loads(row["record"]) == c
+        assert row["pos0_rate"] == c["per_position_rate"][0]  # schema 1 has no pos0_rate
+        assert json.loads(row["per_position_rate"]) == c["per_position_rate"]
+        assert row["measured"] == (c["status"] == "passed")
+        for key in ("status", "reason", "message", "spec_type", "n_max", "target", "draft", "drafted"):
+            assert row[key] == c[key], key
+        for key in ("accepted", "drafts", "accept_rate", "accept_len", "decode_tps", "baseline_decode_tps"):
+            assert row[key] == c[key], key
+        for key in ("speedup", "identical_fraction", "wall_s"):
+            assert row[key] == c[key], key
+
+
+def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    d = doc("ABCDEF0123456", cases={"mtp": case(accept_len=math.nan), "eagle3": case(pos0_rate=None)})
+    record_run(d, db)
+    [r] = runs(db)
+    assert r["llama_commit"] == "abcdef0123456"  # lower-cased, as ancestry prints it
+    assert (r["device_name"], r["device_class"], r["driver"], r["cuda"]) == tuple(H200.values())
+    assert (r["harness_commit"], r["harness_version"], r["cases_sha256"]) == ("1" * 40, "0.1.0", CASES_SHA)
+    assert r["options"] == d["options"] and r["source_kind"] == "ref" and r["results_schema"] == 2
+    cols = "speedups, spec_tps, speedup_median, speed_repeat, accept_len, record"
+    [(speedups, spec_tps, median, repeat, length, record)] = rows(
+        db, f"SELECT {cols} FROM cases WHERE name='mtp'"
+    )
+    assert json.loads(speedups) == d["cases"]["mtp"]["speed"]["speedups"]
+    assert json.loads(spec_tps) == d["cases"]["mtp"]["speed"]["spec_tps"]
+    assert (median, repeat, length) == (1.667, 3, None)  # NaN is stored as null
+    assert json.loads(record)["accept_len"] is None and "NaN" not in record  # strict JSON
+    [(pos0,)] = rows(db, "SELECT pos0_rate FROM cases WHERE name='eagle3'")
+    assert pos0 == 0.8  # per_position_rate[0] when pos0_rate is null
+
+
+def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc("abcdef0"), db)
+    record_run(doc("abcdef0", cases={"mtp": case(0.7)}), db)
+    assert rows(db, "SELECT count(*) FROM runs") == [(1,)]
+    assert rows(db, "SELECT accept_rate FROM cases") == [(0.7,)]
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (doc(None), "binary.commit is null"),
+        (doc("unknown"), "binary.commit 'unknown' is not a git commit"),
+        (doc("abc"), "binary.commit 'abc' is not a git commit"),
+        ({**doc("abcdef0"), "cases": None}, "no 'cases' table"),
+        ({**doc("abcdef0"), "binary": None}, "binary.commit is null"),
+        ([1, 2], "expected a results document"),
+    ],
+)
+def test_refused_documents_warn_and_write_nothing(
+    bad: Any, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    assert record_run(bad, db) is None
+    assert why in warned(capsys, db)
+    assert not db.exists()
+
+
+def test_a_corrupt_database_warns_and_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    junk = b"this is not sqlite\n" * 400
+    db.write_bytes(junk)
+    assert record_run(doc("abcdef0"), db) is None
+    assert "file is not a database" in warned(capsys, db)
+    assert db.read_bytes() == junk
+
+
+def test_an_unopenable_database_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "h.sqlite"
+    folder.mkdir()  # a folder where the file should be
+    assert record_run(doc("abcdef0"), folder) is None
+    assert "unable to open database file" in warned(capsys, folder)
+    (tmp_path / "file").write_text("x")
+    below_a_file = tmp_path / "file" / "h.sqlite"
+    assert record_run(doc("abcdef0"), below_a_file) is None
+    warned(capsys, below_a_file)
+
+
+HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()  # hold the lock until the test closes our stdin
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_database_locked_by_another_process_warns_then_recovers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc("abcdef0"), db)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert record_run(doc("1234567"), db, timeout_s=0.3) is None
+        assert "database is locked" in warned(capsys, db)
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+    assert record_run(doc("1234567"), db, timeout_s=0.3) == 2
+    assert rows(db, "SELECT llama_commit FROM runs ORDER BY id") == [("abcdef0",), ("1234567",)]
+
+
+HOLD_NEW_FILE = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")  # another run, first to create the history file, still writing it
+print("locked", flush=True)
+time.sleep(0.5)
+conn.execute("COMMIT")
+"""
+
+
+def test_a_new_file_held_by_another_writer_is_waited_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SQLite answers a journal-mode change "database is locked" at once, without its busy timeout:
+    # record_run must wait for the other writer itself, not drop this run
+    db = tmp_path / "h.sqlite"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_NEW_FILE, str(db)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert record_run(doc("abcdef0"), db, timeout_s=30) == 1
+    finally:
+        holder.communicate()
+    assert capsys.readouterr().err == "" and rows(db, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_a_failure_inside_the_transaction_leaves_nothing_half_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    connect(db).close()
+    with sqlite3.connect(db) as conn:  # a real SQLite failure on the second case's insert
+        conn.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON cases WHEN NEW.name = 'dflash' "
+            "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+        )
+    two = doc("abcdef0", cases={"mtp": case(), "dflash": case()})
+    assert record_run(two, db) is None
+    assert "disk says no" in warned(capsys, db)
+    assert rows(db, "SELECT count(*) FROM runs") == [(0,)] and rows(db, "SELECT count(*) FROM cases") == [
+        (0,)
+    ]
+
+
+def test_a_newer_database_is_not_touched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "h.sqlite"
+    connect(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    assert record_run(doc("abcdef0"), db) is None
+    assert f"schema v{len(MIGRATIONS) + 1} is newer" in warned(capsys, db)
+    with pytest.raises(UserError, match="upgrade specsuite"):
+        runs(db)
+
+
+WRITER = """
+import json, os, sys, time
+from pathlib import Path
+from specsuite.history import record_run
+db, doc = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+ready, go = Path(sys.argv[3]), Path(sys.argv[4])
+ready.touch()
+while not go.exists():
+    time.sleep(0.0005)
+print(record_run(doc, db))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fresh", [True, False], ids=["new-file", "existing-file"])
+def test_two_processes_recording_at_the_same_moment_both_land(tmp_path: Path, fresh: bool) -> None:
+    for attempt in range(6):
+        db = tmp_path / f"h{attempt}.sqlite"
+        if not fresh:
+            record_run(doc("0000000", "2026-11-01T00:00:00+00:00"), db)
+        go, procs = tmp_path / f"go{attempt}", []
+        for i, commit in enumerate(["aaaaaaa", "bbbbbbb"]):
+            big = {f"case{k}": case(name=f"case{k}") for k in range(40)}  # a transaction worth waiting for
+            src = tmp_path / f"doc{attempt}-{i}.json"
+            src.write_text(json.dumps(doc(commit, f"2026-12-01T10:00:0{i}+00:00", cases=big)))
+            ready = tmp_path / f"ready{attempt}-{i}"
+            args = [sys.executable, "-c", WRITER, str(db), str(src), str(ready), str(go)]
+            procs.append(
+                (subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), ready)
+            )
+        deadline = time.monotonic() + 60
+        while not all(r.exists() for _, r in procs) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        go.touch()  # both writers are spinning on this file: they call record_run together
+        outs = [p.communicate(timeout=60) for p, _ in procs]
+        assert [err for _, err in outs] == ["", ""]
+        assert all(out.strip().isdigit() for out, _ in outs), outs
+        commits = {c for (c,) in rows(db, "SELECT llama_commit FROM runs")}
+        assert {"aaaaaaa", "bbbbbbb"} <= commits
+        assert rows(
+            db, "SELECT count(*) FROM cases c JOIN runs r ON r.id = c.run WHERE r.llama_commit != '0000000'"
+        ) == [(80,)]
+
+
+# --- migrations ------------------------------------------------------------------------------------------
+
+
+def test_an_empty_v0_database_is_migrated_to_the_current_schema(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    sqlite3.connect(db).close()  # an existing, empty file: user_version 0
+    assert rows(db, "PRAGMA user_version") == [(0,)]
+    assert record_run(doc("abcdef0"), db) == 1
+    assert rows(db, "PRAGMA user_version") == [(len(MIGRATIONS),)]
+    assert rows(db, "PRAGMA journal_mode") == [("wal",)]
+
+
+def _v1_database_with_a_run(db: Path) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    migrate(conn, MIGRATIONS[:1])
+    with history.transaction(conn):
+        history.insert_run(conn, doc("abcdef0"))
+    conn.close()
+
+
+def test_an_older_database_is_migrated_in_order_keeping_its_runs(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    _v1_database_with_a_run(db)
+    # the next schema version, as a future migration would write it: a column and its backfill
+    v2 = (
+        "ALTER TABLE runs ADD COLUMN commit_short TEXT",
+        "UPDATE runs SET commit_short = substr(llama_commit, 1, 7)",
+    )
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate(conn, [*MIGRATIONS, v2]) == len(MIGRATIONS) + 1
+    conn.close()
+    assert rows(db, "PRAGMA user_version") == [(len(MIGRATIONS) + 1,)]
+    assert rows(db, "SELECT llama_commit, commit_short FROM runs") == [("abcdef0", "abcdef0")]
+    assert rows(db, "SELECT name FROM cases") == [("mtp",)]
+
+
+def test_a_failing_migration_rolls_back_every_step(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    _v1_database_with_a_run(db)
+    v2 = ("CREATE TABLE notes (run INTEGER)",)
+    v3 = ("ALTER TABLE no_such_table ADD COLUMN x TEXT",)
+    conn = sqlite3.connect(db, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        migrate(conn, [*MIGRATIONS, v2, v3])
+    conn.close()
+    assert rows(db, "PRAGMA user_version") == [(1,)]
+    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'notes'") == []  # v2 undone with v3
+    assert rows(db, "SELECT count(*) FROM runs") == [(1,)]
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def three_runs(tmp_path: Path) -> Path:
+    db = tmp_path / "h.sqlite"
+    cpu = {"name": "cpu", "class": "cpu-x86_64", "driver": None, "cuda": None}
+    record_run(doc("aaaaaaa", "2026-12-01T10:00:00+00:00"), db)
+    record_run(doc("bbbbbbb", "2026-12-02T10:00:00+00:00", device=cpu, backend="cpu"), db)
+    record_run(doc("ccccccc", "2026-12-03T10:00:00+00:00", cases={"dflash": case(name="dflash")}), db)
+    return db
+
+
+def test_runs_oldest_first_with_filters(three_runs: Path) -> None:
+    commits = lambda **kw: [r["llama_commit"] for r in runs(three_runs, **kw)]  # noqa: E731
+    assert commits() == ["aaaaaaa", "bbbbbbb", "ccccccc"]
+    assert commits(last=2) == ["bbbbbbb", "ccccccc"]
+    assert commits(case="mtp") == ["aaaaaaa", "bbbbbbb"]
+    assert commits(case="mtp", last=1) == ["bbbbbbb"]
+    assert commits(device="NVIDIA H200") == commits(device="nvidia-h200") == ["aaaaaaa", "ccccccc"]
+    assert commits(device="cpu-x86_64", case="dflash") == []
+
+
+def test_case_rows_over_commits(three_runs: Path) -> None:
+    got = history.case_rows(three_runs, case="mtp")
+    assert [(r["commit"], r["device"], r["case"], r["accept_rate"], r["speedup"]) for r in got] == [
+        ("aaaaaaa", "NVIDIA H200", "mtp", 0.63, 1.667),
+        ("bbbbbbb", "cpu", "mtp", 0.63, 1.667),
+    ]
+    assert [r["case"] for r in history.case_rows(three_runs, last=2)] == ["dflash", "mtp"]
+    devices = sorted(["NVIDIA H200", "nvidia-h200", "cpu", "cpu-x86_64"])
+    assert history.names(three_runs) == (["dflash", "mtp"], devices)
+
+
+def test_reading_never_creates_the_file(tmp_path: Path) -> None:
+    absent = tmp_path / "none" / "h.sqlite"
+    assert runs(absent) == [] and history.case_rows(absent) == [] and history.names(absent) == ([], [])
+    assert base(absent, A) is None
+    assert not absent.parent.exists()
+
+
+def test_reading_a_corrupt_database_is_a_user_error(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"\0garbage" * 100)
+    with pytest.raises(UserError, match=f"history {db}: cannot read it .*move it aside"):
+        runs(db)
+
+
+# --- the baseline ----------------------------------------------------------------------------------------
+
+
+def base(db: Path, commit: str, ancestors: list[str] | None = None, **kw: Any) -> history.Baseline | None:
+    args: dict[str, Any] = {
+        "case": "mtp",
+        "device_class": "nvidia-h200",
+        "backend": "cuda",
+        "cases_sha256": CASES_SHA,
+        **kw,
+    }
+    return find_baseline(db, commit=commit, ancestors=ancestors, **args)
+
+
+A, B, C, X = ("a" * 40, "b" * 40, "c" * 40, "e" * 40)  # X: a commit on another branch
+
+
+@pytest.fixture
+def lineage(tmp_path: Path) -> Path:
+    db = tmp_path / "h.sqlite"
+    record_run(doc(A[:7], "2026-12-01T10:00:00+00:00", cases={"mtp": case(0.61)}), db)  # short sha recorded
+    record_run(doc(B, "2026-12-02T10:00:00+00:00", cases={"mtp": case(0.62)}), db)
+    record_run(doc(B, "2026-12-02T12:00:00+00:00", cases={"mtp": case(0.625)}), db)  # a rerun of B
+    record_run(doc(X, "2026-12-03T10:00:00+00:00", cases={"mtp": case(0.70)}), db)
+    return db
+
+
+def test_without_ancestry_the_latest_other_commit_by_time(lineage: Path) -> None:
+    found = base(lineage, C)
+    assert found is not None and (found.commit, found.record["accept_rate"]) == (X, 0.70)
+    assert found.started == "2026-12-03T10:00:00+00:00" and found.run_id.endswith(X)
+    # a commit is never its own baseline, whether spelled short or full
+    assert base(lineage, X).commit == B  # type: ignore[union-attr]
+    assert base(lineage, X[:9]).commit == B  # type: ignore[union-attr]
+
+
+def test_with_ancestry_the_nearest_ancestor_with_a_run(lineage: Path) -> None:
+    found = base(lineage, C, [B, A])
+    assert found is not None and found.commit == B and found.record["accept_rate"] == 0.625  # B's latest run
+    found = base(lineage, B, [A])
+    assert found is not None and found.commit == A[:7]  # recorded short, matched by prefix
+    assert base(lineage, C, ["f" * 40, A]).commit == A[:7]  # type: ignore[union-attr]  # skips unrun ancestors
+    assert base(lineage, A, []) is None  # a root: X ran later but is no ancestor
+
+
+def test_only_the_same_setup_and_measured_cases_qualify(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc(A, "2026-12-01T10:00:00+00:00"), db)  # the one good candidate
+    later = [
+        doc(B, "2026-12-02T10:00:00+00:00", backend="vulkan"),
+        doc(B, "2026-12-02T11:00:00+00:00", device={"name": "NVIDIA H100", "class": "nvidia-h100"}),
+        doc(B, "2026-12-02T12:00:00+00:00", cases_sha256="f" * 64),
+        doc(B, "2026-12-02T13:00:00+00:00", cases={"mtp": case(None, "skipped", "binary_no_mtp")}),
+        doc(B, "2026-12-02T14:00:00+00:00", cases={"mtp": case(0.1, "failed", "diverged")}),
+        doc(B, "2026-12-02T15:00:00+00:00", cases={"mtp": case(0.1, "error", "crashed")}),
+        doc(B, "2026-12-02T16:00:00+00:00", cases={"dflash": case(name="dflash")}),
+    ]
+    for d in later:
+        record_run(d, db)
+    assert base(db, C).commit == A  # type: ignore[union-attr]
+    record_run(doc(B, "2026-12-02T17:00:00+00:00", cases={"mtp": case(0.5, "failed", "floor")}), db)
+    found = base(db, C)
+    assert found is not None and found.commit == B and found.record["reason"] == "floor"
+    assert base(db, C, case="eagle3") is None
+
+
+def test_baseline_record_round_trips(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    d = doc(A)
+    record_run(copy.deepcopy(d), db)
+    found = base(db, B)
+    assert found is not None and found.record == d["cases"]["mtp"]

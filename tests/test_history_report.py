@@ -1,0 +1,130 @@
+"""``history``: tables per case over commits, JSON, the trend plot, and its messages, on real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from specsuite import history
+from specsuite.errors import UserError
+from specsuite.history import record_run
+from specsuite.history_report import history_command
+
+REAL = Path(__file__).parent / "data" / "results"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """The two real smoke runs, the second as if built from a later llama.cpp commit."""
+    path = tmp_path / "h.sqlite"
+    one = json.loads((REAL / "smoke-real-1" / "results.json").read_text())
+    two = json.loads((REAL / "smoke-real-2" / "results.json").read_text())
+    two["binary"]["commit"] = "1234567890abcdef"
+    two["cases"]["ngram-mod"]["accept_rate"] = 0.8
+    assert record_run(one, path) and record_run(two, path)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], **kw) -> tuple[int, str]:
+    args = {"path": None, "case": None, "device": None, "last": None, "plot": None, "as_json": False, **kw}
+    code = history_command(**args)
+    return code, capsys.readouterr().out
+
+
+def test_one_table_per_case_over_commits(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, path=db)
+    assert code == 0
+    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in out.strip().split("\n\n")}
+    cases = json.loads((REAL / "smoke-real-1" / "results.json").read_text())["cases"]
+    assert set(blocks) == set(cases)
+    header, _, first, second = blocks["ngram-mod"]
+    assert header.split("  ")[0] == "commit" and "accept rate" in header and header.endswith("speedup")
+    rec = cases["ngram-mod"]
+    assert first.split()[:6] == ["0c1e570", "2026-11-30", "05:05", "cpu", "cpu", "passed"]
+    assert first.split()[6:] == [
+        f"{rec['accept_rate']:.4f}",
+        f"{rec['accept_len']:.4f}",
+        "1.0000",
+        f"{rec['speedup']:.3f}",
+    ]
+    assert second.split()[0] == "1234567" and second.split()[6] == "0.8000"  # the later commit below
+    zero = blocks["synth-zero"][2]
+    assert "failed (diverged)" in zero  # run 1's synth-zero, with its reason
+
+
+def test_filters_and_last(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = run(capsys, path=db, case="ngram-mod", device="cpu", last=1)
+    lines = out.strip().splitlines()
+    assert lines[0] == "ngram-mod" and len(lines) == 4 and lines[3].startswith("1234567")
+
+
+def test_json_rows(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = run(capsys, path=db, case="ngram-mod", as_json=True)
+    rows = json.loads(out)
+    assert [(r["commit"][:7], r["case"], r["accept_rate"]) for r in rows] == [
+        ("0c1e570", "ngram-mod", 1.0),
+        ("1234567", "ngram-mod", 0.8),
+    ]
+    assert rows == history.case_rows(db, case="ngram-mod")
+
+
+def test_an_empty_history_is_one_line_and_creates_nothing(tmp_path: Path, capsys) -> None:
+    absent = tmp_path / "none" / "h.sqlite"
+    code, out = run(capsys, path=absent)
+    assert (
+        code == 0
+        and out == f"no runs recorded yet in {absent}: every suite run records itself there when it ends\n"
+    )
+    assert not absent.parent.exists()
+    empty = tmp_path / "empty.sqlite"
+    history.connect(empty).close()
+    code, out = run(capsys, path=empty, case="mtp")
+    assert code == 0 and out.startswith("no runs recorded yet")
+
+
+def test_unknown_filters_say_what_exists(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(
+        UserError, match=r"no case 'mtp' in the history; it has: draft-simple, ngram-mod, ngram-simple"
+    ):
+        run(capsys, path=db, case="mtp")
+    with pytest.raises(UserError, match=r"no device 'NVIDIA H200' in the history; it has: cpu, cpu-"):
+        run(capsys, path=db, device="NVIDIA H200")
+    with pytest.raises(UserError, match="--last 0: give a number of runs"):
+        run(capsys, path=db, last=0)
+
+
+def test_a_corrupt_history_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "h.sqlite"
+    bad.write_bytes(b"not a database at all" * 50)
+    with pytest.raises(UserError, match="cannot read it"):
+        run(capsys, path=bad)
+
+
+def test_trend_plot(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plots" / "trend.png"
+    assert history_command(path=db, case=None, device=None, last=None, plot=out, as_json=True) == 0
+    printed = capsys.readouterr()
+    assert len(json.loads(printed.out)) == 12 and printed.err == f"plot: {out}\n"  # stdout stays JSON
+    assert out.read_bytes()[:8] == PNG_MAGIC and out.stat().st_size > 10_000
+    assert [p.name for p in out.parent.iterdir()] == ["trend.png"]
+
+
+def test_plot_to_an_unwritable_place(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=r"cannot write the plot to .*give a writable \.png path"):
+        run(capsys, path=db, plot=tmp_path / "file" / "trend.png")
+
+
+def test_plot_without_matplotlib(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # matplotlib is installed here; a None entry in sys.modules makes its import fail as if it were not
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(UserError, match=r"--plot needs matplotlib, the optional `plot` extra: pip install"):
+        run(capsys, path=db, plot=tmp_path / "trend.png")
+    assert capsys.readouterr().out == ""  # the message alone, no table before it
+    assert not (tmp_path / "trend.png").exists()

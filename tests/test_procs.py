@@ -1,0 +1,118 @@
+"""Signals down the chain and children that die with their parent, with real processes and real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from specsuite import paths, procs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc")
+
+# A child that writes one line per signal it gets into a file, then lingers (for the parent to wait on).
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    out = open(sys.argv[1], "a", buffering=1)
+    def seen(s, f):
+        out.write(signal.Signals(s).name + "\\n")
+        if s == signal.SIGTERM:
+            sys.exit(0)
+    signal.signal(signal.SIGTERM, seen)
+    signal.signal(signal.SIGINT, seen)
+    out.write("ready\\n")
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "parent.py"
+    path.write_text(f"import sys\nsys.path.insert(0, {str(paths.REPO_ROOT)!r})\n" + textwrap.dedent(body))
+    return path
+
+
+def _wait_for(path: Path, text: str, seconds: float = 20.0) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}: {path.read_text() if path.exists() else '-'}")
+
+
+def test_nox_forwarder_passes_sigterm_to_the_child_and_winds_down(tmp_path) -> None:
+    (tmp_path / "child.py").write_text(CHILD)
+    log = tmp_path / "child.log"
+    parent = _script(
+        tmp_path,
+        f"""
+        import subprocess
+        from specsuite import procs
+        procs.install_forwarder()
+        child = subprocess.Popen([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "60"])
+        try:
+            child.wait()
+        except KeyboardInterrupt:
+            child.wait(timeout=30)  # what nox does: wait for the child to finish its cleanup
+            print("parent interrupted; child exit", child.returncode, flush=True)
+        """,
+    )
+    proc = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True)
+    _wait_for(log, "ready")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert "parent interrupted; child exit 0" in out
+    assert log.read_text().splitlines() == ["ready", "SIGTERM"]
+
+
+def test_run_forwarding_passes_a_burst_of_sigint_on_once(tmp_path) -> None:
+    (tmp_path / "child.py").write_text(CHILD)
+    log = tmp_path / "child.log"
+    parent = _script(
+        tmp_path,
+        f"""
+        from specsuite import procs
+        code = procs.run_forwarding([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "3"])
+        print("child exit", code, flush=True)
+        """,
+    )
+    proc = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True)
+    _wait_for(log, "ready")
+    proc.send_signal(signal.SIGINT)  # a terminal Ctrl-C reaches run-tier twice: from the tty and from nox
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "child exit 0" in out
+    assert log.read_text().splitlines() == ["ready", "SIGINT"]
+
+
+def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path) -> None:
+    (tmp_path / "child.py").write_text(CHILD)
+    log = tmp_path / "child.log"
+    parent = _script(
+        tmp_path,
+        f"""
+        from specsuite import procs
+        procs.run_forwarding([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "60"])
+        """,
+    )
+    proc = subprocess.Popen([sys.executable, str(parent)])
+    _wait_for(log, "ready")
+    proc.kill()  # no handler, no finally: only the kernel's parent-death signal can reach the child
+    proc.wait()
+    assert _wait_for(log, "SIGTERM").splitlines() == ["ready", "SIGTERM"]
+
+
+def test_children_are_read_from_proc() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in procs.children()
+        assert procs.children(os.getpid(), Path("/nonexistent")) == []
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,227 @@
+"""run_case against fake llama-server binaries that really serve HTTP (tests/fakellama.py).
+
+Each fake scripts one way a binary of another llama.cpp commit can differ: a lost method, a lost counter,
+zero usage, diverging tokens, slower than plain decoding, a crash mid-request. The models are the synthetic
+tier's real GGUF files (generated and verified into a temporary model folder).
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakellama import fake_llama
+
+from specsuite import runner, suite
+from specsuite.cases import Case, parse_case_file
+from specsuite.errors import UserError
+from specsuite.results import verdict
+
+TARGET = "synth-target-llama-fixed.gguf"
+DRAFT = "synth-draft-llama-fixed.gguf"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from specsuite.fetch import fetch_models
+
+    folder = tmp_path_factory.mktemp("models")
+    fetch_models(models=[TARGET, DRAFT, "synth-draft-dspark-fixed.gguf"], model_dir=folder, tty=False)
+    return folder
+
+
+@pytest.fixture
+def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
+    for var in ("SPEC_STRICT", "SPEC_REPEAT", "SPEC_ALLOW_CPU", "SPEC_NO_HISTORY", "SPEC_RTOL"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _case(body: str, name: str = "c") -> Case:
+    text = textwrap.dedent(f"""
+        version = 1
+        [[prompt_set]]
+        name = "p"
+        prompts = [{{ id = "a", text = "Hello world" }}, {{ id = "b", text = "1 2 3" }}]
+        [[case]]
+        name = "{name}"
+        tier = "synthetic"
+        target = "{TARGET}"
+        prompts = "p"
+        n_predict = 8
+    """) + textwrap.dedent(body)
+    return parse_case_file(text).cases[0]
+
+
+SIMPLE = f"""
+    spec_type = "draft-simple"
+    draft = "{DRAFT}"
+    n_max = 3
+    min_accept_rate = 0.5
+    min_accept_len = 2.0
+"""
+
+
+def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case, **fake: object) -> runner.Session:
+    exe = fake_llama(tmp_path / "bin", **fake)
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
+    return suite.open_session(case.name, [case], tmp_path / "results")
+
+
+@pytest.fixture
+def run(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    sessions: list[runner.Session] = []
+
+    def go(case: Case, **fake: object) -> runner.CaseRecord:
+        s = _session(env, monkeypatch, case, **fake)
+        sessions.append(s)
+        return runner.run_case(case, s)
+
+    yield go
+    for s in sessions:
+        s.close()
+
+
+def test_numbers_are_the_servers_counters_over_the_first_round(run) -> None:
+    rec = run(_case(SIMPLE))
+    # the fake adds (12 drafted, 9 accepted, 4 drafts, per position 4/3/2) per request; 2 prompts
+    assert rec.status == "passed", rec.message
+    assert (rec.drafted, rec.accepted, rec.drafts) == (24, 18, 8)
+    assert (rec.accept_rate, rec.accept_len, rec.per_position) == (0.75, 3.25, [8, 6, 4])
+    assert rec.pos0_rate == 1.0 and rec.identical_fraction == 1.0
+    assert rec.speedup == 2.0 and rec.speed["speedups"] == [2.0]  # 10 vs 20 ms per token
+
+
+def test_floor_failure_names_numbers(run) -> None:
+    rec = run(_case(SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.8")))
+    assert (rec.status, rec.reason) == ("failed", "floor")
+    assert "accept_rate 0.7500 < floor 0.8000 (accepted=18 / drafted=24)" in rec.message
+
+
+@pytest.mark.parametrize(("strict", "status"), [("1", "failed"), ("0", "skipped")])
+def test_lost_method_fails_strict_by_default_or_skips(run, monkeypatch, strict, status) -> None:
+    monkeypatch.setenv("SPEC_STRICT", strict)
+    case = _case(
+        SIMPLE.replace('"draft-simple"', '"draft-dspark"').replace(DRAFT, "synth-draft-dspark-fixed.gguf")
+    )
+    rec = run(case, drop_types=["draft-dspark"])
+    assert (rec.status, rec.reason) == (status, "binary_no_dspark")
+    assert rec.command is None  # ended while building the command: no server was started
+
+
+def test_lost_flag_is_named_by_the_command_builder(run) -> None:
+    rec = run(_case(SIMPLE + "synth_rates = [1.0, 1.0, 1.0]\n"), drop_options=["--spec-synth-rates"])
+    assert (rec.status, rec.reason) == ("failed", "binary_no_synth_rates")
+
+
+def test_binary_without_per_position_counters_warns(run) -> None:
+    rec = run(_case(SIMPLE), per_pos=None)
+    assert rec.status == "passed", rec.message
+    assert rec.per_position == [] and rec.pos0_rate is None
+    assert any("exports no" in w and "per_pos" in w for w in rec.warnings)
+
+
+@pytest.mark.parametrize("usage", ["zero", "missing"])
+def test_zero_or_missing_usage_fails(run, usage) -> None:
+    rec = run(_case(SIMPLE), usage=usage)
+    assert (rec.status, rec.reason) == ("failed", "usage")
+    assert "timings.predicted_n = 16" in rec.message
+
+
+def test_divergence_from_the_baseline(run) -> None:
+    rec = run(_case(SIMPLE + "min_identical_fraction = 1.0\n"), diverge=True)
+    assert (rec.status, rec.reason) == ("failed", "diverged")
+    assert [p["first_diff"] for p in rec.prompts] == [4, 4]
+
+
+def test_speed_floor_with_abba_rounds(run, monkeypatch) -> None:
+    monkeypatch.setenv("SPEC_REPEAT", "3")
+    rec = run(_case(SIMPLE + "min_speedup = 1.0\n"), spec_ms_per_token=30.0)
+    assert (rec.status, rec.reason) == ("failed", "speed")
+    assert rec.speed["repeat"] == 3 and rec.speed["speedups"] == [0.6667, 0.6667, 0.6667]
+    assert "speedup 0.667 < floor 1.000" in rec.message
+
+
+def test_uncalibrated_case_reports_without_floors(run) -> None:
+    body = SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.99") + "uncalibrated = true\n"
+    rec = run(_case(body))
+    assert rec.status == "passed" and rec.uncalibrated and rec.accept_rate == 0.75
+
+
+def test_crash_mid_request_is_a_failure_with_a_reason(run) -> None:
+    rec = run(_case(SIMPLE), die_after_requests=2)  # warm-up and one prompt, then SIGABRT
+    assert rec.status == "failed" and rec.reason in ("runtime_error", "crashed")
+    assert "GGML_ASSERT" in rec.message
+
+
+def test_foreign_process_on_the_port_is_not_taken_for_our_server(run, monkeypatch) -> None:
+    foreign = http.server.HTTPServer(("127.0.0.1", 0), _Always200)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    taken = foreign.server_address[1]
+    ports = iter([taken])
+
+    def first_the_taken_port() -> int:
+        return next(ports, None) or _free()
+
+    monkeypatch.setattr(runner, "free_port", first_the_taken_port)
+    try:
+        rec = run(_case(SIMPLE))
+    finally:
+        foreign.shutdown()
+    assert rec.status == "passed", rec.message
+    assert f"--port {taken}" not in " ".join(rec.command)
+
+
+def test_not_a_llama_server_is_one_clear_error(env, monkeypatch, tmp_path) -> None:
+    exe = tmp_path / "impostor"
+    exe.write_text("#!/bin/sh\necho 'usage: impostor --help'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
+    with pytest.raises(UserError, match="not a llama-server with speculative decoding: its --help lists no"):
+        suite.open_session("c", [_case(SIMPLE)], tmp_path / "r")
+
+
+def test_gpu_case_on_a_cpu_build_is_refused(env, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(tmp_path / "bin")))
+    gpu_case = Case(**{**_case(SIMPLE).__dict__, "tier": "compact"})
+    with pytest.raises(UserError, match="CPU build, and the selected cases are GPU tier"):
+        suite.open_session("c", [gpu_case], tmp_path / "r")
+    monkeypatch.setenv("SPEC_ALLOW_CPU", "1")
+    s = suite.open_session("c", [gpu_case], tmp_path / "r2")
+    s.close()
+
+
+def test_all_skipped_is_not_green(run, monkeypatch) -> None:
+    monkeypatch.setenv("SPEC_STRICT", "0")
+    case = _case(
+        SIMPLE.replace('"draft-simple"', '"draft-dspark"').replace(DRAFT, "synth-draft-dspark-fixed.gguf")
+    )
+    rec = run(case, drop_types=["draft-dspark"])
+    assert rec.status == "skipped"
+    doc = {"cases": {"c": rec.to_dict()}, "options": {"strict": False}}
+    v = verdict(doc)
+    assert not v.green and "no selected case ran" in v.headline
+    assert any(a.startswith("SKIPPED 1") for a in v.attention) and any("STRICT OFF" in a for a in v.attention)
+
+
+class _Always200(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _free() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
