@@ -21,15 +21,17 @@ nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]  # requires-python >= 3.10; every supported minor version
+PRIMARY = "3.11"  # runs every test; the others run the unit tests (the real build and servers once is enough)
 # A cancelled job (SIGTERM/SIGINT to nox) reaches the running command, which gets time to stop its servers
 # and write its results before nox gives up on it.
-procs.install_forwarder()
-GRACE = {"interrupt_timeout": 120.0, "terminate_timeout": 30.0}
+GRACE_S = 120.0  # how long nox waits for the command to finish after a signal, before SIGTERM
+KILL_S = 30.0  # ... and after SIGTERM, before SIGKILL
 
 
 def _specsuite(session: nox.Session, *args: str, extras: str = "") -> None:
     session.install("-e", f".[{extras}]" if extras else ".")
-    session.run("specsuite", *args, *session.posargs, **GRACE)
+    procs.install_forwarder()
+    session.run("specsuite", *args, *session.posargs, interrupt_timeout=GRACE_S, terminate_timeout=KILL_S)
 
 
 @nox.session
@@ -100,8 +102,9 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The project's own tests (unit, fake Hub, fake binaries, the real CPU build); no GPU needed."""
-    session.install("-e", ".[test,plot]")
-    session.run("pytest", *session.posargs)
+    session.install("-e", ".[test,plot,lint]")  # the workflow's tests run its linters
+    only_units = [] if session.python == PRIMARY else ["-m", "not integration and not slow"]
+    session.run("pytest", *only_units, *session.posargs)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,18 @@
 
     python bench/bench_smoke.py [--results DIR]
 
-Runs ``specsuite.tier.run_tier("smoke", ...)`` (fetch check, probe, pytest, baselines, every case, results),
+Runs ``specsuite run-tier smoke --no-history`` (probe, fetch check, pytest, every case, results, summary),
 then replays the exact server command lines recorded in its results.json with nothing but subprocess and
-requests: start, wait for /health, the same /completion bodies, stop. Goal: tier / plain <= 1.25.
-With ``--results DIR`` the tier's own recorded wall_s of an earlier run is used instead of running it.
+requests, in the tier's order: the baseline server of the target started once and kept; per case its
+server, the warm-up request, /metrics, the baseline round and the speculative round, /metrics, the chat
+request; stop. Goal: tier / plain <= 1.25. With ``--results DIR`` the tier's recorded wall_s is used.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,48 +25,62 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specsuite.measure import PROMPT_SETS, request_body
+from specsuite.cases import load_cases
+from specsuite.measure import WARMUP_N_PREDICT, chat_body, request_body
 from specsuite.server import free_port
 
 
-def _plain_server(cmd: list[str], prompts: str, n_predict: int) -> None:
-    cmd = list(cmd)
-    port = free_port()
-    cmd[cmd.index("--port") + 1] = str(port)
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+class Plain:
+    """A server with nothing around it: Popen, /health polling, terminate."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        cmd = list(cmd)
+        port = free_port()
+        cmd[cmd.index("--port") + 1] = str(port)
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while True:
             try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
             except requests.RequestException:
                 pass
-            if proc.poll() is not None:
+            if self.proc.poll() is not None:
                 raise SystemExit(f"server exited: {' '.join(cmd)}")
             time.sleep(0.05)
-        requests.get(f"{url}/metrics", timeout=60)
-        for _, text in PROMPT_SETS[prompts]:
-            requests.post(
-                f"{url}/completion", json=request_body(text, n_predict), timeout=600
-            ).raise_for_status()
-        requests.get(f"{url}/metrics", timeout=60)
-    finally:
-        proc.terminate()
-        proc.wait()
+
+    def completion(self, text: str, n: int) -> None:
+        requests.post(f"{self.url}/completion", json=request_body(text, n), timeout=600).raise_for_status()
+
+    def get(self, path: str) -> None:
+        requests.get(f"{self.url}{path}", timeout=60).raise_for_status()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
 
 
 def plain_replay(doc: dict) -> float:
     """Same servers, same requests as the tier run recorded in ``doc``; returns seconds."""
-    from specsuite.cases import load_cases
-
     cases = {c.name: c for c in load_cases()}
     t0 = time.monotonic()
-    for base in doc["baselines"].values():
-        _plain_server(base["command"], "seed", 128)
+    (base_rec,) = doc["baselines"].values()  # the smoke tier has one target
+    base = Plain(base_rec["command"])
+    base.completion(cases["ngram-mod"].prompt_texts[0][1], WARMUP_N_PREDICT)  # the tier warms it up too
     for name, rec in doc["cases"].items():
-        if rec.get("command"):
-            _plain_server(rec["command"], cases[name].prompts, cases[name].n_predict)
+        if not rec.get("command"):
+            continue
+        case = cases[name]
+        spec = Plain(rec["command"])
+        spec.completion(case.prompt_texts[0][1], WARMUP_N_PREDICT)
+        spec.get("/metrics")
+        for srv in (base, spec):
+            for _, text in case.prompt_texts:
+                srv.completion(text, case.n_predict)
+        spec.get("/metrics")
+        requests.post(f"{spec.url}/v1/chat/completions", json=chat_body(case.prompt_texts[0][1]), timeout=600)
+        spec.stop()
+    base.stop()
     return time.monotonic() - t0
 
 
@@ -74,18 +90,17 @@ def main() -> int:
     args = ap.parse_args()
     if args.results:
         run_dir = args.results
-        doc = json.loads((run_dir / "results.json").read_text())
-        tier_s = float(doc["wall_s"])
-        label = "recorded wall_s of the pytest session"
+        tier_s = float(json.loads((run_dir / "results.json").read_text())["wall_s"])
+        label = "recorded wall_s of the run"
     else:
-        from specsuite.tier import run_tier
-
         run_dir = Path(tempfile.mkdtemp(prefix="bench-smoke-"))
+        cmd = [sys.executable, "-m", "specsuite", "run-tier", "smoke", "--no-history", "-q"]
         t0 = time.monotonic()
-        code = run_tier("smoke", run_dir, ["-q"])
+        env = {**os.environ, "SPEC_RESULTS_DIR": str(run_dir)}
+        code = subprocess.call(cmd, env=env, stdout=subprocess.DEVNULL)
         tier_s = time.monotonic() - t0
-        doc = json.loads((run_dir / "results.json").read_text())
-        label = f"run_tier end to end (pytest exit {code})"
+        label = f"`specsuite run-tier smoke` end to end (exit {code})"
+    doc = json.loads((run_dir / "results.json").read_text())
     plain_s = plain_replay(doc)
     n_srv = len(doc["baselines"]) + sum(1 for r in doc["cases"].values() if r.get("command"))
     print(f"smoke tier: {tier_s:.1f} s ({label}); results {run_dir}")

@@ -376,8 +376,7 @@ def verify_models(
         rows.append((e.name, f"ok ({how})" if ok else f"BAD: {how}"))
         if not ok:
             bad.append(f"{final}: {how}")
-    width = max((len(n) for n, _ in rows), default=4)
-    print("\n".join(f"{n.ljust(width)}  {s}" for n, s in rows))
+    print(render(("file", "status"), rows))
     if bad:
         raise UserError(
             "files that do not match the lock:\n  "

@@ -22,10 +22,11 @@ def cache_dir() -> Path:
 
 
 def model_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Model folder: an explicit ``--model-dir``, else ``SPEC_MODEL_DIR``, else ``<cache>/models``."""
+    """Model folder: an explicit ``--model-dir``, else ``SPEC_MODEL_DIR``, else ``SPEC_METHOD_MODEL_DIR``
+    (upstream's name for it), else ``<cache>/models``."""
     if override:
         return Path(override).expanduser()
-    if env := os.environ.get("SPEC_MODEL_DIR"):
+    if env := os.environ.get("SPEC_MODEL_DIR") or os.environ.get("SPEC_METHOD_MODEL_DIR"):
         return Path(env).expanduser()
     return cache_dir() / "models"
 

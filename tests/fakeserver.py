@@ -66,17 +66,11 @@ def hanging_binary(path: Path) -> Path:
 
 
 def real_binary() -> Path:
-    """The real build: LLAMA_SERVER_BIN_PATH if set, else build/bin, else the lead's CPU build (/tmp/llbuild).
-
-    Skips only where none exists and CI is unset; under CI (which builds first) a missing build fails."""
-    if os.environ.get("LLAMA_SERVER_BIN_PATH"):
-        candidates = [paths.server_binary()]  # set on purpose: never test another binary instead
-    else:
-        candidates = [paths.server_binary(), Path("/tmp/llbuild/bin/llama-server")]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    missing = ", ".join(map(str, candidates))
+    """The real build, where the suite looks for it (paths.server_binary: LLAMA_SERVER_BIN_PATH, else
+    build/bin). Skips only where none exists and CI is unset; under CI (which builds first) it fails."""
+    binary = paths.server_binary()
+    if binary.is_file():
+        return binary
     if os.environ.get("CI"):
-        pytest.fail(f"no llama-server build at {missing} (CI builds first: run `nox -s build`)")
-    pytest.skip(f"no llama-server build at {missing} (run `nox -s build` or set LLAMA_SERVER_BIN_PATH)")
+        pytest.fail(f"no llama-server build at {binary} (CI builds first: run `nox -s build`)")
+    pytest.skip(f"no llama-server build at {binary} (run `nox -s build` or set LLAMA_SERVER_BIN_PATH)")

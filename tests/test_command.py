@@ -122,6 +122,12 @@ def test_chain_spec_default_and_detect() -> None:
             "binary_no_draft_ngl",
         ),
         ("spec_default = true", ("--spec-default",), "cpu", "binary_no_spec_default"),
+        (  # an older binary without ngram-mod's own length flag: a reason, not "harness bug"
+            'spec_type = "ngram-mod"\nn_max = 16',
+            ("--spec-ngram-mod-n-max", "--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
+            "cpu",
+            "binary_no_draft_n_max",
+        ),
     ],
 )
 def test_missing_flag_is_the_reason(body, drop, backend, reason) -> None:

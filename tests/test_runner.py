@@ -8,6 +8,8 @@ tier's real GGUF files (generated and verified into a temporary model folder).
 from __future__ import annotations
 
 import http.server
+import json
+import re
 import socket
 import textwrap
 import threading
@@ -225,3 +227,33 @@ def _free() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_real_build_case_records_what_it_ran(tmp_path, monkeypatch) -> None:
+    """One real smoke case on the pinned CPU build: verified sha256s, the command, the speed rounds."""
+    from fakeserver import real_binary
+
+    from specsuite.cases import load_cases, select_cases
+    from specsuite.fetch import fetch_models
+
+    binary = real_binary()
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(binary))
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
+    for var in ("SPEC_MODEL_DIR", "SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
+        monkeypatch.delenv(var, raising=False)
+    (case,) = select_cases(load_cases(), "ngram-mod")
+    fetch_models(models=case.models, tty=False)
+    s = suite.open_session("ngram-mod", [case], tmp_path / "r")
+    try:
+        rec = runner.run_case(case, s)
+    finally:
+        suite.finish_session(s)
+    assert rec.status == "passed", rec.message
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert doc["models"] and all(re.fullmatch(r"[0-9a-f]{64}", m["sha256"]) for m in doc["models"].values())
+    cmd = " ".join(rec.command or [])
+    assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
+    assert rec.speed["repeat"] == 1 and rec.decode_tps and rec.baseline_decode_tps
+    assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()
