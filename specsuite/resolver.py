@@ -79,7 +79,8 @@ class _Model:
         size = f"{self.size_b:g}B" if self.size_b is not None else "unknown-size"
         kind = "MTP model" if self.is_mtp else "non-MTP model"
         drafter = " with a separate drafter" if self.drafter else ""
-        return f"a {size} {kind}{drafter} on {'GPU' if self.gpu else 'CPU'}"
+        article = "an" if size.startswith(("8", "11", "18", "u")) else "a"  # an 8B, an 11B, an unknown-size
+        return f"{article} {size} {kind}{drafter} on {'GPU' if self.gpu else 'CPU'}"
 
 
 # --- small pure helpers -------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from .synthetic_arch import (
     dflash,
     eagle3,
     glm4moe_mtp,
+    glm4moe_mtp_drafter,
+    glm4moe_trunk,
     llama,
     write_gguf,
 )
@@ -47,7 +49,8 @@ class Recipe:
 
 
 # kind -> (description, seed, builder). A kind keeps its seed in both modes; the lowconf DSpark draft shares
-# the DSpark draft's seed, so the two differ only in the confidence bias.
+# the DSpark draft's seed, so the two differ only in the confidence bias; the trunk target and the separate
+# MTP drafter share the MTP target's seed: together they hold exactly its tensors, split in two files.
 _KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
     "target-llama": (
         "4-layer llama target (plain, draft-simple, eagle3, dflash, dspark)",
@@ -71,6 +74,16 @@ _KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
         "dspark draft whose confidence head always says no (p-min 0.5 drafts nothing)",
         6,
         lambda w, n: dflash(w, n, conf_bias=CONF_BIAS_LOW),
+    ),
+    "target-glm4moe": (
+        "glm4moe target: the MTP target's trunk without its NextN block (drafts via a drafter)",
+        3,
+        glm4moe_trunk,
+    ),
+    "draft-glm4moe-mtp": (
+        "separate MTP drafter: the MTP target's NextN block alone (draft-mtp --model-draft)",
+        3,
+        glm4moe_mtp_drafter,
     ),
 }
 

@@ -132,6 +132,30 @@ def glm4moe_mtp(w: Weights, name: str) -> Model:
     return m
 
 
+def _is_nextn(tensor: str) -> bool:
+    return tensor.startswith(f"blk.{GLM_TRUNK}.")
+
+
+def glm4moe_trunk(w: Weights, name: str) -> Model:
+    """The MTP target without its NextN block (and no nextn_predict_layers): a target that can draft with
+    draft-mtp only through a separate drafter, as front ends ship gemma-4. Same draws as ``glm4moe_mtp``
+    with the same seed, so its trunk is that target's, tensor for tensor."""
+    full = glm4moe_mtp(w, name)
+    kv = {k: v for k, v in full.kv.items() if not k.endswith(".nextn_predict_layers")}
+    tensors = {k: v for k, v in full.tensors.items() if not _is_nextn(k)}
+    return Model(full.arch, name, GLM_TRUNK, kv, tensors)
+
+
+def glm4moe_mtp_drafter(w: Weights, name: str) -> Model:
+    """A separate MTP drafter: the NextN block of ``glm4moe_mtp`` (same seed: the same tensors) with the
+    embeddings, LM head and final norm its graph reads, and no trunk. block_count and the block's index stay
+    the target's: without blk.0.attn_norm the pinned loader takes the file as MTP-only and the trunk tensors
+    as optional (src/models/glm4-moe.cpp ``mtp_only``); llama-server then creates the MTP context on it."""
+    full = glm4moe_mtp(w, name)
+    tensors = {k: v for k, v in full.tensors.items() if not k.startswith("blk.") or _is_nextn(k)}
+    return Model(full.arch, name, full.n_layer, dict(full.kv), tensors)
+
+
 def _target_layers(m: Model, layers: tuple[int, ...]) -> None:
     m.kv[f"{m.arch}.target_layers"] = (list(layers), gguf.GGUFValueType.ARRAY)
 

@@ -50,7 +50,7 @@ def _tensors(path: Path) -> dict[str, np.ndarray]:
 
 def test_recipes_cover_every_kind_in_both_modes() -> None:
     kinds = {"target-llama", "draft-llama", "target-glm4moe-mtp", "draft-eagle3", "draft-dflash"}
-    kinds |= {"draft-dspark", "draft-dspark-lowconf"}
+    kinds |= {"draft-dspark", "draft-dspark-lowconf", "target-glm4moe", "draft-glm4moe-mtp"}
     assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")}
     assert synthetic.RECIPES["target-llama-fixed"].filename == "synth-target-llama-fixed.gguf"
 
@@ -84,12 +84,28 @@ def test_metadata_has_no_paths_or_times(files: dict[str, Path]) -> None:
 def test_architectures(files: dict[str, Path]) -> None:
     expected = {"target-llama": "llama", "draft-llama": "llama", "target-glm4moe-mtp": "glm4moe",
                 "draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash",
-                "draft-dspark-lowconf": "dflash"}  # fmt: skip
+                "draft-dspark-lowconf": "dflash", "target-glm4moe": "glm4moe",
+                "draft-glm4moe-mtp": "glm4moe"}  # fmt: skip
     for recipe, path in files.items():
         kind = recipe.rsplit("-", 1)[0]
         assert _fields(path)["general.architecture"] == expected[kind], recipe
     assert _fields(files["target-llama-fixed"])["llama.block_count"] == 4
     assert _fields(files["draft-llama-fixed"])["llama.block_count"] == 1
+
+
+def test_separate_drafter_is_the_mtp_targets_tensors_split_in_two(files: dict[str, Path]) -> None:
+    """The trunk has no NextN tensors and no nextn_predict_layers; the drafter has only the NextN block
+    (plus the shared embeddings); together they hold exactly the MTP target's block tensors."""
+    full, trunk, drafter = (_tensors(files[f"{k}-random"]) for k in ("target-glm4moe-mtp", "target-glm4moe",
+                                                                        "draft-glm4moe-mtp"))  # fmt: skip
+    assert not [t for t in trunk if ".nextn." in t]
+    assert "glm4moe.nextn_predict_layers" not in _fields(files["target-glm4moe-random"])
+    assert _fields(files["draft-glm4moe-mtp-random"])["glm4moe.nextn_predict_layers"] == 1
+    blocks = {t for t in full if t.startswith("blk.")}
+    assert blocks == {t for t in trunk if t.startswith("blk.")} | {t for t in drafter if t.startswith("blk.")}
+    for name in drafter:
+        if name in full:
+            assert np.array_equal(drafter[name], full[name]), name
 
 
 def test_shared_tokenizer(files: dict[str, Path]) -> None:
