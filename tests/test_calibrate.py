@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from casetext import HEAD
 
 from specsuite import paths
 from specsuite.calibrate import calibrate_command
@@ -18,15 +19,9 @@ from specsuite.errors import UserError
 DATA = Path(__file__).parent / "data" / "results"
 CAL_RUNS = [DATA / f"fixture-cal-{i}" for i in (1, 2, 3)]
 
-CASES = """\
-version = 1
-[[prompt_set]]
-name = "seed"
-prompts = [{ id = "fib", text = "x" }]
-[[prompt_set]]
-name = "synthetic"
-prompts = [{ id = "fox", text = "y" }]
-
+CASES = (
+    HEAD
+    + """
 # Smoke tier: CPU, Gemma 3 270M.
 [[case]]
 name = "ngram"
@@ -66,6 +61,7 @@ target = "fixture-target.gguf"
 n_max = 3
 expect_no_drafts = true
 """
+)
 
 
 @pytest.fixture

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from casetext import HEAD
 
 from specsuite import paths
 from specsuite.cases import TIERS, load_cases, parse_case_file, parse_cases, select_cases
 from specsuite.errors import UserError
 
-BASE = """version = 1
-[[prompt_set]]
-name = "seed"
-prompts = [{ id = "fib", text = "x" }]
-[[prompt_set]]
-name = "synthetic"
-prompts = [{ id = "fox", text = "y" }]
-[[case]]
+BASE = (
+    HEAD
+    + """[[case]]
 name = "a"
 tier = "smoke"
 spec_type = "ngram-mod"
@@ -24,6 +20,7 @@ n_max = 3
 min_accept_rate = 0.5
 min_accept_len = 1.5
 """
+)
 
 
 def _one(extra: str = "", base: str = BASE):

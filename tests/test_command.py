@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from casetext import HEAD
 
 from specsuite.cases import parse_case_file
 from specsuite.command import build_command, missing_reason
@@ -26,8 +27,7 @@ def _caps(backend: str, drop: tuple[str, ...] = ()) -> Capabilities:
 
 
 def _case(body: str):
-    head = 'version = 1\n[[prompt_set]]\nname = "seed"\nprompts = [{ id = "a", text = "x" }]\n'
-    head += '[[case]]\nname = "c"\ntier = "smoke"\ntarget = "t.gguf"\n'
+    head = HEAD + '[[case]]\nname = "c"\ntier = "smoke"\ntarget = "t.gguf"\n'
     return parse_case_file(head + textwrap.dedent(body)).cases[0]
 
 

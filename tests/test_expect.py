@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+from casetext import HEAD
+
 from specsuite.cases import parse_cases
 from specsuite.expect import check
 from specsuite.measure import Completion
 
-CASE = """version = 1
-[[prompt_set]]
-name = "seed"
-prompts = [{ id = "fib", text = "x" }]
-[[prompt_set]]
-name = "synthetic"
-prompts = [{ id = "fox", text = "y" }]
-[[case]]
+CASE = (
+    HEAD
+    + """[[case]]
 name = "c"
 tier = "smoke"
 spec_type = "draft-simple"
@@ -22,6 +19,7 @@ n_max = 3
 min_accept_rate = 0.5
 min_accept_len = 2.0
 """
+)
 OK = [Completion("fib", (1, 2, 3), 3, 10.0)]
 
 

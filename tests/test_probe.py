@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from casetext import HEAD
 from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 
 from specsuite import paths, probe
@@ -46,8 +47,9 @@ def FakeCase(name: str, spec_type: str, *, draft: str | None = None, **extra: ob
     ]
     lines += [f'draft = "{draft}"'] if draft else []
     lines += [f"{k} = {list(v) if isinstance(v, tuple) else v}" for k, v in extra.items()]
-    head = 'version = 1\n[[prompt_set]]\nname = "seed"\nprompts = [{ id = "a", text = "x" }]\n[[case]]\n'
-    return parse_cases(head + "\n".join(lines) + "\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n")[0]
+    return parse_cases(
+        HEAD + "[[case]]\n" + "\n".join(lines) + "\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n"
+    )[0]
 
 
 def _missing(caps: probe.Capabilities, spec_type: str) -> str | None:

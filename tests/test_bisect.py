@@ -1,0 +1,458 @@
+"""``specsuite bisect``: git bisect run over real git repositories.
+
+Unit tests: a small local repository made here, whose every commit holds ``fake.json`` (the accepted count
+the "build" of that commit reports, whether its build fails, which spec types it lacks). The fake builder
+(``fake_build``, loaded by the bisect's steps as ``test_bisect:fake_build``) turns a checkout into a fake
+llama-server (tests/fakellama.py, a real HTTP server), because compiling llama.cpp per commit does not fit in
+unit-test time; everything else is real: the mirror clone, the worktree, git bisect run, the step
+subprocesses, ``specsuite run-tier`` with the suite on the synthetic tier's generated models.
+
+Integration test: a repository made from the pinned llama.cpp tree, one commit of which breaks the
+draft-simple loop; the real CPU build of every tested commit finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakellama import fake_llama
+
+from specsuite import bisect_git, cli, paths
+from specsuite.bisect import bisect_command
+from specsuite.bisect_build import BuildFailed
+from specsuite.bisect_judge import judge
+from specsuite.errors import UserError
+from specsuite.results import CaseRecord
+
+TESTS = Path(__file__).resolve().parent
+CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0
+MODELS = ["synth-target-llama-random.gguf", "synth-draft-llama-random.gguf"]
+GOOD = {"accepted": 11}  # per request of the fake: 12 drafted in 4 drafts -> accept_rate 0.9167
+WORSE = {"accepted": 10}  # 0.8333: above the floor, 9.1 % below good -> bad by the relative rule
+BROKEN = {"accepted": 6}  # 0.5: below the floor -> bad by the floor
+
+
+UNSET = ["SPEC_STRICT", "SPEC_REPEAT", "SPEC_ALLOW_CPU", "SPEC_NO_HISTORY", "SPEC_RTOL"]
+UNSET += ["LLAMA_SERVER_BIN_PATH", "GITHUB_STEP_SUMMARY", "LLAMA_CPP_DIR", "LLAMA_CPP_REF"]
+
+
+# --- the fake builder and the test repository ------------------------------------------------------------
+
+
+def _per_pos(accepted: int) -> list[int]:
+    """Per-position accepted counts of 4 drafts of 3 tokens that sum to ``accepted``."""
+    return [min(4, max(0, accepted - 4 * i)) for i in range(3)]
+
+
+def fake_build(tree: Path, log: Path, build_argv: list[str]) -> Path:
+    """A commit "builds" into a fake llama-server whose counters come from the checkout's fake.json."""
+    cfg = json.loads((tree / "fake.json").read_text())
+    log.write_text(f"fake build of {tree} with {build_argv}\n")
+    if cfg.get("build_sleep_s"):
+        time.sleep(cfg["build_sleep_s"])  # a long build, to be interrupted
+    if cfg.get("build_fails"):
+        raise BuildFailed("fake compile error: common/speculative.cpp:1: error")
+    acc = cfg["accepted"]
+    # a fresh folder per step: the probe caches per binary path, size and mtime
+    return fake_llama(
+        log.parent / "bin", accepted=acc, per_pos=_per_pos(acc), drop_types=cfg.get("lacks", [])
+    )
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def make_repo(path: Path, configs: list[dict[str, Any]]) -> list[str]:
+    """One commit per config (the first is the good one); their full hashes."""
+    path.mkdir(parents=True)
+    _git(path, "init", "--quiet", "--initial-branch=master")
+    shas = []
+    for i, cfg in enumerate(configs):
+        (path / "fake.json").write_text(json.dumps({**cfg, "n": i}))  # every commit changes the file
+        _git(path, "add", "fake.json")
+        _git(path, "commit", "--quiet", "-m", f"commit {i}: {json.dumps(cfg)}")
+        shas.append(_git(path, "rev-parse", "HEAD"))
+    return shas
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from specsuite.fetch import fetch_models
+
+    folder = tmp_path_factory.mktemp("models")
+    fetch_models(models=MODELS, model_dir=folder, tty=False)
+    return folder
+
+
+@pytest.fixture
+def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private cache (mirror, worktree, probe cache), the models, and this folder importable by steps."""
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    for var in UNSET:
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _repo(env: Path, monkeypatch: pytest.MonkeyPatch, configs: list[dict[str, Any]]) -> list[str]:
+    shas = make_repo(env / "llama.cpp", configs)
+    monkeypatch.setenv("LLAMA_CPP_REPO", str(env / "llama.cpp"))
+    return shas
+
+
+def _args(env: Path, good: str, bad: str, *extra: str) -> list[str]:
+    out = ["--out", str(env / "out"), "--builder", "test_bisect:fake_build"]
+    return ["--good", good, "--bad", bad, "--case", CASE, *out, *extra]
+
+
+def _tree(env: Path) -> Path:
+    return bisect_git.tree_path(env / "cache", str(env / "llama.cpp"))
+
+
+def _first_midpoint(repo: Path, good: str, bad: str) -> str:
+    """The first commit git bisect tests (git rev-list --bisect: the one halfway between)."""
+    return _git(repo, "rev-list", "--bisect", bad, f"^{good}")
+
+
+def _no_bisect_left(env: Path) -> None:
+    tree = _tree(env)
+    assert (tree / ".git").is_file()
+    res = subprocess.run(["git", "bisect", "log"], cwd=tree, capture_output=True, text=True)
+    assert res.returncode != 0, res.stdout  # "We are not bisecting."
+
+
+def _result(env: Path) -> dict[str, Any]:
+    return json.loads((env / "out" / "bisect.json").read_text())
+
+
+# --- finding the commit --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first_bad", [1, 6])
+def test_finds_the_first_bad_commit_in_log2_steps(env, monkeypatch, capfd, first_bad) -> None:
+    shas = _repo(env, monkeypatch, [GOOD] * first_bad + [WORSE] * (9 - first_bad))
+    assert bisect_command(_args(env, shas[0], shas[-1])) == 0
+
+    doc = _result(env)
+    assert doc["status"] == "found"
+    assert doc["first_bad"]["commit"] == shas[first_bad]
+    assert doc["first_bad"]["subject"] == f"commit {first_bad}: {json.dumps(WORSE)}"
+    assert doc["commits_in_range"] == 8
+    assert doc["steps"] == math.ceil(math.log2(8)) == doc["log2_bound"]
+    tested = {s["commit"]: s for s in doc["tested"]}
+    assert tested[shas[0]]["label"] == "good" and tested[shas[-1]]["label"] == "bad"
+    bad = tested[shas[first_bad]]
+    assert (bad["verdict"], bad["rule"], bad["value"]) == (
+        "bad",
+        "relative",
+        pytest.approx(10 / 12, abs=1e-4),
+    )
+    assert "9.1 % below 0.9167" in bad["detail"]
+    for s in doc["tested"]:  # every step measured the metric, by a real run of the case
+        assert s["value"] == pytest.approx((11 if s["verdict"] == "good" else 10) / 12, abs=1e-4)
+        assert (env / "out" / s["folder"] / "run" / "results.json").is_file()
+    out = capfd.readouterr().out
+    assert f"first bad commit {shas[first_bad]} 'commit {first_bad}:" in out
+    assert out.count("-> BAD (relative: accept_rate 0.8333 is 9.1 % below") == 1 + sum(
+        1 for s in doc["tested"] if s["verdict"] == "bad" and s["label"] != "bad"
+    )
+    summary = (env / "out" / "summary.md").read_text()
+    assert shas[first_bad][:10] in summary and "bad (first bad)" in summary
+    _no_bisect_left(env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("broken", "rule"),
+    [({"build_fails": True}, "build"), ({"lacks": ["draft-simple"]}, "binary_no_draft-simple")],
+    ids=["build-fails", "binary-lacks-method"],
+)
+def test_a_commit_that_cannot_be_measured_is_skipped(env, monkeypatch, broken, rule) -> None:
+    configs = [GOOD] * 6 + [BROKEN] * 3  # commit 6 drops acceptance below the floor
+    configs[4] = {**GOOD, **broken}  # the first commit git tests (checked below)
+    shas = _repo(env, monkeypatch, configs)
+    assert _first_midpoint(env / "llama.cpp", shas[0], shas[-1]) == shas[4]
+    assert bisect_command(_args(env, shas[0], shas[-1])) == 0
+
+    doc = _result(env)
+    assert (doc["status"], doc["first_bad"]["commit"]) == ("found", shas[6])
+    tested = {s["commit"]: s for s in doc["tested"]}
+    skipped = tested[shas[4]]
+    assert [skipped[k] for k in ("label", "verdict", "rule", "exit_code", "value")] == [
+        "step 1",
+        "skip",
+        rule,
+        125,
+        None,
+    ]
+    first_bad = tested[shas[6]]
+    assert (first_bad["verdict"], first_bad["rule"]) == ("bad", "floor")
+    assert first_bad["detail"] == "accept_rate 0.5000 < floor 0.8271; accept_len 2.5000 < floor 3.2444"
+    _no_bisect_left(env)
+
+
+@pytest.mark.slow
+def test_only_skipped_commits_left_is_undecided(env, monkeypatch, capfd) -> None:
+    configs = [GOOD] * 5 + [BROKEN] * 4
+    configs[4] = {**GOOD, "build_fails": True}  # right before the first bad commit 5: never measurable
+    shas = _repo(env, monkeypatch, configs)
+    assert bisect_command(_args(env, shas[0], shas[-1])) == 1
+
+    doc = _result(env)
+    assert doc["status"] == "undecided" and doc["first_bad"] is None
+    assert sorted(doc["candidates"]) == sorted([shas[4], shas[5]])
+    assert "could not decide" in capfd.readouterr().out
+    _no_bisect_left(env)
+
+
+# --- the endpoints ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_good_commit_that_fails_the_case_stops_before_bisecting(env, monkeypatch) -> None:
+    shas = _repo(env, monkeypatch, [BROKEN, BROKEN, BROKEN])
+    with pytest.raises(
+        UserError, match=r"--good \w+ is not good for tiny-simple-random: bad \(floor: acc"
+    ) as e:
+        bisect_command(_args(env, shas[0], shas[-1]))
+    assert e.value.code == 1
+    doc = _result(env)
+    assert doc["status"] == "not_bracketed" and [s["label"] for s in doc["tested"]] == ["good"]
+    _no_bisect_left(env)
+
+
+@pytest.mark.slow
+def test_a_bad_commit_that_is_not_worse_means_nothing_to_bisect(env, monkeypatch) -> None:
+    shas = _repo(env, monkeypatch, [GOOD, WORSE, {"accepted": 11}])
+    with pytest.raises(UserError, match=r"--bad \w+ is not bad .*nothing to bisect.*within_rtol") as e:
+        bisect_command(_args(env, shas[0], shas[-1]))
+    assert e.value.code == 1
+    assert [s["label"] for s in _result(env)["tested"]] == ["good", "bad"]
+    _no_bisect_left(env)
+
+
+# --- bad input: one clear message, exit 2, nothing written -----------------------------------------------
+
+
+_SHA = "0123456789abcdef0123456789abcdef01234567"
+BAD_INPUT = {  # name: (options changed in a valid command line; GOOD and BAD stand for the two commits)
+    "unknown-sha": ({"--good": _SHA}, rf"--good {_SHA} is not a commit in .*llama.cpp \(mirror .*, fetched"),
+    "not-a-sha": ({"--good": "main..HEAD"}, r"--good 'main..HEAD' is not a commit; give a commit hash"),
+    "good-after-bad": ({"--good": "BAD", "--bad": "GOOD"}, r"--good \w{12} is not an ancestor of --bad"),
+    "same": ({"--bad": "GOOD"}, r"--good and --bad are the same commit"),
+    "unknown-case": (
+        {"--case": "tiny-nope"},
+        r"--case 'tiny-nope' is not a case of cases.toml; bisect takes",
+    ),
+    "tier": ({"--case": "synthetic"}, r"--case 'synthetic' is a tier; bisect takes one case name"),
+    "metric": ({"--metric": "drafted"}, r"--metric 'drafted': choose one of accept_rate, accept_len"),
+    "rtol": ({"--rtol": "1.5"}, r"--rtol '1.5': give a fraction between 0 and 1"),
+    "rtol-text": ({"--rtol": "x"}, r"--rtol 'x': give a fraction"),
+    "speedup-repeat": ({"--metric": "speedup"}, r"--metric speedup needs --repeat 4 or more"),
+    "unknown-option": ({"--bogus": "1"}, r"unknown arguments --bogus 1: bisect takes --good"),
+    "out-in-use": ({"--out": "USED"}, r"--out .*/used exists and is not an empty folder; give a new one"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUT)
+def test_bad_input_is_one_clear_error_before_any_build(env, monkeypatch, capfd, name) -> None:
+    shas = _repo(env, monkeypatch, [GOOD, WORSE])
+    (env / "used" / "step-01-abc").mkdir(parents=True)
+    change, message = BAD_INPUT[name]
+    options = {"--good": "GOOD", "--bad": "BAD", "--case": CASE, "--out": str(env / "out"), **change}
+    named = {"GOOD": shas[0], "BAD": shas[1], "USED": str(env / "used")}
+    options = {k: named.get(v, v) for k, v in options.items()}
+    argv = ["bisect", *[x for kv in options.items() for x in kv], "--builder", "test_bisect:fake_build"]
+    assert cli.main(argv) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(message, err), err
+    assert not (env / "out").exists()  # validated before anything was built or written
+    assert not _tree(env).exists()  # nor was the worktree made
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+            state = next(ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if marker in cmdline and "zombie" not in state:
+            found.append(cmdline)
+    return found
+
+
+def _wait_until(what: str, done: Any, proc: subprocess.Popen[bytes], limit_s: float = 120) -> None:
+    """Poll ``done()`` while ``proc`` runs; the limit only stops a broken test from hanging."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline and proc.poll() is None, f"never {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_mid_bisect_resets_the_worktree(env, monkeypatch, sig) -> None:
+    configs = [GOOD] * 5 + [WORSE] * 4
+    configs[4] = {**GOOD, "build_sleep_s": 600}  # the first commit git tests: a build that does not end
+    shas = _repo(env, monkeypatch, configs)
+    out, err = env / "stdout.txt", env / "stderr.txt"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        cmd = [sys.executable, "-m", "specsuite", "bisect", *_args(env, shas[0], shas[-1])]
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e)
+    try:
+        _wait_until("reached step 1's build", lambda: any(env.glob("out/step-01-*/build.log")), proc)
+        proc.send_signal(sig)  # what a terminal's Ctrl-C (SIGINT) or nox cancelling a job (SIGTERM) sends
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.read_text()
+    assert err.read_text().strip().endswith("interrupted")
+    doc = _result(env)
+    assert doc["status"] == "interrupted" and [s["label"] for s in doc["tested"]] == ["good", "bad"]
+    assert "bisect: interrupted" in out.read_text()
+    _no_bisect_left(env)
+    assert bisect_git.head(_tree(env)) == shas[0]  # git bisect reset went back to where bisect started
+    # the step (with its sleeping "build") ends with the bisect; it may still be exiting, so wait for it
+    _wait_until("saw the step exit", lambda: not _leftovers(str(env / "out")), proc, 30)
+
+
+# --- the verdict of one step (pure) ----------------------------------------------------------------------
+
+
+def _rec(
+    status: str = "passed", reason: str | None = None, rate: float | None = 0.9, **kw: Any
+) -> CaseRecord:
+    floors = {"min_accept_rate": 0.8, "min_accept_len": 3.0, "min_speedup": None}
+    numbers = {"accept_rate": rate, "accept_len": 3.5, "pos0_rate": 0.95, **kw}
+    return CaseRecord(name=CASE, status=status, reason=reason, floors=floors, **numbers)
+
+
+@pytest.mark.parametrize(
+    ("rec", "reference", "expected"),
+    [
+        (_rec(), None, ("good", "passed")),
+        (_rec(rate=0.86), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # -4.4 %
+        (_rec(rate=0.855), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # exactly -5 %: not more
+        (_rec(rate=0.85), _rec(rate=0.9).to_dict(), ("bad", "relative")),  # -5.6 %
+        (_rec(rate=0.99), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # better is never bad
+        (_rec("failed", "floor", rate=0.7, message="c: 1 check(s) failed"), None, ("bad", "floor")),
+        (_rec("failed", "speed", speedup=0.8), None, ("bad", "speed")),
+        (_rec("skipped", "binary_no_mtp", rate=None), None, ("skip", "binary_no_mtp")),
+        (_rec("failed", "binary_no_mtp", rate=None), None, ("skip", "binary_no_mtp")),  # strict run
+        (_rec("failed", "crashed", rate=None, message="killed by SIGSEGV"), None, ("skip", "crashed")),
+        (_rec("failed", "diverged"), _rec().to_dict(), ("skip", "diverged")),  # numbers, but not clean
+        (_rec("error", "timeout", rate=None), None, ("skip", "timeout")),
+        (None, None, ("skip", "no_result")),
+    ],
+)
+def test_judge(rec, reference, expected) -> None:
+    j = judge(rec, "accept_rate", 0.05, reference, "a" * 40)
+    assert (j.verdict, j.rule) == expected
+    assert j.exit_code == {"good": 0, "bad": 1, "skip": 125}[j.verdict]
+
+
+def test_judge_says_the_numbers() -> None:
+    j = judge(_rec("failed", "floor", rate=0.7), "accept_rate", 0.05)
+    assert j.detail == "accept_rate 0.7000 < floor 0.8000"
+    j = judge(_rec(rate=0.85), "accept_rate", 0.05, _rec(rate=0.9).to_dict(), "abcdef0123")
+    assert j.detail == "accept_rate 0.8500 is 5.6 % below 0.9000 at baseline abcdef0 (rtol 5 %)"
+    j = judge(_rec(rate=0.9), "pos0_rate", 0.05, _rec().to_dict(), "abcdef0123")
+    assert (j.value, j.detail) == (0.95, "pos0_rate 0.9500 vs 0.9500 at good abcdef0 (+0.0 %, rtol 5 %)")
+    j = judge(_rec("failed", "crashed", rate=None, message="killed by SIGSEGV\nlog..."), "accept_rate", 0.05)
+    assert j.detail == "not a measurement: failed (crashed): killed by SIGSEGV"
+
+
+# --- the real thing: the pinned llama.cpp tree, the real CPU build -----------------------------------------
+
+# A one-line bug in draft-simple's drafting loop: the draft model is fed the last target token again instead
+# of the token it just drafted, so every draft position after the first is guessed from the wrong context.
+# Losslessness holds (the target verifies), acceptance drops (measured: see the test's printed table).
+REGRESSION = (
+    "common/speculative.cpp",
+    "                batch.add(id, dp.pos0 + i + 1, seq_id, true);\n",
+    "                batch.add(dp.id_last, dp.pos0 + i + 1, seq_id, true);\n",
+)
+
+
+def _edit(repo: Path, path: str, old: str, new: str) -> None:
+    text = (repo / path).read_text()
+    assert text.count(old) >= 1, f"{path} no longer has {old!r}: pick another line"
+    (repo / path).write_text(text.replace(old, new, 1))  # the first: draft-simple's loop
+
+
+def make_llama_repo(dest: Path) -> list[str]:
+    """A git repository of the pinned llama.cpp tree with 5 commits; the third breaks draft-simple."""
+    from specsuite.source import load_pin, source_from_pin
+
+    tree = source_from_pin(load_pin(), paths.cache_dir()).path
+    shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    _git(dest, "init", "--quiet", "--initial-branch=master")
+    _git(dest, "add", "--all", "--force")  # the tree as vendored, including what its .gitignore names
+    _git(dest, "commit", "--quiet", "-m", "llama.cpp 0c1e570 as vendored in llama-cpp-python 0.3.36")
+    for subject, change in [
+        ("docs : mention bisect in the build notes", ("docs/build.md", "\n", "\n\n<!-- bisect 1 -->\n")),
+        ("speculative : draft-simple drafts from the last token", REGRESSION),
+        (
+            "docs : a second note",
+            ("docs/build.md", "<!-- bisect 1 -->", "<!-- bisect 1 -->\n<!-- bisect 2 -->"),
+        ),
+        ("README : a third note", ("README.md", "\n", "\n\n<!-- bisect 3 -->\n")),
+    ]:
+        _edit(dest, *change)
+        _git(dest, "commit", "--quiet", "--all", "-m", subject)
+    return _git(dest, "rev-list", "--reverse", "HEAD").split()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(3600)
+def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> None:
+    if shutil.which("git") is None or shutil.which("c++") is None:
+        pytest.skip("needs git and a C++ compiler")
+    monkeypatch.setenv("LLAMA_CPP_REPO", str(env / "llama.cpp"))
+    shas = make_llama_repo(env / "llama.cpp")
+    t0 = time.monotonic()
+    code = bisect_command(
+        ["--good", shas[0], "--bad", shas[-1], "--case", CASE, "--cpu", "--out", str(env / "out")]
+    )
+    wall = time.monotonic() - t0
+    out = capfd.readouterr().out
+    with capfd.disabled():  # the measurement, for the record
+        print(out[out.rfind("\nbisect: ") :], f"\nwall {wall:.0f} s", flush=True)
+    assert code == 0, out[-3000:]
+    doc = _result(env)
+    assert doc["first_bad"] == {
+        "commit": shas[2],
+        "subject": "speculative : draft-simple drafts from the last token",
+    }
+    assert doc["steps"] == doc["log2_bound"] == 2  # 4 commits in range
+    tested = {s["commit"]: s for s in doc["tested"]}
+    good, first_bad = tested[shas[0]], tested[shas[2]]
+    assert good["verdict"] == "good" and first_bad["verdict"] == "bad"
+    assert first_bad["value"] < good["value"] * 0.95
+    _no_bisect_left(env)
