@@ -268,8 +268,12 @@ def jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def ninja_command(plan: Plan, ninja: str) -> list[str]:
+    return [ninja, "-C", str(plan.build_dir), "-j", str(jobs()), TARGET]
+
+
 def compile_target(plan: Plan, ninja: str) -> float:
-    cmd = [ninja, "-C", str(plan.build_dir), "-j", str(jobs()), TARGET]
+    cmd = ninja_command(plan, ninja)
     print(f"build: {shlex.join(cmd)}", flush=True)
     start = time.monotonic()
     res = subprocess.run(cmd, check=False, env=toolchain.child_env())

@@ -1,7 +1,7 @@
 """``build/build-info.json``: what the published ``build/bin/llama-server`` is and how it was built.
 
-Keys (docs/DESIGN.md, "build-info.json"): commit, source, backend, cmake_flags, compiler, nvcc_version, cuda_architectures,
-build_seconds, binary_sha256, spec_types (plus build_dir, the CMake folder it came from).
+Keys (docs/DESIGN.md, "build-info.json"): commit, source, backend, cmake_flags, compiler, nvcc_version,
+cuda_architectures, build_seconds, binary_sha256, spec_types (plus build_dir, the CMake folder it came from).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -68,28 +68,76 @@ def _own_group_dying_with_parent() -> None:
     die_with_parent(signal.SIGTERM)
 
 
+def last_line(log: Path) -> str:
+    """The last non-empty line of a (growing) log file, for progress lines; '' when there is none."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = fh.read().decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+
+
 def run_forwarding(
-    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    log: Path | None = None,
+    heartbeat: Callable[[], None] | None = None,
+    every_s: float = 60.0,
 ) -> int:
-    """Run ``cmd`` to its end in its own process group, passing SIGINT/SIGTERM on (once per burst)."""
-    proc = subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
-                            preexec_fn=_own_group_dying_with_parent)  # fmt: skip
-    last: dict[int, float] = {}
+    """Run ``cmd`` to its end in a new process group; its exit status (negative: killed by that signal).
+
+    SIGINT/SIGTERM received meanwhile go to the whole group (once per burst: a chain like ``git bisect run``
+    is several processes, and its leader may die first), and after the leader has exited they are raised
+    here as KeyboardInterrupt, so a caller never mistakes an interrupted child for a failed one. ``log``:
+    stdout and stderr appended there. ``heartbeat``: called every ``every_s`` seconds while it runs."""
+    out = open(log, "ab") if log is not None else None  # noqa: SIM115 (closed in finally)
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            preexec_fn=_own_group_dying_with_parent,
+        )
+    except BaseException:
+        if out:
+            out.close()
+        raise
+    seen: dict[int, float] = {}
 
     def forward(signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        if now - last.get(signum, -_DEDUP_S) >= _DEDUP_S:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signum)
-        last[signum] = now
+        if now - seen.get(signum, -_DEDUP_S) >= _DEDUP_S:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signum)
+        seen[signum] = now
 
     old = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        return proc.wait()
+        code = _wait(proc, heartbeat, every_s)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        if proc.poll() is None:  # we are leaving on an exception: the child goes too
-            with contextlib.suppress(ProcessLookupError):
+        if proc.poll() is None:  # we are leaving on an exception: the group goes too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if out:
+            out.close()
+    if seen:
+        raise KeyboardInterrupt(f"signal {', '.join(str(s) for s in seen)}")
+    return code
+
+
+def _wait(proc: subprocess.Popen[bytes], heartbeat: Callable[[], None] | None, every_s: float) -> int:
+    while True:
+        try:
+            return proc.wait(timeout=every_s if heartbeat else None)
+        except subprocess.TimeoutExpired:
+            assert heartbeat is not None
+            heartbeat()

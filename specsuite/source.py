@@ -31,7 +31,7 @@ from .toolchain import child_env
 
 # Files every llama.cpp checkout has; a folder without them is not one.
 _TREE_MARKERS = ("CMakeLists.txt", "include/llama.h", "tools/server")
-_REF_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._/-]*$")
+REF_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._/-]*$")
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def check_tree(path: Path, what: str) -> None:
         )
 
 
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, env=child_env()
     )
@@ -106,7 +106,7 @@ def git_head(path: Path) -> str | None:
     """Full commit hash of a checkout, or None when it is not a git tree (or git is missing)."""
     if shutil.which("git") is None:
         return None
-    res = _git(["rev-parse", "--verify", "HEAD^{commit}"], path)
+    res = git(["rev-parse", "--verify", "HEAD^{commit}"], path)
     return res.stdout.strip() if res.returncode == 0 else None
 
 
@@ -135,27 +135,32 @@ def source_from_ref(ref: str, repository: str, cache: Path) -> Source:
     """A worktree of ``ref`` from a full-history clone in the cache (llama.cpp's build number needs it)."""
     if shutil.which("git") is None:
         raise UserError("LLAMA_CPP_REF needs git: install it (apt install git) or use LLAMA_CPP_DIR")
-    if not _REF_RE.match(ref) or ".." in ref:
-        raise UserError(f"LLAMA_CPP_REF={ref!r} is not a commit; give a commit hash (full or abbreviated)")
+    check_ref(ref, "LLAMA_CPP_REF=")
     root = cache / "llama.cpp"
     root.mkdir(parents=True, exist_ok=True)
     mirror = root / "git"
     with FileLock(str(root / "git.lock")):
-        _ensure_mirror(mirror, repository)
-        commit = _resolve_ref(mirror, ref, repository)
+        ensure_mirror(mirror, repository)
+        commit = resolve_ref(mirror, ref, repository)
         tree = root / "ref" / commit
         if not (tree / "CMakeLists.txt").exists():
-            _add_worktree(mirror, tree, commit)
+            add_worktree(mirror, tree, commit)
     check_tree(tree, f"LLAMA_CPP_REF={ref}")
     info = {"kind": "ref", "ref": ref, "repository": repository, "commit": commit, "path": str(tree)}
     return Source(path=tree, kind="ref", commit=commit, identity=f"ref:{commit}", info=info)
 
 
-def _ensure_mirror(mirror: Path, repository: str) -> None:
+def check_ref(ref: str, what: str) -> None:
+    """A commit hash, full or abbreviated (never an option or a range); ``what`` names where it came from."""
+    if not REF_RE.match(ref) or ".." in ref:
+        raise UserError(f"{what}{ref!r} is not a commit; give a commit hash (full or abbreviated)")
+
+
+def ensure_mirror(mirror: Path, repository: str) -> None:
     if (mirror / "HEAD").exists():
         return
     tmp = Path(tempfile.mkdtemp(prefix=".git-", dir=mirror.parent))
-    res = _git(["clone", "--bare", "--quiet", repository, str(tmp)], mirror.parent)
+    res = git(["clone", "--bare", "--quiet", repository, str(tmp)], mirror.parent)
     if res.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(
@@ -165,14 +170,16 @@ def _ensure_mirror(mirror: Path, repository: str) -> None:
     tmp.rename(mirror)
 
 
-def _resolve_ref(mirror: Path, ref: str, repository: str) -> str:
+def resolve_ref(mirror: Path, ref: str, repository: str, what: str = "LLAMA_CPP_REF=") -> str:
+    """The full hash of ``ref`` in the mirror, fetching new upstream commits once when it is not there."""
+
     def lookup() -> str | None:
-        res = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], mirror)
+        res = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], mirror)
         return res.stdout.strip() if res.returncode == 0 else None
 
     commit = lookup()
     if commit is None:  # new upstream commits since the clone: fetch everything, then retry
-        res = _git(
+        res = git(
             ["fetch", "--quiet", repository, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], mirror
         )
         if res.returncode != 0:
@@ -180,19 +187,19 @@ def _resolve_ref(mirror: Path, ref: str, repository: str) -> str:
         commit = lookup()
     if commit is None:
         raise UserError(
-            f"LLAMA_CPP_REF={ref} is not a commit in {repository}; give a commit hash that exists there "
-            "(for a pull request, its head commit)"
+            f"{what}{ref} is not a commit in {repository} (fetched just now); give a commit hash that "
+            "exists there (for a pull request, its head commit)"
         )
     return commit
 
 
-def _add_worktree(mirror: Path, tree: Path, commit: str) -> None:
+def add_worktree(mirror: Path, tree: Path, commit: str) -> None:
     tree.parent.mkdir(parents=True, exist_ok=True)
     if tree.exists():  # an interrupted earlier attempt
-        _git(["worktree", "remove", "--force", str(tree)], mirror)
+        git(["worktree", "remove", "--force", str(tree)], mirror)
         shutil.rmtree(tree, ignore_errors=True)
-    _git(["worktree", "prune"], mirror)
-    res = _git(["worktree", "add", "--detach", "--force", str(tree), commit], mirror)
+    git(["worktree", "prune"], mirror)
+    res = git(["worktree", "add", "--detach", "--force", str(tree), commit], mirror)
     if res.returncode != 0:
         shutil.rmtree(tree, ignore_errors=True)
         raise UserError(f"could not check out llama.cpp {commit} into {tree}: {res.stderr.strip()[-400:]}")

@@ -257,7 +257,7 @@ def test_a_bad_commit_that_is_not_worse_means_nothing_to_bisect(env, monkeypatch
 
 _SHA = "0123456789abcdef0123456789abcdef01234567"
 BAD_INPUT = {  # name: (options changed in a valid command line; GOOD and BAD stand for the two commits)
-    "unknown-sha": ({"--good": _SHA}, rf"--good {_SHA} is not a commit in .*llama.cpp \(mirror .*, fetched"),
+    "unknown-sha": ({"--good": _SHA}, rf"--good {_SHA} is not a commit in .*llama.cpp \(fetched just now\)"),
     "not-a-sha": ({"--good": "main..HEAD"}, r"--good 'main..HEAD' is not a commit; give a commit hash"),
     "good-after-bad": ({"--good": "BAD", "--bad": "GOOD"}, r"--good \w{12} is not an ancestor of --bad"),
     "same": ({"--bad": "GOOD"}, r"--good and --bad are the same commit"),
@@ -290,6 +290,17 @@ def test_bad_input_is_one_clear_error_before_any_build(env, monkeypatch, capfd, 
     assert re.search(message, err), err
     assert not (env / "out").exists()  # validated before anything was built or written
     assert not _tree(env).exists()  # nor was the worktree made
+
+
+def test_one_bisect_per_repository_at_a_time(env, monkeypatch, capfd) -> None:
+    from filelock import FileLock
+
+    shas = _repo(env, monkeypatch, [GOOD, WORSE])
+    _tree(env).parent.mkdir(parents=True)
+    with FileLock(str(_tree(env)) + ".lock"):  # held as by a bisect running in another process
+        assert cli.main(["bisect", *_args(env, shas[0], shas[1])]) == 2
+    assert "error: another bisect of this repository is running (lock " in capfd.readouterr().err
+    assert not (env / "out").exists()
 
 
 def _leftovers(marker: str) -> list[str]:
@@ -336,7 +347,7 @@ def test_interrupt_mid_bisect_resets_the_worktree(env, monkeypatch, sig) -> None
     assert doc["status"] == "interrupted" and [s["label"] for s in doc["tested"]] == ["good", "bad"]
     assert "bisect: interrupted" in out.read_text()
     _no_bisect_left(env)
-    assert bisect_git.head(_tree(env)) == shas[0]  # git bisect reset went back to where bisect started
+    assert bisect_git.head(_tree(env)) == shas[-1]  # reset went back to where bisect started: the bad end
     # the step (with its sleeping "build") ends with the bisect; it may still be exiting, so wait for it
     _wait_until("saw the step exit", lambda: not _leftovers(str(env / "out")), proc, 30)
 

@@ -108,6 +108,24 @@ def test_separate_drafter_is_the_mtp_targets_tensors_split_in_two(files: dict[st
             assert np.array_equal(drafter[name], full[name]), name
 
 
+def test_trunk_target_drafts_mtp_only_through_a_drafter(files: dict[str, Path]) -> None:
+    f = _fields(files["target-glm4moe-fixed"])
+    assert f["glm4moe.block_count"] == 2 and f["glm4moe.leading_dense_block_count"] == 2
+    with pytest.raises(UserError, match="draft-mtp needs MTP heads in the target"):
+        check_models(("draft-mtp",), files["target-glm4moe-fixed"], None)
+
+
+def test_drafter_has_the_mtp_only_layout(files: dict[str, Path]) -> None:
+    # The pinned loader's mtp_only layout (src/models/glm4-moe.cpp): block_count and the NextN block's index
+    # are the target's and blk.0.attn_norm is absent, so the trunk tensors are optional.
+    path = files["draft-glm4moe-mtp-fixed"]
+    assert _fields(path)["glm4moe.block_count"] == 3
+    shapes = {t.name: list(t.shape) for t in gguf.GGUFReader(path).tensors}
+    assert not [n for n in shapes if n.startswith(("blk.0.", "blk.1."))]
+    assert shapes["blk.2.nextn.eh_proj.weight"] == [128, 64]  # the target's width, n_embd 64
+    assert {"token_embd.weight", "output.weight", "output_norm.weight"} <= set(shapes)  # the MTP graph's
+
+
 def test_shared_tokenizer(files: dict[str, Path]) -> None:
     for recipe, path in files.items():
         f = _fields(path)
@@ -274,6 +292,7 @@ def test_lock_block_matches_models_lock() -> None:
 _PAIRS = [
     ("draft-simple", "target-llama", "draft-llama"),
     ("draft-mtp", "target-glm4moe-mtp", None),
+    ("draft-mtp", "target-glm4moe", "draft-glm4moe-mtp"),
     ("draft-eagle3", "target-llama", "draft-eagle3"),
     ("draft-dflash", "target-llama", "draft-dflash"),
     ("draft-dspark", "target-llama", "draft-dspark"),

@@ -1,0 +1,278 @@
+"""``specsuite bench`` against fake llama-servers that really serve HTTP (tests/fakellama.py), and once
+against the real CPU build.
+
+The fake's scripted speeds make every number exact: ``n_predict`` tokens in ``n_predict * ms_per_token``
+milliseconds is ``1000 / ms_per_token`` tokens/s, whatever the prompt. Its counters add (12 drafted,
+9 accepted, 4 drafts) per speculative request. The models are the synthetic tier's real GGUF files, since
+the resolver reads their metadata (MTP heads) to pick each mode's flags.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakellama import fake_llama
+
+from specsuite import cli
+from specsuite.bench import parse_modes
+from specsuite.bench_measure import Measurement, ModeRun
+from specsuite.bench_report import auto_verdict
+from specsuite.errors import UserError
+from specsuite.resolver import Resolution
+
+MTP_TARGET = "synth-target-glm4moe-mtp-fixed.gguf"  # MTP heads: auto = mtp+ngram on a CPU build
+PLAIN_TARGET = "synth-target-llama-fixed.gguf"  # none: auto and mtp give --spec-default, ngram = mtp+ngram
+CPU_CHAIN = "ngram-mod,draft-mtp"
+FAILURES = Path(__file__).resolve().parent / "data" / "failures"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from specsuite.fetch import fetch_models
+
+    folder = tmp_path_factory.mktemp("models")
+    fetch_models(models=[MTP_TARGET, PLAIN_TARGET], model_dir=folder, tty=False)
+    return folder
+
+
+@pytest.fixture
+def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPEC_METHOD_MODEL_DIR", raising=False)
+    return tmp_path
+
+
+@dataclass
+class Bench:
+    code: int
+    out: Path
+    stdout: str
+    stderr: str
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        return json.loads((self.out / "bench.json").read_text())
+
+    @property
+    def md(self) -> str:
+        return (self.out / "bench.md").read_text()
+
+    def mode(self, name: str) -> dict[str, Any]:
+        return next(m for m in self.doc["modes"] if m["mode"] == name)
+
+    def row(self, mode: str) -> list[str]:
+        """The bench.md table row of a mode, as cells."""
+        line = next(ln for ln in self.md.splitlines() if ln.startswith(f"| {mode} |"))
+        return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+@pytest.fixture
+def bench(env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run ``specsuite bench ARGS --out OUT`` through the front door against a binary (default: the fake)."""
+
+    def go(*args: str, binary: Path | None = None, **fake: Any) -> Bench:
+        exe = binary or fake_llama(env / "bin", **fake)
+        monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
+        out = env / "out"
+        code = cli.main(["bench", *args, "--out", str(out)])
+        got = capsys.readouterr()
+        return Bench(code, out, got.out, got.err)
+
+    return go
+
+
+def _refused(command: list[str]) -> bool:
+    """True when nothing listens on the server's port any more: the bench stopped it."""
+    port = int(command[command.index("--port") + 1])
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+# --- numbers ------------------------------------------------------------------------------------------------
+
+
+def test_table_numbers_are_the_servers_speeds_and_counters(bench) -> None:
+    b = bench("--model", MTP_TARGET, "--repeat", "2")  # fake: 10 ms/token speculative, 20 ms/token off
+    assert b.code == 0, b.stderr
+    for mode in ("auto", "ngram", "mtp", "mtp+ngram"):
+        m = b.mode(mode)
+        assert (m["tps"], m["tps_median"], m["tps_spread"]) == ([100.0, 100.0], 100.0, 0.0)
+        assert m["speedup"] == 2.0
+        # 3 prompts x 2 rounds; the warm-up request (which also drafted) is not counted
+        assert (m["drafted"], m["accepted"], m["drafts"]) == (72, 54, 24)
+        assert (m["accept_rate"], m["accept_len"]) == (0.75, 3.25)
+    off = b.mode("off")
+    assert (off["tps_median"], off["speedup"], off["accept_rate"], off["accept_len"]) == (
+        50.0,
+        1.0,
+        None,
+        None,
+    )
+    assert b.row("auto")[3:8] == ["100.0", "0.0", "2.00x", "0.750", "3.25"]
+    assert b.row("off")[1] == "none" and b.row("off")[3:8] == ["50.0", "0.0", "1.00x", "—", "—"]
+    assert b.row("auto")[1] == f"{CPU_CHAIN}, n_max 3, ngram 24/48/64"
+    assert b.row("mtp")[1] == "draft-mtp, n_max 3"
+    assert f"auto resolved to {CPU_CHAIN}: the fastest" in b.md
+    assert b.md in b.stdout  # the table is printed as well as saved
+    assert (b.out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert all(_refused(m["command"]) for m in b.doc["modes"] if m["command"])
+
+
+def test_progress_lines_name_each_mode_and_round(bench) -> None:
+    b = bench("--model", MTP_TARGET, "--modes", "off,mtp", "--repeat", "2")
+    assert "bench: mtp -> --spec-type draft-mtp --spec-draft-n-max 3" in b.stdout
+    assert "bench:   round 2/2: 100.0 tokens/s" in b.stdout
+
+
+def test_auto_slower_than_another_mode_is_said_with_both_speeds(bench) -> None:
+    b = bench("--model", MTP_TARGET, "--repeat", "2", spec_ms_per_token=40.0, base_ms_per_token=20.0)
+    assert b.code == 0
+    sentence = f"auto resolved to {CPU_CHAIN} (25.0 tok/s), but off was fastest (50.0 tok/s)"
+    assert sentence in b.md and b.doc["auto"] == sentence
+    assert b.row("auto")[5] == "0.50x"
+
+
+def test_modes_resolving_to_the_same_flags_share_one_server(bench) -> None:
+    b = bench("--model", PLAIN_TARGET, "--repeat", "1")
+    assert b.code == 0
+    # on a model without MTP heads: mtp falls back to --spec-default like auto, mtp+ngram keeps ngram-mod
+    assert (b.mode("mtp")["shares_with"], b.mode("mtp+ngram")["shares_with"]) == ("auto", "ngram")
+    assert b.mode("auto")["flags"] == b.mode("mtp")["flags"] == ["--spec-default"]
+    assert b.row("mtp")[1] == "--spec-default" and b.row("mtp")[8] == "same flags as auto: one measurement"
+    assert b.row("mtp+ngram")[8] == "same flags as ngram: one measurement"
+    assert sorted(p.name for p in (b.out / "logs").iterdir()) == ["auto.log", "ngram.log", "off.log"]
+    assert b.mode("mtp")["command"] == b.mode("auto")["command"]
+    assert "auto resolved to --spec-default: the fastest" in b.md
+
+
+def test_without_off_the_speedup_is_a_dash(bench) -> None:
+    b = bench("--model", MTP_TARGET, "--modes", "auto,mtp", "--repeat", "1", "--cuda", "-DGGML_FOO=1")
+    assert b.code == 0
+    assert "note: build flags --cuda -DGGML_FOO=1 are for `nox -s build`; ignored here" in b.stdout
+    assert [m["mode"] for m in b.doc["modes"]] == ["auto", "mtp"]
+    assert b.mode("auto")["speedup"] is None and b.row("auto")[5] == "—"
+
+
+def _run(mode: str, tps: list[float], spec_type: str | None = "ngram-mod") -> ModeRun:
+    flags = ("--spec-type", spec_type) if spec_type else ()
+    res = Resolution(flags, spec_type, mode, None, "test")
+    return ModeRun(mode, res, Measurement(flags, tps=tps))
+
+
+def test_auto_verdict_says_when_the_repeats_overlap() -> None:
+    other = _run("off", [100.0, 120.0], None)
+    assert auto_verdict([_run("auto", [90.0, 110.0]), other]) == (
+        "auto resolved to ngram-mod (100.0 tok/s), but off was fastest (110.0 tok/s); "
+        "the ranges of the repeats overlap, so the difference is not clear"
+    )
+    assert auto_verdict([_run("auto", [80.0, 90.0]), other]).endswith("(110.0 tok/s)")
+    assert auto_verdict([other]) == "auto was not benchmarked (--modes has no auto)"
+
+
+def test_legacy_mode_names_are_canonicalized() -> None:
+    assert parse_modes("default, draft-mtp,ngram-mod,OFF") == ["auto", "mtp", "ngram", "off"]
+    assert parse_modes("auto,default,off") == ["auto", "off"]  # the same mode twice is measured once
+
+
+@pytest.mark.parametrize("text", ["auto,turbo", "auto,", "ngram-mod;draft-mtp"])
+def test_unknown_mode_is_refused_not_taken_for_auto(text: str) -> None:
+    with pytest.raises(UserError, match="--modes: unknown mode"):
+        parse_modes(text)
+
+
+# --- failures -----------------------------------------------------------------------------------------------
+
+
+def _mtp_fails_to_start(folder: Path) -> Path:
+    """The fake, except that a server asked for draft-mtp prints a real build's log of an MTP context that
+    could not be created, and exits 1 (tests/data/failures/mtp-no-heads.log)."""
+    fake = fake_llama(folder / "fake")
+    script = folder / "llama-server"
+    log = shlex.quote(str(FAILURES / "mtp-no-heads.log"))
+    body = f'case "$*" in *draft-mtp*) cat {log} >&2; exit 1;; esac\nexec {shlex.quote(str(fake))} "$@"\n'
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def test_a_server_that_fails_to_start_is_a_row_with_its_reason(bench, env: Path) -> None:
+    b = bench("--model", MTP_TARGET, "--repeat", "1", binary=_mtp_fails_to_start(env / "bin"))
+    assert b.code == 1
+    for mode in ("auto", "mtp", "mtp+ngram"):
+        m = b.mode(mode)
+        assert (m["status"], m["reason"], m["tps_median"]) == ("failed", "spec_init_failed", None)
+        assert "failed to create MTP context" in m["message"]  # the server log's tail
+    assert b.row("mtp")[3:9] == ["—", "—", "—", "—", "—", "failed: spec_init_failed"]
+    assert b.mode("ngram")["status"] == b.mode("off")["status"] == "measured"
+    assert b.mode("ngram")["speedup"] == 2.0
+    assert f"auto resolved to {CPU_CHAIN}, but it could not be measured (spec_init_failed)" in b.md
+    assert (b.out / "bench.png").is_file()
+
+
+def test_a_server_dying_mid_run_is_a_failed_row_and_every_server_is_stopped(bench) -> None:
+    # the warm-up is request 1: each speculative server dies on the second prompt of its first round
+    b = bench("--model", MTP_TARGET, "--repeat", "1", die_after_requests=2)
+    assert b.code == 1
+    assert {b.mode(m)["reason"] for m in ("auto", "ngram", "mtp")} == {"runtime_error"}
+    assert b.mode("off")["status"] == "measured"
+    assert all(_refused(m["command"]) for m in b.doc["modes"] if m["command"])
+
+
+def test_without_matplotlib_one_note_and_the_rest_is_written(bench, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    b = bench("--model", MTP_TARGET, "--modes", "off", "--repeat", "1")
+    assert b.code == 0
+    assert "note: no bench.png: matplotlib is not installed" in b.stdout
+    assert not (b.out / "bench.png").exists()
+    assert b.mode("off")["tps_median"] == 50.0 and "| off |" in b.md
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "nope.gguf"], "error: --model 'nope.gguf' is not in"),
+        (["--model", MTP_TARGET, "--modes", "auto,turbo"], "error: --modes: unknown mode 'turbo'"),
+        (["--model", MTP_TARGET, "--repeat", "0"], "argument --repeat: 0 must be >= 1"),
+        (["--model", MTP_TARGET, "--prompts", "nope"], "error: --prompts 'nope' is not a prompt set"),
+        (["--modes", "auto"], "the following arguments are required: --model"),
+    ],
+)
+def test_bad_input_is_one_message_and_exit_2(bench, env: Path, args: list[str], message: str) -> None:
+    b = bench(*args)
+    assert b.code == 2
+    assert message in b.stderr and "Traceback" not in b.stderr
+    assert not (env / "out").exists()  # refused before anything ran
+
+
+# --- the real build -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_real_build_benches_the_synthetic_mtp_target(bench, env: Path) -> None:
+    """Every mode on the real CPU build: auto is the CPU chain; the fixed weights accept every draft."""
+    from fakeserver import real_binary
+
+    b = bench("--model", MTP_TARGET, "--repeat", "2", binary=real_binary())
+    assert b.code == 0, b.stdout[-3000:]
+    auto = b.mode("auto")
+    assert auto["spec_type"] == CPU_CHAIN and b.doc["auto"].startswith(f"auto resolved to {CPU_CHAIN}")
+    assert b.mode("mtp+ngram")["shares_with"] == "auto"
+    for mode in ("auto", "mtp", "ngram"):
+        m = b.mode(mode)
+        assert m["drafts"] > 0 and m["accept_rate"] == 1.0, m  # fixed weights: every draft is accepted
+        assert len(m["tps"]) == 2 and all(t > 0 for t in m["tps"])
+    assert b.mode("off")["drafted"] == 0 and b.mode("off")["speedup"] == 1.0
+    assert (b.out / "bench.png").is_file() and (b.out / "bench.md").is_file()
+    assert "--poll 0" in " ".join(auto["command"])  # build_command's CPU rule, as the suite runs it
