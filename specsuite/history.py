@@ -99,7 +99,22 @@ _V1 = (
     "CREATE INDEX runs_by_time ON runs (started)",
     "CREATE INDEX cases_by_name ON cases (name, measured)",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# v2: the texts (the whole record, the failure message: kilobytes per case) move out of `cases` into
+# `case_texts`, so a listing over 10 000 runs scans compact rows of numbers, and a record is read only for
+# the one baseline it returns.
+_V2 = (
+    """CREATE TABLE case_texts (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        message TEXT,
+        record TEXT NOT NULL,                -- the whole case record
+        PRIMARY KEY (run, name)
+    )""",
+    "INSERT INTO case_texts (run, name, message, record) SELECT run, name, message, record FROM cases",
+    "ALTER TABLE cases DROP COLUMN record",
+    "ALTER TABLE cases DROP COLUMN message",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -278,7 +293,6 @@ def _case_row(name: str, rec: dict[str, Any]) -> dict[str, Any]:
         "name": name,
         "status": _text(rec.get("status")),
         "reason": _text(rec.get("reason")),
-        "message": _text(rec.get("message")),
         "measured": int(is_measured(rec)),
         "spec_type": _text(rec.get("spec_type")),
         "n_max": _int(rec.get("n_max")),
@@ -297,7 +311,6 @@ def _case_row(name: str, rec: dict[str, Any]) -> dict[str, Any]:
         "speedups": _json(speed_samples(rec)),
         "identical_fraction": finite(rec.get("identical_fraction")),
         "wall_s": finite(rec.get("wall_s")),
-        "record": _json(rec),
     }
 
 
@@ -322,7 +335,10 @@ def insert_run(conn: sqlite3.Connection, doc: dict[str, Any]) -> int:
     conn.execute("DELETE FROM runs WHERE run_id = ? AND started = ?", (run["run_id"], run["started"]))
     run_pk = _insert(conn, "runs", run)
     for name, rec in cases.items():
-        _insert(conn, "cases", {"run": run_pk, **_case_row(str(name), _dict(rec))})
+        rec = _dict(rec)
+        _insert(conn, "cases", {"run": run_pk, **_case_row(str(name), rec)})
+        text = {"run": run_pk, "name": str(name), "message": _text(rec.get("message")), "record": _json(rec)}
+        _insert(conn, "case_texts", text)
     return run_pk
 
 
@@ -515,7 +531,7 @@ def find_baseline(
     """
     commit = commit.strip().lower()
     sql = (
-        f"SELECT r.run_id, r.llama_commit, {_TIME} AS t, c.record FROM cases c JOIN runs r ON r.id = c.run "
+        f"SELECT r.run_id, r.llama_commit, {_TIME} AS t, c.run FROM cases c JOIN runs r ON r.id = c.run "
         "WHERE c.name = ? AND c.measured = 1 AND r.device_class = ? AND r.backend = ? "
         f"AND r.cases_sha256 = ? ORDER BY {_TIME} DESC, r.id DESC"
     )
@@ -524,8 +540,10 @@ def find_baseline(
             return None
         conn.row_factory = sqlite3.Row
         found = conn.execute(sql, (case, device_class, backend, cases_sha256)).fetchall()
-    rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
-    row = _nearest_ancestor(rows, ancestors) if ancestors is not None else (rows[0] if rows else None)
-    if row is None:
-        return None
-    return Baseline(row["run_id"], row["llama_commit"], row["t"], json.loads(row["record"]))
+        rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
+        row = _nearest_ancestor(rows, ancestors) if ancestors is not None else (rows[0] if rows else None)
+        if row is None:
+            return None
+        text = conn.execute("SELECT record FROM case_texts WHERE run = ? AND name = ?", (row["run"], case))
+        (record,) = text.fetchone()
+    return Baseline(row["run_id"], row["llama_commit"], row["t"], json.loads(record))

@@ -133,7 +133,8 @@ def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> Non
     assert r["models"] == run["models"] and r["started"] == run["started"] and r["cases_sha256"] is None
     with sqlite3.connect(db) as conn:
         conn.row_factory = sqlite3.Row
-        got = {r["name"]: dict(r) for r in conn.execute("SELECT * FROM cases")}
+        sql = "SELECT * FROM cases c JOIN case_texts t ON t.run = c.run AND t.name = c.name"
+        got = {r["name"]: dict(r) for r in conn.execute(sql)}
     assert set(got) == set(run["cases"])
     for name, c in run["cases"].items():
         row = got[name]
@@ -160,7 +161,7 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     assert r["options"] == d["options"] and r["source_kind"] == "ref" and r["results_schema"] == 2
     cols = "speedups, spec_tps, speedup_median, speed_repeat, accept_len, record"
     [(speedups, spec_tps, median, repeat, length, record)] = rows(
-        db, f"SELECT {cols} FROM cases WHERE name='mtp'"
+        db, f"SELECT {cols} FROM cases c JOIN case_texts t USING (run, name) WHERE name='mtp'"
     )
     assert json.loads(speedups) == d["cases"]["mtp"]["speed"]["speedups"]
     assert json.loads(spec_tps) == d["cases"]["mtp"]["speed"]["spec_tps"]
@@ -362,11 +363,34 @@ def test_an_empty_v0_database_is_migrated_to_the_current_schema(tmp_path: Path) 
 
 
 def _v1_database_with_a_run(db: Path) -> None:
+    """A history as v1 wrote it: the record and the message in the cases table."""
     conn = sqlite3.connect(db, isolation_level=None)
     migrate(conn, MIGRATIONS[:1])
+    d = doc("abcdef0")
     with history.transaction(conn):
-        history.insert_run(conn, doc("abcdef0"))
+        run = history._insert(conn, "runs", history._run_row(d, "abcdef0"))
+        for name, rec in d["cases"].items():
+            row = {
+                "run": run,
+                **history._case_row(name, rec),
+                "message": "v1 text",
+                "record": json.dumps(rec),
+            }
+            history._insert(conn, "cases", row)
     conn.close()
+
+
+def test_v2_moves_the_texts_out_of_the_cases_table(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    _v1_database_with_a_run(db)
+    connect(db).close()  # opening migrates
+    assert rows(db, "PRAGMA user_version") == [(len(MIGRATIONS),)]
+    assert "record" not in [c for (_, c, *_) in rows(db, "PRAGMA table_info(cases)")]
+    [(name, message, record)] = rows(db, "SELECT name, message, record FROM case_texts")
+    assert (name, message, json.loads(record)["name"]) == ("mtp", "v1 text", "mtp")
+    base = find_baseline(db, case="mtp", device_class=H200["class"], backend="cuda", cases_sha256=CASES_SHA,
+                         commit="bbbbbbb", ancestors=None)  # fmt: skip
+    assert base is not None and base.record["name"] == "mtp"
 
 
 def test_an_older_database_is_migrated_in_order_keeping_its_runs(tmp_path: Path) -> None:
@@ -395,7 +419,9 @@ def test_a_failing_migration_rolls_back_every_step(tmp_path: Path) -> None:
         migrate(conn, [*MIGRATIONS, v2, v3])
     conn.close()
     assert rows(db, "PRAGMA user_version") == [(1,)]
-    assert rows(db, "SELECT name FROM sqlite_master WHERE name = 'notes'") == []  # v2 undone with v3
+    assert (
+        rows(db, "SELECT name FROM sqlite_master WHERE name = 'notes'") == []
+    )  # undone with the failing step
     assert rows(db, "SELECT count(*) FROM runs") == [(1,)]
 
 
