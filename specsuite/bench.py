@@ -41,6 +41,7 @@ class Options:
     prompts: str | None
     n_predict: int | None
     out: Path | None
+    drafter: str | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--n-predict", type=positive_int, help="tokens per request (default: 32 generated, else 128)"
     )
+    p.add_argument("--mtp-drafter", metavar="NAME", help="a separate MTP drafter (a models.lock name)")
     p.add_argument("--out", type=Path, help="output folder (default: results/bench-<run id>/)")
     return p
 
@@ -85,7 +87,7 @@ def options(argv: list[str]) -> Options:
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; ignored here")
     a = parser().parse_args(rest)
-    return Options(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out)
+    return Options(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out, a.mtp_drafter)
 
 
 def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
@@ -99,15 +101,15 @@ def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
     return sets[name]
 
 
-def _model_defaults(model: str) -> tuple[str, int]:
+def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
     """(prompt set, n_predict) for a lock name; UserError naming the valid ones when it is not there."""
     from .lockfile import load_lock
 
     lock = load_lock()
-    entry = lock.entries.get(model)
-    if entry is None:
-        raise UserError(f"--model {model!r} is not in {lock.path}; valid: {', '.join(lock.entries)}")
-    return GENERATED if entry.source == "generated" else HUB_OR_PYPI
+    for flag, name in (("--model", model), ("--mtp-drafter", drafter)):
+        if name is not None and name not in lock.entries:
+            raise UserError(f"{flag} {name!r} is not in {lock.path}; valid: {', '.join(lock.entries)}")
+    return GENERATED if lock.entries[model].source == "generated" else HUB_OR_PYPI
 
 
 def bench_command(argv: list[str]) -> int:
@@ -115,17 +117,23 @@ def bench_command(argv: list[str]) -> int:
     from .results import new_run_id, utc_now
 
     opts = options(argv)
-    set_name, n_predict = _model_defaults(opts.model)
+    set_name, n_predict = _model_defaults(opts.model, opts.drafter)
     set_name = opts.prompts or set_name
     prompts = _prompt_set(set_name)
     caps = probe(paths.server_binary())  # a missing binary is one clear error, before any download
-    stored = _fetch(opts.model)
-    target = stored.path
+    found = _fetch([opts.model, *([opts.drafter] if opts.drafter else [])])
+    stored, target = found[opts.model], found[opts.model].path
+    drafter = found[opts.drafter] if opts.drafter else None
+    if drafter is not None:
+        _check_drafter(target, drafter)
+    drafter_path = drafter.path if drafter else None
     gpu = caps.backend != "cpu" and bool(caps.gpus)
-    plans = resolve_modes(opts.modes, caps, target, gpu)
+    plans = resolve_modes(opts.modes, caps, target, gpu, drafter_path)
     run_id = new_run_id(opts.model)
     out = (opts.out or paths.RESULTS_DIR / f"bench-{run_id}").resolve()
-    work = Workload(caps, target, prompts, opts.n_predict or n_predict, opts.repeat, out / "logs")
+    work = Workload(
+        caps, target, prompts, opts.n_predict or n_predict, opts.repeat, out / "logs", drafter_path
+    )
     ctx = Context(
         run_id=run_id,
         model=opts.model,
@@ -138,6 +146,8 @@ def bench_command(argv: list[str]) -> int:
         n_prompts=len(prompts),
         n_predict=work.n_predict,
         repeat=work.repeat,
+        drafter=opts.drafter,
+        drafter_sha256=drafter.sha256 if drafter else None,
     )
     started = utc_now()
     runs = measure_modes(plans, work, _say)
@@ -149,13 +159,24 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _fetch(model: str) -> StoredModel:
-    """Fetch and verify the model (a no-op when its stamp is fresh); its verified file."""
+def _fetch(models: list[str]) -> dict[str, StoredModel]:
+    """Fetch and verify the models (a no-op when their stamps are fresh); their verified files."""
     from .fetch import fetch_models  # the fetcher pulls in the Hub client: only when benching
     from .store import locate
 
-    fetch_models(models=[model], tty=False)
-    return locate([model])[model]
+    fetch_models(models=models, tty=False)
+    return locate(models)
+
+
+def _check_drafter(target: Path, drafter: StoredModel) -> None:
+    """A drafter without MTP heads would fail every MTP mode's server the same way: one error, before any."""
+    from .modelcheck import check_models
+
+    try:
+        for warning in check_models(["draft-mtp"], target, drafter.path):
+            print(f"warning: {warning}")
+    except UserError as exc:
+        raise UserError(f"--mtp-drafter {drafter.name}: {exc}") from None
 
 
 def write_reports(ctx: Context, runs: list[ModeRun], out: Path, started: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics
+from .cases import Case
 from .command import build_command
 from .measure import Prompts, decode_tps, run_prompts, warm_up
 from .probe import Capabilities, MissingFlag
@@ -25,6 +26,7 @@ from .runner import start_server
 from .server import LlamaServer, ServerFailed
 
 Say = Callable[[str], None]
+DRAFT_FLAG = "--model-draft"  # the resolver's spelling of a separate MTP drafter
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Workload:
     n_predict: int
     repeat: int
     logs: Path
+    drafter: Path | None = None  # a separate MTP drafter, handed to the resolver
 
 
 @dataclass
@@ -107,11 +110,23 @@ class ModeRun:
 
 
 def resolve_modes(
-    modes: list[str], caps: Capabilities, target: Path, gpu: bool
+    modes: list[str], caps: Capabilities, target: Path, gpu: bool, drafter: Path | None = None
 ) -> list[tuple[str, Resolution]]:
-    """Every mode's flags, as the front end resolves them for this binary, model and device."""
+    """Every mode's flags, as the front end resolves them for this binary, model, drafter and device."""
     rcaps = caps_from_probe(caps)
-    return [(m, resolve_for_model(m, caps=rcaps, model_path=target, gpu=gpu)) for m in modes]
+    return [
+        (m, resolve_for_model(m, caps=rcaps, model_path=target, gpu=gpu, mtp_draft_path=drafter))
+        for m in modes
+    ]
+
+
+def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
+    """The server of one configuration, as the suite runs a ``mode`` case: speculative flags make it a case
+    (on a GPU build its draft or MTP head is offloaded like the target; a drafter gets the CPU build's
+    no-polling rule), no flags is the suite's speculation-off baseline, exactly."""
+    case = Case(name="bench", tier="bench", target=work.target.name, mode="auto") if flags else None
+    draft = work.drafter if DRAFT_FLAG in flags else None
+    return build_command(work.caps, work.target, port, case, draft, flags)
 
 
 def measure_modes(plans: list[tuple[str, Resolution]], work: Workload, say: Say) -> list[ModeRun]:
@@ -135,8 +150,8 @@ def measure(flags: tuple[str, ...], work: Workload, log: Path, say: Say) -> Meas
     """One server with ``flags``: warm-up, N rounds, the counters' delta; a failure becomes the reason."""
     got = Measurement(flags, log=log)
     try:
-        build_command(work.caps, work.target, 0, resolved=flags)  # a flag the binary lacks: before a server
-        srv = start_server(lambda port: build_command(work.caps, work.target, port, resolved=flags), log)
+        command(work, flags, 0)  # a flag the binary lacks ends it here, before a server
+        srv = start_server(lambda port: command(work, flags, port), log)
         try:
             got.command = srv.command
             _rounds(srv, work, got, say)

@@ -6,6 +6,7 @@ Pure functions of the measured rows; nothing here starts a server. The PNG is be
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import table
@@ -41,6 +42,8 @@ class Context:
     n_prompts: int
     n_predict: int
     repeat: int
+    drafter: str | None = None  # a separate MTP drafter's lock name
+    drafter_sha256: str | None = None  # ... and its verified file's
 
 
 def resolved_label(res: Resolution) -> str:
@@ -54,6 +57,8 @@ def short_flags(res: Resolution) -> str:
     """The resolved flags in short: the spec type, its draft length and ngram-mod's match/min/max."""
     values = {f: v for f, v in zip(res.flags, res.flags[1:], strict=False) if f.startswith("--")}
     parts = [resolved_label(res)]
+    if drafter := values.get("--model-draft"):
+        parts.append(f"drafter {Path(drafter).name}")
     if n := values.get("--spec-draft-n-max") or values.get("--draft-max"):
         parts.append(f"n_max {n}")
     knobs = [values.get(f"--spec-ngram-mod-n-{k}") for k in ("match", "min", "max")]
@@ -132,7 +137,8 @@ def auto_verdict(runs: list[ModeRun]) -> str:
 def markdown(ctx: Context, runs: list[ModeRun]) -> str:
     device = "GPU" if ctx.gpu else "CPU"
     lines = [
-        f"### specsuite bench `{ctx.run_id}`: {ctx.model}",
+        f"### specsuite bench `{ctx.run_id}`: {ctx.model}"
+        + (f" with the MTP drafter {ctx.drafter}" if ctx.drafter else ""),
         f"- binary: {ctx.binary} (commit {ctx.commit or '?'}, {ctx.backend or '?'} build, {device})",
         f"- {ctx.repeat} round(s) of the `{ctx.prompts}` prompt set ({ctx.n_prompts} prompts, n_predict "
         f"{ctx.n_predict}) per configuration after one discarded warm-up request; tokens/s from the "
@@ -153,6 +159,7 @@ def document(ctx: Context, runs: list[ModeRun], started: str, finished: str) -> 
         "started": started,
         "finished": finished,
         "model": {"name": ctx.model, "sha256": ctx.sha256},
+        "drafter": {"name": ctx.drafter, "sha256": ctx.drafter_sha256} if ctx.drafter else None,
         "binary": {"path": ctx.binary, "commit": ctx.commit, "backend": ctx.backend},
         "device": "gpu" if ctx.gpu else "cpu",
         "options": {"prompts": ctx.prompts, "n_predict": ctx.n_predict, "repeat": ctx.repeat},

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic
-from .regress import finite, is_measured, speed_samples
+from .regress import finite
+from .results import CaseRecord, case_records
 
 UNITS = {"accept_rate": "accepted/drafted", "accept_len": "tokens/step", "speedup": "x"}
 
@@ -21,31 +22,32 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _speedup(rec: dict[str, Any]) -> tuple[float | None, str | None]:
+def _speedup(rec: CaseRecord) -> tuple[float | None, str | None]:
     """(speedup, its range): the median of the repeats where the run repeated, else the single value."""
-    samples = [v for v in (finite(x) for x in speed_samples(rec) or []) if v is not None]
-    speed = _dict(rec.get("speed"))
+    speed = _dict(rec.speed)
+    raw = speed.get("speedups")
+    samples = [v for v in (finite(x) for x in raw) if v is not None] if isinstance(raw, list) else []
     median = finite(speed.get("speedup_median"))
     if median is not None and samples:
         return median, f"{min(samples):.3f} to {max(samples):.3f} over {len(samples)} repeats"
-    return finite(rec.get("speedup")), None
+    return finite(rec.speedup), None
 
 
-def _extra(doc: dict[str, Any], rec: dict[str, Any]) -> str:
+def _extra(doc: dict[str, Any], rec: CaseRecord) -> str:
     binary, device = _dict(doc.get("binary")), _dict(doc.get("device"))
     where = device.get("name") or binary.get("backend") or "?"
-    return f"llama.cpp {str(binary.get('commit') or '?')[:7]} on {where}; {rec.get('status')}"
+    return f"llama.cpp {str(binary.get('commit') or '?')[:7]} on {where}; {rec.status}"
 
 
 def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The customBiggerIsBetter entries of one results.json document, in case order."""
     out: list[dict[str, Any]] = []
-    for name, rec in (doc.get("cases") or {}).items():
-        if not isinstance(rec, dict) or not is_measured(rec):
+    for name, rec in case_records(doc).items():
+        if not rec.measured:
             continue
         extra = _extra(doc, rec)
         speedup, spread = _speedup(rec)
-        values = {"accept_rate": finite(rec.get("accept_rate")), "accept_len": finite(rec.get("accept_len"))}
+        values = {"accept_rate": finite(rec.accept_rate), "accept_len": finite(rec.accept_len)}
         for metric, value in [*values.items(), ("speedup", speedup)]:
             if value is None:
                 continue

@@ -118,6 +118,7 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda")]
     archs = None
     user = extra_flags(env, args.defines)
+    flags += amx_flags(compiler_path, user, notes)
     if backend == "cuda":
         assert nvcc is not None
         archs, origin = toolchain.cuda_architectures(env, nvcc)
@@ -193,6 +194,27 @@ def ccache_flags(env: Mapping[str, str], cuda: bool) -> list[str]:
         return []
     langs = ["C", "CXX", *(["CUDA"] if cuda else [])]
     return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]
+
+
+# ggml's AMX kernels at the pinned commit crash llama-server on the first quantized matmul on an AMX CPU
+# (general protection fault on ldtilecfg in ggml_backend_amx_mul_mat; seen with GCC 12 on a Sapphire Rapids
+# machine), and ggml only builds them when -march=native turns AMX on. GCC and Clang let an explicit -mno-*
+# win over -march=native whatever the order.
+AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def amx_flags(compiler: str, user: list[str], notes: list[str]) -> list[str]:
+    """AMX off where -march=native would turn it on, unless the user sets the compile flags or native off."""
+    names = {f.split("=", 1)[0] for f in user}
+    if names & {"-DCMAKE_C_FLAGS", "-DCMAKE_CXX_FLAGS"} or "-DGGML_NATIVE=OFF" in user:
+        return []
+    if not toolchain.native_amx(compiler):
+        return []
+    notes.append(
+        f"AMX off ({AMX_OFF}): ggml's AMX kernels crash llama-server on this CPU's first quantized matmul; "
+        "-DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS= builds them"
+    )
+    return [f"-DCMAKE_C_FLAGS={AMX_OFF}", f"-DCMAKE_CXX_FLAGS={AMX_OFF}"]
 
 
 def cuda_flags(nvcc: Nvcc, archs: str) -> list[str]:

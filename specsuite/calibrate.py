@@ -22,15 +22,20 @@ import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
 from . import atomic, paths
+from .cases import GPU_TIERS
 from .errors import UserError
+from .regress import finite as finite_value
 from .regress import is_finite as finite
-from .results import device_name, load_run
+from .results import CaseRecord, case_records, device_name, load_run
 
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
 # Speed is noisier than acceptance (clocks, other jobs): the floor is the slowest observed median speedup
 # minus 20 % of it, written only for cases that opt into a speed floor (a min_speedup key).
 SPEED_MARGIN = 0.2
+# On the GPU tiers speculation must never be slower than plain decoding: their speed floor is at least 1.0,
+# whatever a slow calibration run measured.
+GPU_MIN_SPEEDUP = 1.0
 # A case that failed only because it fell below its old floor still measured real numbers: exactly the
 # runs a recalibration is for. Any other failure (spec inactive, crash, wrong tokens) says nothing.
 _USABLE_FAILURES = {"floor"}
@@ -44,6 +49,7 @@ class CaseCalibration:
     speedups: list[float] = field(default_factory=list)  # median speedup of each run (when measured)
     run_ids: list[str] = field(default_factory=list)  # the runs the floors come from
     excluded: list[str] = field(default_factory=list)  # "run-id: why", one per unusable run
+    tier: str = ""  # the case's tier: a GPU tier's speed floor never goes below GPU_MIN_SPEEDUP
 
     @property
     def runs(self) -> int:
@@ -61,10 +67,22 @@ class CaseCalibration:
         return _floor4(max(0.0, min(self.lens) - LEN_MARGIN))
 
     @property
-    def speed_floor(self) -> float | None:
+    def measured_speed_floor(self) -> float | None:
+        """The slowest median speedup minus the margin, before any clamp."""
         if len(self.speedups) != self.runs or not self.speedups:
             return None  # a run without a speed measurement: keep the old floor
         return _floor4(min(self.speedups) * (1 - SPEED_MARGIN))
+
+    @property
+    def speed_floor(self) -> float | None:
+        measured = self.measured_speed_floor
+        if measured is not None and self.tier in GPU_TIERS:
+            return max(GPU_MIN_SPEEDUP, measured)
+        return measured
+
+    @property
+    def speed_clamped(self) -> bool:
+        return self.speed_floor != self.measured_speed_floor
 
     @property
     def unstable(self) -> list[str]:
@@ -81,54 +99,61 @@ def _floor4(x: float) -> float:
     return math.floor(round(x * 10_000, 6)) / 10_000
 
 
-def _unusable_reason(res: dict[str, Any]) -> str | None:
-    status, reason = res.get("status"), res.get("reason")
-    if status != "passed" and not (status == "failed" and reason in _USABLE_FAILURES):
-        first_line = (res.get("message") or "").strip().splitlines()[:1]
-        return f"{status} ({reason or 'no reason'}): {''.join(first_line)}".rstrip(": ")
-    if not finite(res.get("accept_rate")) or not finite(res.get("accept_len")):
+def _unusable_reason(rec: CaseRecord) -> str | None:
+    if rec.status != "passed" and not (rec.status == "failed" and rec.reason in _USABLE_FAILURES):
+        first_line = (rec.message or "").strip().splitlines()[:1]
+        return f"{rec.status} ({rec.reason or 'no reason'}): {''.join(first_line)}".rstrip(": ")
+    if not finite(rec.accept_rate) or not finite(rec.accept_len):
         return "no accept rate/len recorded (nothing drafted?)"
     return None
 
 
-def collect(runs: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, CaseCalibration]:
-    """Gather each case's observations over the runs; ``names`` limits (and orders) the cases."""
+def collect(
+    runs: list[dict[str, Any]], names: list[str] | None = None, tiers: dict[str, str] | None = None
+) -> dict[str, CaseCalibration]:
+    """Gather each case's observations over the runs; ``names`` limits (and orders) the cases; ``tiers``
+    (the cases file's, by name) overrides the tier a run recorded."""
     out: dict[str, CaseCalibration] = {}
     for run in runs:
-        for name, res in run["cases"].items():
+        for name, rec in case_records(run).items():
             if names is not None and name not in names:
                 continue
-            cal = out.setdefault(name, CaseCalibration(name))
-            if why := _unusable_reason(res):
+            cal = out.setdefault(name, CaseCalibration(name, tier=(tiers or {}).get(name, rec.tier)))
+            if why := _unusable_reason(rec):
                 cal.excluded.append(f"{run.get('run_id', '?')}: {why}")
-            else:
-                cal.run_ids.append(str(run.get("run_id", "?")))
-                cal.rates.append(float(res["accept_rate"]))
-                cal.lens.append(float(res["accept_len"]))
-                if finite(res.get("speedup")):
-                    cal.speedups.append(float(res["speedup"]))
+                continue
+            cal.run_ids.append(str(run.get("run_id", "?")))
+            cal.rates.append(finite_value(rec.accept_rate) or 0.0)  # finite: _unusable_reason checked
+            cal.lens.append(finite_value(rec.accept_len) or 0.0)
+            if (speedup := finite_value(rec.speedup)) is not None:
+                cal.speedups.append(speedup)
     for name in names or []:
-        out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"]))
+        tier = (tiers or {}).get(name, "")
+        out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"], tier=tier))
     return out
 
 
-def provenance(runs: list[dict[str, Any]]) -> dict[str, str]:
+def provenance(runs: list[dict[str, Any]], across_machines: bool = False) -> dict[str, str]:
     """The commit and device every run shares; calibrating across binaries or devices is refused.
 
     A binary's sha256 identifies it; the commit is compared by prefix because the recorded form may be
-    the short (--version) or the full hash of the same commit.
+    the short (--version) or the full hash of the same commit. ``across_machines``: builds of one commit
+    on several machines (a CPU tier's numbers depend on the CPU's vector ISA), so that the floors hold on
+    each; the commit must still be one, and every machine is named.
     """
     commits = sorted({(r.get("binary") or {}).get("commit") or "unknown" for r in runs}, key=len)
     shas = {(r.get("binary") or {}).get("sha256") for r in runs} - {None}
     devices = {device_name(r) for r in runs}
     shas_text = sorted(str(s) for s in shas)
     same_commit = all(commits[-1].startswith(c) for c in commits)
-    if not same_commit or len(shas) > 1 or len(devices) > 1:
+    if not same_commit:
+        raise UserError(f"the runs differ in llama.cpp commit {commits}; calibrate from runs of one commit")
+    if not across_machines and (len(shas) > 1 or len(devices) > 1):
         raise UserError(
-            f"the runs differ in llama.cpp commit {commits}, binary sha256 {shas_text} or device "
-            f"{sorted(devices)}; calibrate from runs of one binary on one machine"
+            f"the runs differ in binary sha256 {shas_text} or device {sorted(devices)}; calibrate from runs "
+            "of one binary on one machine, or --across-machines for builds of one commit on several"
         )
-    return {"commit": commits[-1], "device": devices.pop()}
+    return {"commit": commits[-1], "device": "; ".join(sorted(devices))}
 
 
 def _set_keeping_trailer(container: Any, key: str, value: Any) -> None:
@@ -213,6 +238,8 @@ def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
             f"{min(cal.lens):.4f}..{max(cal.lens):.4f} -> floor {cal.len_floor:.4f} "
             f"(was {prev.get('min_accept_len')})"
         )
+        if prev.get("min_speedup") is not None and cal.speed_floor is not None:
+            print(_speed_line(cal, prev["min_speedup"]))
         if cal.runs == 1:
             print(f"  {name}: a single run says nothing about stability; use --runs 3")
         if reasons := cal.unstable:
@@ -220,6 +247,19 @@ def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
             print(msg)
             unstable.append(msg)
     return unstable
+
+
+def _speed_line(cal: CaseCalibration, was: Any) -> str:
+    line = (
+        f"  {cal.name}: speedup {min(cal.speedups):.4f}..{max(cal.speedups):.4f} -> floor "
+        f"{cal.speed_floor:.4f} (was {was})"
+    )
+    if cal.speed_clamped:
+        line += (
+            f"; CLAMPED to {GPU_MIN_SPEEDUP:.4f} from {cal.measured_speed_floor:.4f}: on the {cal.tier} tier "
+            "speculation must not be slower than plain decoding"
+        )
+    return line
 
 
 def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
@@ -243,7 +283,7 @@ def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m specsuite calibrate",
+        prog="specsuite calibrate",
         description="Run a tier N times and write floors (min - margin) into cases.toml.",
     )
     p.add_argument("--tier", help="tier to run and calibrate (smoke, synthetic, compact, nightly, all)")
@@ -258,6 +298,11 @@ def _parser() -> argparse.ArgumentParser:
         help="calibrate from these results/<run> folders (or results.json files) instead of running",
     )
     p.add_argument("--allow-unstable", action="store_true", help="exit 0 even when a case is UNSTABLE")
+    p.add_argument(
+        "--across-machines",
+        action="store_true",
+        help="the runs are builds of one commit on several machines: floors that hold on each",
+    )
     return p
 
 
@@ -313,17 +358,17 @@ def calibrate_command(argv: list[str]) -> int:
     runs = [load_run(d) for d in run_dirs]
     if names is None:  # --from-results without --tier: the cases the runs hold
         known = _case_names(cases, None)
-        names = [n for n in dict.fromkeys(k for r in runs for k in r["cases"]) if n in known]
+        names = [n for n in dict.fromkeys(k for r in runs for k in case_records(r)) if n in known]
     if not names:
         raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
 
-    cals = collect(runs, names)
+    cals = collect(runs, names, {c.name: c.tier for c in cases})
     old = {c.name: c.floors for c in cases}
     unstable = _report(cals, old)
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    new, rejected = _validated(text, cals, provenance(runs), date)
+    new, rejected = _validated(text, cals, provenance(runs, args.across_machines), date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )

@@ -2,7 +2,10 @@
 
 The GPU comes from the binary's own ``--list-devices`` (what llama-server will really use); the driver and
 CUDA versions from ``nvidia-smi`` where it exists. A CPU build, or a GPU build that sees no GPU, runs on the
-CPU: its class is ``cpu-<machine>``.
+CPU: its name is the CPU's model and its class ``cpu-<machine>[-<vector ISA>]``. The ISA is in the class
+because a ``-march=native`` build computes with it: AVX2 and AVX-512 kernels round differently, greedy tokens
+differ, and so do the acceptance counts (the smoke tier's floors moved by up to 10 % between two x86-64
+machines), so history must not compare one with the other.
 """
 
 from __future__ import annotations
@@ -51,4 +54,29 @@ def describe(caps: Capabilities) -> dict[str, str | None]:
             "cuda": cuda,
         }
     machine = platform.machine() or "unknown"
-    return {"name": "cpu", "class": f"cpu-{slug(machine)}", "driver": None, "cuda": None}
+    model, flags = cpu_info()
+    isa = vector_isa(flags)
+    cls = f"cpu-{slug(machine)}" + (f"-{isa}" if isa else "")
+    return {"name": model or "cpu", "class": cls, "driver": None, "cuda": None}
+
+
+def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> tuple[str | None, set[str]]:
+    """(model name, feature flags) of the first CPU in /proc/cpuinfo; (None, empty) where there is none."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)  # the first processor's block is enough
+    except OSError:
+        return None, set()
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    model = fields.get("model name") or fields.get("cpu model") or fields.get("hardware")
+    return model or None, set((fields.get("flags") or fields.get("features") or "").split())
+
+
+def vector_isa(flags: set[str]) -> str | None:
+    """The widest x86 vector ISA a native build uses (``avx512``, ``avx2``); None elsewhere or below AVX2."""
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else None

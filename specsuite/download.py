@@ -1,6 +1,6 @@
 """Resumable, verified HTTP download of one file, and the retry policy every Hub request shares.
 
-Hand-written on requests because no library does all of it (research/model-fetching.md §1): pooch cannot
+Hand-written on requests because no library does all of it: pooch cannot
 resume and re-hashes every call, huggingface_hub checks only the size and restarts from zero.
 
 The bytes go to the store's partial file (``store.part_path``) and become the final file only through
@@ -16,8 +16,6 @@ import collections
 import contextlib
 import email.utils
 import hashlib
-import math
-import os
 import queue
 import random
 import re
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from . import filehash, store
+from .envnum import env_number
 from .errors import UserError
 from .store import Cancelled
 
@@ -63,20 +62,6 @@ class _Quiet:
 # ---------------------------------------------------------------- the retry policy
 
 
-def _env_number(name: str, default: float, *, integer: bool = False) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    kind = "a whole number >= 1" if integer else "a finite number > 0"
-    try:
-        value = int(raw) if integer else float(raw)
-    except ValueError:
-        raise UserError(f"{name}={raw!r} is not {kind}; set it to, e.g., {default:g} or unset it") from None
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{name}={raw!r} must be {kind}; set it to, e.g., {default:g} or unset it")
-    return value
-
-
 @dataclass
 class Policy:
     """Retry and timing knobs, shared by every request; tests shrink them (also SPEC_FETCH_* variables)."""
@@ -94,9 +79,9 @@ class Policy:
     @classmethod
     def from_env(cls) -> Policy:
         return cls(
-            attempts=int(_env_number("SPEC_FETCH_ATTEMPTS", cls.attempts, integer=True)),
-            backoff=_env_number("SPEC_FETCH_BACKOFF_S", cls.backoff),
-            stall=_env_number("SPEC_FETCH_STALL_S", cls.stall),
+            attempts=int(env_number("SPEC_FETCH_ATTEMPTS", cls.attempts, integer=True)),
+            backoff=env_number("SPEC_FETCH_BACKOFF_S", cls.backoff),
+            stall=env_number("SPEC_FETCH_STALL_S", cls.stall),
         )
 
     def delay(self, failures: int) -> float:

@@ -6,7 +6,8 @@ from __future__ import annotations
 class UserError(Exception):
     """Bad input or a missing prerequisite; the message names the thing and what to do.
 
-    nox sessions turn it into ``session.error(msg)``, invoke tasks into ``Exit(msg, code)``.
+    The ``specsuite`` command (``cli.entry``, which nox sessions and invoke tasks run) prints it as one
+    ``error:`` line and exits with ``code``.
     """
 
     def __init__(self, message: str, code: int = 2) -> None:

@@ -46,9 +46,6 @@ RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
             "speculative decoding not supported by this context",  # server-context.cpp:1223
             "synthetic acceptance requires an initialized speculative",  # server-context.cpp:1264
             "failed to create MTP context",  # server-context.cpp:1123, speculative.cpp:2552
-            # Newer binaries abort with this on forced MTP against a model without MTP heads (the front
-            # end's seed, frontend-mtp-handling.txt); not in the pinned tree: for the binaries after it.
-            "failed to measure MTP context memory",
             "failed to load draft model",  # server-context.cpp:1118, speculative.cpp:2544
         ),
     ),
@@ -70,6 +67,12 @@ RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
 )
 
 SPEC_DROPPED = dict(RULES)["spec_init_failed"]
+
+# Newer binaries log this warning (SRV_WRN "[spec] failed to measure MTP context memory: ...") while --fit
+# measures the MTP context, also before a load that then succeeds; not in the pinned tree. It is evidence
+# only for a server that then died with no stronger line (forced MTP on a model without heads, the front
+# end's seed frontend-mtp-handling.txt): never above a RULES line, never for a server that kept serving.
+MTP_FIT_WARNING = "failed to measure MTP context memory"
 
 # Fatal signals as a shell reports them (128 + N) when the server was started through one.
 _SHELL_SIGNALS = {
@@ -120,6 +123,10 @@ def diagnose(returncode: int | None, log_text: str, timed_out: bool = False) -> 
             return Verdict(reason, line)
     if timed_out:
         return Verdict("timeout", None)
+    # A clean exit, or a SIGKILL from outside (ours, the OOM killer), is not the MTP context's doing.
+    died = returncode not in (None, 0, -signal.SIGKILL, 128 + signal.SIGKILL)
+    if died and (line := _first_match(log_text, (MTP_FIT_WARNING,))) is not None:
+        return Verdict("spec_init_failed", line)
     if returncode is not None and (returncode < 0 or returncode in _SHELL_SIGNALS):
         signum = -returncode if returncode < 0 else returncode - 128
         return Verdict("crashed", f"killed by signal {_signal_name(signum)}")

@@ -2,9 +2,10 @@
 
 The baseline of a case is the nearest earlier measured llama.cpp commit on the same device class and backend
 with the same cases.toml (history.find_baseline): nearest in ancestry when the binary came from a git
-checkout (the llama.cpp mirror, or LLAMA_CPP_DIR), else the latest earlier run. A drop beyond ``rtol``
-fails the case with reason ``regressed`` naming that commit (regress.check). A history that cannot be read
-or written never decides a run: it is one warning, and the summary says so.
+checkout (the llama.cpp mirror, or LLAMA_CPP_DIR), else the latest earlier run; always a run that started
+before the one judged. A drop beyond ``rtol`` fails the case with reason ``regressed`` naming that commit
+(regress.check). A history that cannot be read or written never decides a run: it is one warning, and the
+summary says so.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Context:
     commit: str
     ancestors: list[str] | None
     rtol: float
+    started: str | None  # the judged run's start: only earlier runs are its baselines
     used: dict[str, list[str]] = field(default_factory=dict)  # baseline "commit (run)" -> case names
     missing: list[str] = field(default_factory=list)
     problem: str | None = None
@@ -51,6 +53,7 @@ def _context(doc: dict[str, Any], rtol: float) -> Context | str:
         commit=str(commit),
         ancestors=ancestors(Path(mirror), str(commit)) if mirror else None,
         rtol=rtol,
+        started=str(doc["started"]) if doc.get("started") else None,
     )
 
 
@@ -63,6 +66,7 @@ def _lookup(ctx: Context, name: str) -> history.Baseline | None:
         cases_sha256=ctx.cases_sha256,
         commit=ctx.commit,
         ancestors=ctx.ancestors,
+        before=ctx.started,
     )
 
 
@@ -116,13 +120,18 @@ def _line(ctx: Context) -> str:
 
 
 def record(session: Session) -> None:
-    """Append the finished run to the history; a failure is a warning in the summary, never a verdict."""
+    """Append the finished run to the history; a failure is a warning in the summary, never a verdict.
+
+    The reason goes into the document (history.warning, and the summary's history line) as well as to
+    stderr: pytest keeps a passing session's teardown output to itself, so stderr alone would lose it."""
     doc = session.results.doc
-    row = history.record_run(doc)
+    row, problem = history.try_record(doc)
     note = doc.setdefault("history", {})
     note["recorded"] = row is not None
-    if row is None:
-        note["line"] = (note.get("line") or "") + " (this run was NOT recorded: see the warning above)"
+    if problem:
+        print(f"warning: history not recorded: {problem}", file=sys.stderr)
+        note["warning"] = problem
+        note["line"] = f"{note.get('line') or 'history'} (this run was NOT recorded: {problem})"
 
 
 def baselines_for(run: dict[str, Any], rtol: float = 0.05) -> dict[str, history.Baseline]:

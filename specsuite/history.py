@@ -6,8 +6,9 @@ A run is written in ONE transaction when it ends (``record_run``); WAL and a bus
 several processes on one machine record at the same moment. Recording never breaks a run: a database
 that is broken, unreadable, corrupt, locked too long or newer than this code gets one warning line.
 
-The file is ``$SPEC_HISTORY``, else ``<cache>/history.sqlite``. Its schema is versioned with
-``PRAGMA user_version``; ``MIGRATIONS`` are applied in order, all in one transaction, when it is opened.
+The file is ``$SPEC_HISTORY``, else ``<cache>/history.sqlite``; ``$SPEC_HISTORY_TIMEOUT_S`` (default 30)
+is how long a run waits for another process's lock on it. Its schema is versioned with ``PRAGMA
+user_version``; ``MIGRATIONS`` are applied in order, all in one transaction, when it is opened.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .envnum import env_number
 from .errors import UserError
 from .regress import finite, is_measured, pos0_rate, speed_samples
 from .results import device_name
@@ -136,6 +138,11 @@ def default_path() -> Path:
     return paths.cache_dir() / "history.sqlite"
 
 
+def busy_timeout_s() -> float:
+    """``$SPEC_HISTORY_TIMEOUT_S``, else BUSY_TIMEOUT_S: how long to wait for another process's lock."""
+    return env_number("SPEC_HISTORY_TIMEOUT_S", BUSY_TIMEOUT_S)
+
+
 # --- opening and migrating --------------------------------------------------------------------------------
 
 
@@ -187,8 +194,11 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(random.uniform(0.005, 0.05))  # jitter: two waiters do not retry in lockstep
 
 
-def connect(path: Path, *, timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
-    """Open (creating it and its folder if needed) and migrate the history; autocommit mode."""
+def connect(path: Path, *, timeout_s: float | None = None) -> sqlite3.Connection:
+    """Open (creating it and its folder if needed) and migrate the history; autocommit mode.
+
+    ``timeout_s``: how long to wait for another process's lock (default: ``busy_timeout_s()``)."""
+    timeout_s = busy_timeout_s() if timeout_s is None else timeout_s
     path.parent.mkdir(parents=True, exist_ok=True)
     # isolation_level=None: transactions are only the explicit ones (``transaction``), never implicit
     conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
@@ -342,35 +352,46 @@ def insert_run(conn: sqlite3.Connection, doc: dict[str, Any]) -> int:
     return run_pk
 
 
-def _warn(why: str, path: Path) -> None:
+def _problem(why: str, path: Path) -> str:
     why = " ".join(why.split())  # one line, whatever the error text
-    print(f"warning: history not recorded: {why} ({path})", file=sys.stderr)
+    return f"{why} ({path})"
+
+
+def try_record(
+    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
+) -> tuple[int | None, str | None]:
+    """Record one finished run (a results.json document) in one transaction: (its row id, None), or
+    (None, ``<why> (<path>)``) when nothing of it could be written.
+
+    Never raises for the history's sake: a refused document (no llama.cpp commit, no cases) or a
+    database that cannot be opened, is corrupt, locked for ``timeout_s`` (default ``busy_timeout_s()``)
+    or newer than this code is the second element."""
+    target = Path(path) if path is not None else default_path()
+    if not isinstance(doc, dict):
+        return None, _problem(
+            f"expected a results document (a JSON object), got {type(doc).__name__}", target
+        )
+    commit, why = _commit(doc)
+    if commit is None or not isinstance(doc.get("cases"), dict):
+        return None, _problem(why or "not a specsuite results document (no 'cases' table)", target)
+    try:
+        with contextlib.closing(connect(target, timeout_s=timeout_s)) as conn, transaction(conn):
+            return insert_run(conn, doc), None
+    except UserError as exc:  # a bad SPEC_HISTORY_TIMEOUT_S: its own message says what to do
+        return None, _problem(str(exc), target)
+    except Exception as exc:  # history is auxiliary: whatever went wrong, the run itself must go on
+        kind = "" if isinstance(exc, (sqlite3.Error, OSError)) else f"{type(exc).__name__}: "
+        return None, _problem(f"{kind}{exc}", target)
 
 
 def record_run(
-    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S
+    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
 ) -> int | None:
-    """Record one finished run (a results.json document) in one transaction; its row id, or None.
-
-    Never raises for the history's sake: a refused document (no llama.cpp commit, no cases) or a
-    database that cannot be opened, is corrupt, locked for ``timeout_s`` or newer than this code prints
-    one ``warning: history not recorded: <why> (<path>)`` line to stderr and returns None; nothing of
-    the run is written then."""
-    target = Path(path) if path is not None else default_path()
-    if not isinstance(doc, dict):
-        _warn(f"expected a results document (a JSON object), got {type(doc).__name__}", target)
-        return None
-    commit, why = _commit(doc)
-    if commit is None or not isinstance(doc.get("cases"), dict):
-        _warn(why or "not a specsuite results document (no 'cases' table)", target)
-        return None
-    try:
-        with contextlib.closing(connect(target, timeout_s=timeout_s)) as conn, transaction(conn):
-            return insert_run(conn, doc)
-    except Exception as exc:  # history is auxiliary: whatever went wrong, the run itself must go on
-        kind = "" if isinstance(exc, (sqlite3.Error, OSError)) else f"{type(exc).__name__}: "
-        _warn(f"{kind}{exc}", target)
-        return None
+    """``try_record``, its problem printed as one ``warning: history not recorded: ...`` line on stderr."""
+    row, problem = try_record(doc, path, timeout_s=timeout_s)
+    if problem:
+        print(f"warning: history not recorded: {problem}", file=sys.stderr)
+    return row
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -505,6 +526,12 @@ def _nearest_ancestor(rows: list[sqlite3.Row], ancestors: list[str]) -> sqlite3.
     return None
 
 
+def _check_time(conn: sqlite3.Connection, when: str | None) -> None:
+    """A time SQLite cannot read would silently match no run: say so instead."""
+    if when is not None and conn.execute("SELECT julianday(?)", (when,)).fetchone()[0] is None:
+        raise UserError(f"start time {when!r} is not an ISO 8601 time (e.g. 2026-12-01T10:00:00+00:00)")
+
+
 def find_baseline(
     path: Path | None,
     *,
@@ -514,6 +541,7 @@ def find_baseline(
     cases_sha256: str,
     commit: str,
     ancestors: list[str] | None,
+    before: str | None = None,
 ) -> Baseline | None:
     """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
 
@@ -524,22 +552,29 @@ def find_baseline(
     ancestor that has such a run wins (its latest run), and only ancestors qualify: a sibling branch's
     commit says nothing about what this commit changed. Without, the latest such run by time.
 
+    ``before`` (the judged run's start, ISO 8601): only runs that started earlier qualify, so judging an
+    old run (``compare --against auto``) never takes a run recorded after it; None: every run.
+
     A run of ``commit`` itself is never its baseline: a rerun of a bad commit would otherwise compare
     with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
     prefix, so a short recorded sha equals its full spelling. None when there is no candidate (or no
     history yet); a history that cannot be read is a UserError.
     """
     commit = commit.strip().lower()
+    # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
     sql = (
         f"SELECT r.run_id, r.llama_commit, {_TIME} AS t, c.run FROM cases c JOIN runs r ON r.id = c.run "
-        "WHERE c.name = ? AND c.measured = 1 AND r.device_class = ? AND r.backend = ? "
-        f"AND r.cases_sha256 = ? ORDER BY {_TIME} DESC, r.id DESC"
+        "WHERE c.name = :case AND c.measured = 1 AND r.device_class = :device_class "
+        "AND r.backend = :backend AND r.cases_sha256 = :cases_sha256 "
+        f"AND (:before IS NULL OR julianday({_TIME}) < julianday(:before)) ORDER BY {_TIME} DESC, r.id DESC"
     )
+    args = {"case": case, "device_class": device_class, "backend": backend, "cases_sha256": cases_sha256}
     with reading(path) as conn:
         if conn is None:
             return None
+        _check_time(conn, before)
         conn.row_factory = sqlite3.Row
-        found = conn.execute(sql, (case, device_class, backend, cases_sha256)).fetchall()
+        found = conn.execute(sql, {**args, "before": before}).fetchall()
         rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
         row = _nearest_ancestor(rows, ancestors) if ancestors is not None else (rows[0] if rows else None)
         if row is None:

@@ -19,34 +19,34 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from .results import CaseRecord, case_records
+
 COLS = 3
 COLORS = ("#8c8c8c", "#1f77b4")  # A grey, B blue: the candidate stands out
 
 
-def position_rates(res: dict[str, Any]) -> list[float]:
-    """Per-position acceptance: results' per_position_rate, else accepted-at-k / drafts."""
-    rates = res.get("per_position_rate")
-    if isinstance(rates, list) and rates:
-        return [float(r) for r in rates]
-    counts, drafts = res.get("per_position"), res.get("drafts")
-    if isinstance(counts, list) and counts and isinstance(drafts, int) and drafts > 0:
-        return [c / drafts for c in counts]
+def position_rates(rec: CaseRecord) -> list[float]:
+    """Per-position acceptance: the record's per_position_rate, else accepted-at-k / drafts."""
+    if rec.per_position_rate:
+        return [float(r) for r in rec.per_position_rate]
+    if rec.per_position and rec.drafts and rec.drafts > 0:
+        return [c / rec.drafts for c in rec.per_position]
     return []
 
 
-def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
-    series = [(label, run["cases"].get(name)) for label, run in runs]
+def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, CaseRecord]]]) -> None:
+    series = [(label, recs.get(name)) for label, recs in runs]
     width = 0.8 / len(series)
     longest, handles = 0, []
-    for i, (label, res) in enumerate(series):
-        rates = position_rates(res or {})
+    for i, (label, rec) in enumerate(series):
+        rates = position_rates(rec) if rec else []
         color = COLORS[-len(series) + i]
         if not rates:  # keep the slot (A stays left of B in every panel) and say why in the legend
-            handles.append(Patch(facecolor="none", edgecolor=color, label=f"{label}: {_absent(res)}"))
+            handles.append(Patch(facecolor="none", edgecolor=color, label=f"{label}: {_absent(rec)}"))
             continue
         longest = max(longest, len(rates))
         xs = [k + 1 + (i - (len(series) - 1) / 2) * width for k in range(len(rates))]
-        rate = (res or {}).get("accept_rate")
+        rate = rec.accept_rate if rec else None
         tag = f"{label}: rate {rate:.3f}" if isinstance(rate, (int, float)) else label
         handles.append(ax.bar(xs, rates, width=width, color=color, label=tag))
     ax.set_title(name, fontsize=10)
@@ -66,20 +66,21 @@ def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
         ax.set_xticks([])
 
 
-def _absent(res: dict[str, Any] | None) -> str:
-    if res is None:
+def _absent(rec: CaseRecord | None) -> str:
+    if rec is None:
         return "not in this run"
-    return f"{res.get('status')} ({res.get('reason')})" if res.get("reason") else str(res.get("status"))
+    return f"{rec.status} ({rec.reason})" if rec.reason else str(rec.status)
 
 
 def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
     """Draw every case of the given runs (label, results.json dict) into one PNG at ``out``."""
-    names = list(dict.fromkeys(n for _, run in reversed(runs) for n in run["cases"]))
+    records = [(label, case_records(run)) for label, run in runs]
+    names = list(dict.fromkeys(n for _, recs in reversed(records) for n in recs))
     cols = min(COLS, max(1, len(names)))
     nrows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        _panel(ax, name, runs)
+        _panel(ax, name, records)
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     for row in axes:

@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths, table
+from . import paths, table, toolchain
 from .errors import UserError
 from .statcache import StatCache
 
 SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -235,9 +234,10 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def child_env() -> dict[str, str]:
-    """The environment for anything the suite runs of llama.cpp's: no ``LLAMA_ARG_*`` (hidden config that
-    would change the command line), no Hugging Face token (an arbitrary commit's code never sees it)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k not in SECRET_ENV}
+    """The environment for anything the suite runs of llama.cpp's: the build tools' (toolchain.child_env:
+    no Hugging Face token, an arbitrary commit's code never sees it), and no ``LLAMA_ARG_*`` (hidden config
+    that would change the command line)."""
+    return {k: v for k, v in toolchain.child_env().items() if not k.startswith("LLAMA_ARG_")}
 
 
 def _identity_problem(options: frozenset[str], version_text: str) -> str | None:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, field, fields
+import types
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
-from . import atomic, paths
+from . import atomic, paths, table
+from .cases import GPU_TIERS
 from .errors import UserError
 from .regress import is_finite as finite
 from .regress import is_measured
@@ -37,6 +40,17 @@ def new_run_id(selector: str) -> str:
 
 def default_results_dir(selector: str) -> Path:
     return paths.RESULTS_DIR / new_run_id(selector)
+
+
+def make_results_dir(folder: Path) -> None:
+    """Create a results folder (and its parents); one UserError when that is impossible."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the results folder {folder}: {exc.strerror or exc}; set SPEC_RESULTS_DIR to a "
+            "writable folder"
+        ) from None
 
 
 @dataclass
@@ -82,11 +96,23 @@ class CaseRecord:
 
     @classmethod
     def from_dict(cls, name: str, data: dict[str, Any]) -> CaseRecord:
-        """Tolerant of older schemas: unknown keys are dropped, missing ones take their defaults."""
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in data.items() if k in known and k != "name"}
-        if isinstance(kw.get("spec_type"), list):
-            kw["spec_type"] = ",".join(kw["spec_type"])
+        """Tolerant of older schemas (unknown keys dropped, missing ones and nulls take their defaults), but
+        a value of the wrong shape is a UserError naming the case and the field, never a later traceback."""
+        if not isinstance(data, dict):
+            raise UserError(f"case {name!r}: its record must be an object, not {_json_kind(data)}")
+        kw = {k: v for k, v in data.items() if k in _FIELD_HINTS and k != "name"}
+        spec_type = kw.get("spec_type")
+        if isinstance(spec_type, list) and all(isinstance(t, str) for t in spec_type):
+            kw["spec_type"] = ",".join(spec_type)  # schema 1 stored a chain as a list
+        for key, value in list(kw.items()):
+            hint = _FIELD_HINTS[key]
+            if value is None and not _fits(hint, None):
+                del kw[key]  # a null where the field has a default: the default
+            elif not _fits(hint, value):
+                raise UserError(
+                    f"case {name!r}: field {key!r} must be {_describe(hint)}, not {_json_kind(value)} "
+                    f"({_short(value)})"
+                )
         if not kw.get("pos0_rate") and kw.get("per_position_rate"):
             kw["pos0_rate"] = kw["per_position_rate"][0]
         return cls(name=name, **kw)
@@ -97,19 +123,53 @@ class CaseRecord:
         return is_measured(self.to_dict())
 
 
+_FIELD_HINTS: dict[str, Any] = get_type_hints(CaseRecord)
+_KINDS = {str: "a string", int: "a number", float: "a number", bool: "true or false", dict: "an object",
+          list: "a list", type(None): "null"}  # fmt: skip
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    """Whether a JSON value fits a CaseRecord annotation (an int fits a float: JSON does not tell)."""
+    if hint is Any:
+        return True
+    if isinstance(hint, types.UnionType):
+        return any(_fits(h, value) for h in get_args(hint))
+    origin = get_origin(hint) or hint
+    if origin is list:
+        return isinstance(value, list) and all(_fits(get_args(hint)[0], v) for v in value)
+    if origin in (int, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, origin)
+
+
+def _describe(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe(h) for h in get_args(hint)))
+    origin = get_origin(hint) or hint
+    if origin is list:
+        item = _KINDS.get(get_args(hint)[0], "values").removeprefix("a ").removeprefix("an ")
+        return f"a list of {item}s" if item != "values" else "a list"
+    return _KINDS.get(origin, "a value")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return next((k for t, k in _KINDS.items() if type(value) is t), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class RunResults:
     """The document of one run, written to ``<dir>/results.json`` on every change."""
 
     def __init__(self, results_dir: Path, *, tier: str, selector: str, header: dict[str, Any]) -> None:
         self.dir = Path(results_dir)
         self.logs = self.dir / "logs"
-        try:
-            self.logs.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(
-                f"cannot create the results folder {self.logs}: {exc.strerror}; set SPEC_RESULTS_DIR to a "
-                "writable folder"
-            ) from None
+        make_results_dir(self.logs)
         self._t0 = time.monotonic()
         self.doc: dict[str, Any] = {
             "schema": SCHEMA,
@@ -178,7 +238,51 @@ def load_run(path: str | Path) -> dict[str, Any]:
     cases = data.get("cases") if isinstance(data, dict) else None
     if not isinstance(cases, dict) or not all(isinstance(c, dict) for c in cases.values()):
         raise UserError(f"{file}: not a specsuite results.json (no 'cases' table of case records)")
+    try:
+        _check_header(data)
+        case_records(data)
+    except UserError as exc:
+        raise UserError(
+            f"{file}: {exc}: not a results.json the suite wrote (give a results/<run> folder)"
+        ) from None
     return data
+
+
+# The run's own tables, which readers open with .get(): each an object (or null) when present.
+_TABLES = ("binary", "device", "options", "history", "harness", "models", "baselines")
+_BINARY_TEXT = ("path", "sha256", "commit", "backend", "version_text")
+
+
+def _check_header(data: dict[str, Any]) -> None:
+    for key in _TABLES:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise UserError(f"field {key!r} must be an object, not {_json_kind(data[key])}")
+    for key in _BINARY_TEXT:
+        value = (data.get("binary") or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"field 'binary.{key}' must be a string, not {_json_kind(value)}")
+
+
+# A case's metrics as JUnit <properties> (junit.xml), for CI tools that chart test properties.
+JUNIT_METRICS = (
+    "accept_rate",
+    "accept_len",
+    "pos0_rate",
+    "speedup",
+    "identical_fraction",
+    "drafted",
+    "accepted",
+)
+
+
+def junit_properties(rec: CaseRecord) -> list[tuple[str, Any]]:
+    """The measured metrics (NaN and missing left out) and the history baseline's commit."""
+    out = [
+        (k, v) for k in JUNIT_METRICS if isinstance(v := getattr(rec, k), (int, float)) and math.isfinite(v)
+    ]
+    if rec.baseline:
+        out.append(("history_baseline", rec.baseline.get("commit")))
+    return out
 
 
 def case_records(run: dict[str, Any]) -> dict[str, CaseRecord]:
@@ -204,8 +308,8 @@ def device_name(run: dict[str, Any]) -> str:
 @dataclass
 class Verdict:
     green: bool
-    headline: str  # PASSED / FAILED with counts
-    attention: list[str]  # what a green run must still say loudly: skips, report-only cases, warnings
+    headline: str  # PASSED / FAILED with counts; a green one names what weakens it
+    attention: list[str]  # what a run must still say loudly: skips, report-only cases, warnings
 
 
 def verdict(doc: dict[str, Any]) -> Verdict:
@@ -221,11 +325,53 @@ def verdict(doc: dict[str, Any]) -> Verdict:
     if bad:
         names = ", ".join(f"{r.name} ({r.reason})" for r in bad)
         return Verdict(False, f"FAILED: {len(bad)} of {len(recs)} case(s): {names}", attention)
-    return Verdict(True, f"PASSED: {_counts(by)}", attention)
+    weak = _weaknesses(doc, recs, by)
+    flag = f", with warnings ({'; '.join(weak)})" if weak else ""
+    return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
 
 
 def _counts(by: dict[str, list[CaseRecord]]) -> str:
     return ", ".join(f"{len(v)} {k}" for k, v in by.items() if v) or "0 cases"
+
+
+def _report_only(recs: dict[str, CaseRecord]) -> list[str]:
+    return [r.name for r in recs.values() if r.uncalibrated and r.status == "passed"]
+
+
+def _counter_warnings(recs: dict[str, CaseRecord]) -> dict[str, list[str]]:
+    """Per case, the warnings about counters the binary does not export."""
+    found = {r.name: [w for w in r.warnings if "counter" in w] for r in recs.values()}
+    return {name: ws for name, ws in found.items() if ws}
+
+
+def _gpu_tier_without_gpu(doc: dict[str, Any], recs: dict[str, CaseRecord]) -> bool:
+    """--allow-cpu let a GPU tier run where the device is not a GPU (or the run does not say which).
+
+    The cases' own tiers count too: a selector of case names records its tiers joined ("compact,smoke"),
+    and "all" records GPU-tier cases."""
+    opts, dev = doc.get("options") or {}, doc.get("device")
+    tiers = {*str(doc.get("tier") or "").split(","), *(r.tier for r in recs.values())}
+    on_cpu = not isinstance(dev, dict) or str(dev.get("class") or "cpu").startswith("cpu")
+    return bool(opts.get("allow_cpu")) and bool(tiers & set(GPU_TIERS)) and on_cpu
+
+
+def _weaknesses(
+    doc: dict[str, Any], recs: dict[str, CaseRecord], by: dict[str, list[CaseRecord]]
+) -> list[str]:
+    """The headline's compact form of the attention lines that weaken a green."""
+    out = []
+    skipped = len(by["skipped"])
+    if (doc.get("options") or {}).get("strict") is False:
+        out.append(f"STRICT OFF: {skipped} skipped")
+    elif skipped:
+        out.append(f"{skipped} SKIPPED")
+    if report_only := _report_only(recs):
+        out.append(f"{len(report_only)} UNCALIBRATED")
+    if counters := _counter_warnings(recs):
+        out.append(f"MISSING COUNTERS in {len(counters)} case(s)")
+    if _gpu_tier_without_gpu(doc, recs):
+        out.append("GPU TIER WITHOUT A GPU")
+    return out
 
 
 def _attention(
@@ -238,15 +384,22 @@ def _attention(
         out.append(f"SKIPPED {len(by['skipped'])}: {skipped}")
     if opts.get("strict") is False:
         out.append(
-            "STRICT OFF (--allow-missing / SPEC_STRICT=0): a method the binary lacks was skipped, not failed"
+            "STRICT OFF (--allow-missing / SPEC_STRICT=0): a case whose method or flag the binary lacks is "
+            "skipped, not failed"
         )
-    report_only = [r.name for r in recs.values() if r.uncalibrated and r.status == "passed"]
-    if report_only:
-        out.append(f"UNCALIBRATED (report-only, floors not enforced): {', '.join(report_only)}")
-    warned = sorted({w for r in recs.values() for w in r.warnings if "counter" in w})
+    if report_only := _report_only(recs):
+        out.append(
+            f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {', '.join(report_only)}"
+        )
+    warned = sorted({w for ws in _counter_warnings(recs).values() for w in ws})
     out += [f"MISSING COUNTERS: {w}" for w in warned]
-    if opts.get("allow_cpu") and doc.get("tier") in ("compact", "nightly", "all"):
+    if _gpu_tier_without_gpu(doc, recs):
         out.append("GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu): floors were measured on GPUs")
+    if opts.get("history") is False:
+        out.append(
+            "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
+            "baseline, and the run was not recorded"
+        )
     hist = doc.get("history") or {}
     if hist.get("recorded") is False:
         out.append("HISTORY NOT RECORDED: the database could not be written (see the run's log)")
@@ -257,6 +410,24 @@ def _vs(value: Any, floor: Any, fmt: str = ".4f") -> str:
     if not finite(value):
         return "–"
     return f"{value:{fmt}}" + (f" (≥ {floor:{fmt}})" if finite(floor) else "")
+
+
+SUMMARY_COLUMNS = (
+    "case", "status", "reason", "accept rate (floor)", "accept len (floor)", "speedup (floor)", "identical",
+)  # fmt: skip
+
+
+def _summary_row(r: CaseRecord) -> list[str]:
+    fl = r.floors or {}
+    return [
+        r.name,
+        str(r.status),
+        r.reason or "",
+        _vs(r.accept_rate, fl.get("min_accept_rate")),
+        _vs(r.accept_len, fl.get("min_accept_len")),
+        _vs(r.speedup, fl.get("min_speedup"), ".3f"),
+        _vs(r.identical_fraction, fl.get("min_identical_fraction"), ".2f"),
+    ]
 
 
 def summary_markdown(doc: dict[str, Any]) -> str:
@@ -271,18 +442,8 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         f"binary: `{b.get('path')}` commit `{b.get('commit')}` backend `{b.get('backend')}` on "
         f"{device_name(doc)}; wall {doc.get('wall_s')} s",
         "",
-        "| case | status | reason | accept rate (floor) | accept len (floor) | speedup (floor) | identical |",
-        "|---|---|---|---|---|---|---|",
+        table.render(SUMMARY_COLUMNS, [_summary_row(r) for r in case_records(doc).values()], markdown=True),
     ]
-    for name, r in case_records(doc).items():
-        fl = r.floors or {}
-        lines.append(
-            f"| {name} | {r.status} | {r.reason or ''} "
-            f"| {_vs(r.accept_rate, fl.get('min_accept_rate'))} "
-            f"| {_vs(r.accept_len, fl.get('min_accept_len'))} "
-            f"| {_vs(r.speedup, fl.get('min_speedup'), '.3f')} "
-            f"| {_vs(r.identical_fraction, fl.get('min_identical_fraction'), '.2f')} |"
-        )
     return "\n".join(lines) + "\n"
 
 

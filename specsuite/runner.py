@@ -25,6 +25,7 @@ from .failure import log_tail
 from .measure import (
     Completion,
     Outcome,
+    Prompts,
     Speed,
     abba,
     chat_body,
@@ -105,8 +106,11 @@ class Session:
             self.results.add_model(m.name, m.sha256, m.size)
         return {name: m.path for name, m in found.items()}
 
-    def baseline_server(self, target: Path) -> LlamaServer:
-        """The speculation-off server of this target: started once, kept while cases use the same target."""
+    def baseline_server(self, target: Path, prompts: Prompts) -> LlamaServer:
+        """The speculation-off server of this target: started once, kept while cases use the same target.
+
+        Warmed up once when started, like every case's server, so that no round measures a cold baseline
+        (with one round the baseline goes first: a cold one would inflate the speedup)."""
         if self._base is not None and self._base[0] == target:
             return self._base[1]
         self.close()
@@ -116,6 +120,11 @@ class Session:
         )
         self._base = (target, srv)
         self.results.add_baseline(name, {"command": srv.command, "log": self.results.rel(srv.log_path)})
+        try:
+            warm_up(srv.post, prompts)
+        except BaseException:  # a baseline that fails its warm-up is not kept for the next case
+            self.close()
+            raise
         return srv
 
     def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
@@ -226,7 +235,8 @@ def _serving(command: Command, log: Path) -> Iterator[LlamaServer]:
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer
 ) -> tuple[metrics.Delta, list[Completion], list[Completion], Speed]:
-    """Warm-up, then A-B-B-A rounds; the counters are the delta over the first speculative round."""
+    """Warm-up (the baseline's was done when it started), then A-B-B-A rounds; the counters are the delta
+    over the first speculative round."""
     warm_up(spec.post, case.prompt_texts)
     before = spec.metrics()
     speed, first_spec, first_base, after = Speed(), None, None, None
@@ -248,7 +258,7 @@ def _rounds(
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
     try:
-        base = session.baseline_server(target)
+        base = session.baseline_server(target, case.prompt_texts)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"

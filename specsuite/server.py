@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from typing import Any
 import requests
 
 from . import metrics, portowner, procs
-from .errors import UserError
+from .envnum import env_number
 from .probe import child_env
 
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
@@ -50,16 +49,7 @@ def free_port() -> int:
 
 def start_timeout_s() -> float:
     """``SPEC_START_TIMEOUT_S``, else 1800 s: a 41 GiB target on a cold page cache loads for minutes."""
-    value = os.environ.get("SPEC_START_TIMEOUT_S", "").strip()
-    if not value:
-        return START_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UserError(f"SPEC_START_TIMEOUT_S={value!r} is not a positive number of seconds")
-    return seconds
+    return env_number("SPEC_START_TIMEOUT_S", START_TIMEOUT_S)
 
 
 def _child_env(config_home: str) -> dict[str, str]:

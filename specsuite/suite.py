@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, buildinfo, paths
-from .cases import Case, is_gpu_selection
+from .cases import TIERS, Case, is_gpu_selection
 from .device import describe
 from .errors import UserError
 from .filehash import sha256_file, sha256_text
@@ -85,14 +85,23 @@ def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None
     )
 
 
-def _git_head(folder: Path) -> str | None:
+def _git(folder: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10
-        )
+        out = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def harness_info(folder: Path) -> dict[str, Any]:
+    """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
+    prompts or code) must not pass for one of that commit."""
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": _git(folder, "rev-parse", "HEAD"),
+        "dirty": None if status is None else bool(status),
+        "version": __version__,
+    }
 
 
 def binary_info(caps: Capabilities) -> dict[str, Any]:
@@ -117,7 +126,7 @@ def binary_info(caps: Capabilities) -> dict[str, Any]:
 
 def header(caps: Capabilities, options: Options) -> dict[str, Any]:
     return {
-        "harness": {"commit": _git_head(paths.REPO_ROOT), "version": __version__},
+        "harness": harness_info(paths.REPO_ROOT),
         "cases_sha256": sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
         "binary": binary_info(caps),
         "device": describe(caps),
@@ -130,11 +139,7 @@ def open_session(selector: str, cases: list[Case], results_dir: Path | None = No
     options = options_from_env()
     caps = probe(paths.server_binary())
     check_device(caps, cases, options.allow_cpu)
-    tier = (
-        selector
-        if selector in ("smoke", "synthetic", "compact", "nightly", "all")
-        else ",".join(sorted({c.tier for c in cases}))
-    )
+    tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
     out = Path(results_dir or os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(selector))
     results = RunResults(out, tier=tier, selector=selector, header=header(caps, options))
     session = Session(caps, results, options)

@@ -2,8 +2,8 @@
 
 Every file uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
 tokenizer. Drafts that llama.cpp pairs with a target (eagle3, dflash) leave out ``token_embd``/``output``: the
-server shares the target's. Shapes are ggml order {ne0, ne1, ...}. The keys and tensor names follow the probe
-in shared/research/synthetic-models/REPORT.md, checked against llama.cpp 0c1e570.
+server shares the target's. Shapes are ggml order {ne0, ne1, ...}. The keys and tensor names are what the
+loaders in llama.cpp 0c1e570 ask for (src/llama-model.cpp, src/llama-arch.cpp), checked by loading each file.
 """
 
 from __future__ import annotations

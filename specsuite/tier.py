@@ -18,7 +18,7 @@ from pathlib import Path
 from . import paths, procs
 from .cases import TIERS, load_cases, select_cases
 from .errors import UserError
-from .results import default_results_dir
+from .results import default_results_dir, make_results_dir
 
 
 def parser() -> argparse.ArgumentParser:
@@ -138,13 +138,13 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     results_dir = Path(results_dir).resolve()
     env = _env(args, args.tier, results_dir, paths.server_binary())
     binary = preflight(args.tier, env)
+    make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     from .fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
 
     if args.tier in TIERS:
         fetch_models(tier=args.tier)
     else:
         fetch_models(methods=[c.name for c in select_cases(load_cases(), args.tier)])
-    results_dir.mkdir(parents=True, exist_ok=True)
     env["LLAMA_SERVER_BIN_PATH"] = str(binary)
     print(f"running the {args.tier} tier with {binary}; results in {results_dir}", flush=True)
     return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.REPO_ROOT)

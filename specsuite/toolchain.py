@@ -32,8 +32,8 @@ DEFAULT_CUDA_ARCHITECTURES = "80;86;89;90;120;121"
 # Oldest nvcc that knows each architecture; older toolkits get the list without them.
 _ARCH_MIN_NVCC = {"120": (12, 8), "121": (12, 9)}
 FALLBACK_NVCC = "/usr/local/cuda/bin/nvcc"
-# The Hub token's variables (hub.token reads them): never handed to build tools, which run whatever code the
-# llama.cpp commit under test (or a PyPI package's build) contains.
+# The Hub token's variables (hub.token reads them): never handed to build tools or servers (probe.child_env
+# builds on child_env), which run whatever code the llama.cpp commit under test (or a PyPI build) contains.
 TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
@@ -160,6 +160,12 @@ def find_compiler(env: Mapping[str, str] | None = None) -> tuple[str, str]:
             "Install one: `apt install build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)."
         )
     return cxx, res.stdout.splitlines()[0].strip()
+
+
+def native_amx(compiler: str) -> bool:
+    """Whether ``-march=native`` turns AMX on for this compiler and CPU (GCC and Clang; False if unknown)."""
+    res = _run([compiler, "-march=native", "-dM", "-E", "-x", "c++", os.devnull])
+    return res is not None and res.returncode == 0 and "__AMX_TILE__" in res.stdout
 
 
 # --- CUDA -----------------------------------------------------------------------------------------------

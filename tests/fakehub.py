@@ -2,7 +2,7 @@
 
 Also the fetcher tests' fixtures (imported by those test modules; tests/conftest.py is not ours).
 
-Routes, as the real Hub answers them (research/model-fetching.md §3):
+Routes, as the real Hub answers them (huggingface_hub's file_download and HfApi.get_paths_info):
 - ``HEAD|GET /{repo}/resolve/{revision}/{path}``: X-Repo-Commit, X-Linked-Size, X-Linked-Etag; either a
   302 to a second "CDN" server (``cdn=``) or the bytes themselves, with ``Range: bytes=N-`` support.
 - ``GET /cdn/{sha256}``: the bytes, on the CDN server.

@@ -26,10 +26,14 @@ from specsuite.bench import parse_modes
 from specsuite.bench_measure import Measurement, ModeRun
 from specsuite.bench_report import auto_verdict
 from specsuite.errors import UserError
+from specsuite.filehash import sha256_file
 from specsuite.resolver import Resolution
 
 MTP_TARGET = "synth-target-glm4moe-mtp-fixed.gguf"  # MTP heads: auto = mtp+ngram on a CPU build
 PLAIN_TARGET = "synth-target-llama-fixed.gguf"  # none: auto and mtp give --spec-default, ngram = mtp+ngram
+TRUNK_TARGET = "synth-target-glm4moe-fixed.gguf"  # no MTP heads: drafts only through the drafter
+DRAFTER = "synth-draft-glm4moe-mtp-fixed.gguf"  # a separate MTP drafter (its NextN block alone)
+NO_HEADS_DRAFT = "synth-draft-llama-fixed.gguf"  # a plain draft model: no MTP heads to draft with
 CPU_CHAIN = "ngram-mod,draft-mtp"
 FAILURES = Path(__file__).resolve().parent / "data" / "failures"
 
@@ -39,7 +43,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from specsuite.fetch import fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(models=[MTP_TARGET, PLAIN_TARGET], model_dir=folder, tty=False)
+    names = [MTP_TARGET, PLAIN_TARGET, TRUNK_TARGET, DRAFTER, NO_HEADS_DRAFT]
+    fetch_models(models=names, model_dir=folder, tty=False)
     return folder
 
 
@@ -189,6 +194,34 @@ def test_unknown_mode_is_refused_not_taken_for_auto(text: str) -> None:
         parse_modes(text)
 
 
+def test_a_separate_drafter_goes_to_the_resolver_and_the_server(bench, models: Path) -> None:
+    b = bench("--model", TRUNK_TARGET, "--mtp-drafter", DRAFTER, "--modes", "off,auto,mtp", "--repeat", "1")
+    assert b.code == 0, b.stderr
+    auto, mtp = b.mode("auto"), b.mode("mtp")
+    drafter = str(models / DRAFTER)
+    assert auto["flags"][:2] == ["--model-draft", drafter] and auto["spec_type"] == CPU_CHAIN
+    assert mtp["flags"] == ["--model-draft", drafter, "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]
+    assert "--spec-draft-poll 0" in " ".join(mtp["command"])  # a drafter on a CPU build: no busy polling
+    assert b.row("mtp")[1] == f"draft-mtp, drafter {DRAFTER}, n_max 3"
+    assert f"with the MTP drafter {DRAFTER}" in b.md
+    assert b.doc["drafter"] == {"name": DRAFTER, "sha256": sha256_file(models / DRAFTER)}
+    assert b.doc["model"] == {"name": TRUNK_TARGET, "sha256": sha256_file(models / TRUNK_TARGET)}
+    assert b.mode("off")["flags"] == [] and "--model-draft" not in b.mode("off")["command"]
+
+
+def test_without_a_drafter_bench_json_says_none(bench) -> None:
+    b = bench("--model", MTP_TARGET, "--modes", "off", "--repeat", "1")
+    assert b.code == 0 and b.doc["drafter"] is None
+
+
+def test_a_drafter_without_mtp_heads_is_one_error_before_any_server(bench, env: Path) -> None:
+    b = bench("--model", TRUNK_TARGET, "--mtp-drafter", NO_HEADS_DRAFT, "--modes", "off,mtp", "--repeat", "1")
+    assert b.code == 2 and "Traceback" not in b.stderr
+    (line,) = [ln for ln in b.stderr.splitlines() if ln.strip()]
+    assert line.startswith(f"error: --mtp-drafter {NO_HEADS_DRAFT}: ") and "needs MTP heads" in line
+    assert not (env / "out").exists()  # no server, not even off's, was started
+
+
 # --- failures -----------------------------------------------------------------------------------------------
 
 
@@ -247,6 +280,10 @@ def test_without_matplotlib_one_note_and_the_rest_is_written(bench, monkeypatch)
         (["--model", MTP_TARGET, "--repeat", "0"], "argument --repeat: 0 must be >= 1"),
         (["--model", MTP_TARGET, "--prompts", "nope"], "error: --prompts 'nope' is not a prompt set"),
         (["--modes", "auto"], "the following arguments are required: --model"),
+        (
+            ["--model", TRUNK_TARGET, "--mtp-drafter", "nope.gguf"],
+            "error: --mtp-drafter 'nope.gguf' is not in",
+        ),
     ],
 )
 def test_bad_input_is_one_message_and_exit_2(bench, env: Path, args: list[str], message: str) -> None:
@@ -276,3 +313,17 @@ def test_real_build_benches_the_synthetic_mtp_target(bench, env: Path) -> None:
     assert b.mode("off")["drafted"] == 0 and b.mode("off")["speedup"] == 1.0
     assert (b.out / "bench.png").is_file() and (b.out / "bench.md").is_file()
     assert "--poll 0" in " ".join(auto["command"])  # build_command's CPU rule, as the suite runs it
+
+
+@pytest.mark.integration
+def test_real_build_benches_the_separate_drafter(bench) -> None:
+    """The trunk target has no MTP heads: every draft comes from the drafter (fixed: all accepted)."""
+    from fakeserver import real_binary
+
+    b = bench("--model", TRUNK_TARGET, "--mtp-drafter", DRAFTER, "--modes", "off,auto,mtp", "--repeat", "1",
+              binary=real_binary())  # fmt: skip
+    assert b.code == 0, b.stdout[-3000:]
+    assert b.mode("auto")["spec_type"] == CPU_CHAIN and "--model-draft" in b.mode("auto")["flags"]
+    for mode in ("auto", "mtp"):
+        m = b.mode(mode)
+        assert (m["drafted"], m["accepted"], m["drafts"]) == (69, 69, 24), m  # as tiny-mtp-drafter

@@ -400,3 +400,29 @@ def test_cuda_configure_with_cublas_from_the_wheel(
     assert f"CUDA_cublas_LIBRARY:FILEPATH={paths.cache_dir()}/cuda/cublas-wheel/" in cache
     assert build.is_configured(plan.build_dir)
     assert (published.stat().st_mtime_ns if published.exists() else None) == before  # nothing published
+
+
+# --- AMX ------------------------------------------------------------------------------------------------
+
+
+def fake_compiler(folder: Path, amx: bool) -> Path:
+    """A compiler whose ``-march=native -dM -E`` says whether this CPU has AMX."""
+    macros = "#define __AMX_TILE__ 1\\n#define __AVX512F__ 1" if amx else "#define __AVX2__ 1"
+    return script(folder / "c++", f'printf "{macros}\\n"')
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_amx_is_turned_off_only_where_native_turns_it_on(tmp_path: Path, amx: bool) -> None:
+    notes: list[str] = []
+    flags = build.amx_flags(str(fake_compiler(tmp_path, amx)), [], notes)
+    if amx:
+        assert flags == [f"-DCMAKE_C_FLAGS={build.AMX_OFF}", f"-DCMAKE_CXX_FLAGS={build.AMX_OFF}"]
+        assert len(notes) == 1 and notes[0].startswith("AMX off")
+    else:
+        assert flags == [] and notes == []
+
+
+@pytest.mark.parametrize("user", [["-DCMAKE_CXX_FLAGS="], ["-DCMAKE_C_FLAGS=-O3"], ["-DGGML_NATIVE=OFF"]])
+def test_users_own_compile_flags_or_native_off_keep_amx_alone(tmp_path: Path, user: list[str]) -> None:
+    notes: list[str] = []
+    assert build.amx_flags(str(fake_compiler(tmp_path, True)), user, notes) == [] and notes == []

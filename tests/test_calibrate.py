@@ -187,6 +187,30 @@ def test_runs_of_different_commits_are_refused(cases_file: Path) -> None:
     assert cases_file.read_text() == CASES
 
 
+def _on_another_machine(tmp_path: Path, src: Path, rate: float) -> Path:
+    """A copy of a run as another machine's build of the same commit gave it, ngram at ``rate``."""
+    data = json.loads((src / "results.json").read_text())
+    data["binary"]["sha256"] = "f" * 64
+    data["device"] = {"name": "AMD EPYC 9654", "class": "cpu-x86-64-avx512"}
+    data["cases"]["ngram"]["accept_rate"] = rate
+    run = tmp_path / f"other-{src.name}"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(data))
+    return run
+
+
+def test_runs_of_several_machines_only_across_machines(cases_file: Path, tmp_path: Path) -> None:
+    runs = [*CAL_RUNS, _on_another_machine(tmp_path, CAL_RUNS[0], 0.5800)]
+    with pytest.raises(UserError, match="--across-machines"):
+        _calibrate(cases_file, runs=runs)
+    assert cases_file.read_text() == CASES
+    assert _calibrate(cases_file, "--allow-unstable", "--across-machines", runs=runs) == 0
+    ngram = _case(cases_file, "ngram")
+    assert ngram["min_accept_rate"] == 0.55  # the other machine's 0.5800 - 0.03: a floor that holds on both
+    assert "; " in ngram["calibration"]["device"] and "AMD EPYC 9654" in ngram["calibration"]["device"]
+    assert ngram["calibration"]["runs"] == 4
+
+
 def test_short_and_full_commit_are_the_same(cases_file: Path, tmp_path: Path) -> None:
     data = json.loads((CAL_RUNS[0] / "results.json").read_text())
     data["binary"]["commit"] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -286,3 +310,40 @@ def test_smoke_floors_are_the_recorded_calibration_runs(capsys) -> None:
     for line in out.splitlines():
         if line.endswith(")") and " run(s); accept rate " in line:
             assert line.split(":")[1].startswith(" 3 run(s)"), line  # every smoke case: three usable runs
+
+
+def _runs_with_speedups(tmp_path: Path, name: str, speedups: list[float]) -> list[Path]:
+    """Copies of the three calibration fixtures with ``name``'s median speedup replaced, one per run."""
+    out = []
+    for src, speedup in zip(CAL_RUNS, speedups, strict=True):
+        data = json.loads((src / "results.json").read_text())
+        data["cases"][name]["speedup"] = speedup
+        run = tmp_path / src.name
+        run.mkdir()
+        (run / "results.json").write_text(json.dumps(data))
+        out.append(run)
+    return out
+
+
+@pytest.mark.parametrize(("tier", "floor", "clamped"), [("compact", 1.0, True), ("nightly", 1.0, True),
+                                                         ("smoke", 0.88, False)])  # fmt: skip
+def test_gpu_tier_speed_floor_never_goes_below_plain_decoding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tier: str, floor: float, clamped: bool
+) -> None:
+    text = CASES.replace('name = "ngram"\ntier = "smoke"', f'name = "ngram"\ntier = "{tier}"', 1)
+    text = text.replace("min_accept_len = 1.8\n", "min_accept_len = 1.8\nmin_speedup = 1.2\n", 1)
+    cases = tmp_path / "cases.toml"
+    cases.write_text(text)
+    runs = _runs_with_speedups(tmp_path, "ngram", [1.2, 1.1, 1.15])  # slowest 1.1 - 20 % = 0.88
+    assert _calibrate(cases, "--allow-unstable", "--tier", "ngram", runs=runs) == 0
+    assert _case(cases, "ngram")["min_speedup"] == floor
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("  ngram: speedup 1.1000..1.2000 -> floor"))
+    assert (f"CLAMPED to 1.0000 from 0.8800: on the {tier} tier" in line) is clamped, line
+    load_cases(cases)
+
+
+def test_calibrate_usage_names_the_console_script(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        calibrate_command(["--help"])
+    assert capsys.readouterr().out.startswith("usage: specsuite calibrate ")

@@ -61,13 +61,25 @@ def test_numeric_options_are_checked(argv: list[str], needle: str, capsys) -> No
     assert needle in capsys.readouterr().err
 
 
-def test_compare_on_junk_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "results.json").write_bytes(b"\xff\xfe junk")
-    proc = _run("compare", str(tmp_path), str(tmp_path))
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"\xff\xfe junk", "cannot read it as a JSON results file"),
+        (b'{"cases": {"x": {"floors": [1]}}}', "case 'x': field 'floors' must be an object"),
+        (b'{"cases": []}', "no 'cases' table"),
+        (b'{"cases": {"x": {"per_position_rate": 5}}}', "'per_position_rate' must be a list of numbers"),
+        (b'{"cases": {"x": {"status": "passed"}}, "binary": 5}', "field 'binary' must be an object"),
+        (b'{"cases": {"x": {"speed": [2.0]}}}', "field 'speed' must be an object or null"),
+    ],
+)
+def test_compare_on_junk_is_one_line(tmp_path: Path, content: bytes, named: str) -> None:
+    (tmp_path / "results.json").write_bytes(content)
+    proc = _run("compare", "--no-plot", str(tmp_path), str(tmp_path))
     assert proc.returncode == 2
     assert (
         proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
-    )
+    ), proc.stderr
+    assert str(tmp_path / "results.json") in proc.stderr and named in proc.stderr
 
 
 def test_invoke_tasks_use_the_same_checks() -> None:

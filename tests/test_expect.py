@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from casetext import HEAD
 
-from specsuite.cases import parse_cases
+from specsuite.cases import CASE_TIERS, GPU_TIERS, load_cases, parse_cases
 from specsuite.expect import check
 from specsuite.measure import Completion
 
@@ -101,3 +104,44 @@ def test_expect_no_drafts_and_log() -> None:
     c = _case('expect_log = ["clamping to 7"]\n')
     assert _reasons(check(c, _n(), OK, [], "W requested draft size ... clamping to 6")) == ["log"]
     assert check(c, _n(), OK, [], "W requested draft size ... clamping to 7") == []
+
+
+def _timed(up: float | None, rounds: tuple[float, ...] = (), **counters) -> dict:
+    """Recorded numbers with a median speedup ``up`` over ``rounds`` (the per-round ratios)."""
+    return {**_n(**counters), "speedup": up, "speed": {"speedups": list(rounds)}}
+
+
+def test_min_speedup_on_recorded_results() -> None:
+    c = _case("min_speedup = 1.0\n")
+    assert check(c, _timed(1.05, (1.02, 1.05, 1.1)), OK, [], "") == []
+    assert check(c, _timed(1.0, (1.0,)), OK, [], "") == []  # the floor itself passes
+    fails = check(c, _timed(0.95, (0.9, 0.95, 1.01)), OK, [], "")
+    assert _reasons(fails) == ["speed"]
+    assert fails[0].message.startswith(
+        "speedup 0.950 < floor 1.000 (median of 3 round(s): [0.900, 0.950, 1.010]"
+    )
+
+
+@pytest.mark.parametrize("up", [None, math.nan, math.inf])
+def test_min_speedup_without_a_finite_speedup_never_passes(up) -> None:
+    fails = check(_case("min_speedup = 1.0\n"), _timed(up), OK, [], "")
+    assert _reasons(fails) == ["speed"] and "no speedup measured" in fails[0].message
+
+
+def test_uncalibrated_case_keeps_its_speed_floor_only() -> None:
+    """Acceptance floors are report-only until calibrated; a named min_speedup is a product rule and holds."""
+    c = _case("uncalibrated = true\nmin_speedup = 1.0\n")
+    assert check(c, _timed(1.05, (1.05,), accepted=9, pos=(9, 0, 0)), OK, [], "") == []
+    assert _reasons(check(c, _timed(0.95, (0.95,)), OK, [], "")) == ["speed"]
+    assert _reasons(check(c, _timed(None), OK, [], "")) == ["speed"]
+    assert check(_case("uncalibrated = true\n"), _timed(0.5, (0.5,)), OK, [], "") == []  # none named
+
+
+def test_speed_floor_is_a_gpu_tier_rule_in_cases_toml() -> None:
+    """Speculation must not be slower on a GPU: every compact and nightly case names min_speedup >= 1.0;
+    smoke and synthetic speeds are CPU noise and name none."""
+    cases = load_cases()
+    assert {c.tier for c in cases} == set(CASE_TIERS)
+    gpu = [c for c in cases if c.tier in GPU_TIERS]
+    assert gpu and [c.name for c in gpu if c.min_speedup is None or c.min_speedup < 1.0] == []
+    assert [c.name for c in cases if c.tier not in GPU_TIERS and c.min_speedup is not None] == []

@@ -71,6 +71,42 @@ def test_spec_inactive_reason(log, reason):
     assert failure.spec_inactive_reason((FAILURE_DIR / log).read_text()) == reason
 
 
+# Newer binaries' warning while --fit measures the MTP context (SRV_WRN "[spec] failed to measure MTP ...").
+MTP_FIT = (
+    "0.00.000.817 I srv  llama_server: initializing ...\n"
+    "0.00.006.559 W srv    load_model: [spec] failed to measure MTP context memory: "
+    "failed to create llama_context from model\n"
+)
+SERVING = "0.00.120.000 I srv  llama_server: server is listening on http://127.0.0.1:8080\n"
+CUDA = (
+    "0.00.200.000 E ggml_cuda_error: CUDA error: an illegal memory access was encountered\n"
+    "0.00.200.001 E   current device: 0, in function ggml_backend_cuda_synchronize at ggml-cuda.cu:2742\n"
+)
+
+
+def test_mtp_fit_warning_then_healthy_is_not_spec_init_failed():
+    assert failure.spec_inactive_reason(MTP_FIT + SERVING) == "spec_inactive"
+    assert failure.classify(0, MTP_FIT + SERVING) == "server_exited"  # stopped cleanly after serving
+    assert failure.classify(-9, MTP_FIT + SERVING) == "crashed"  # killed from outside
+    assert failure.classify(None, MTP_FIT, timed_out=True) == "timeout"
+
+
+@pytest.mark.parametrize("returncode", [1, -6, 134])
+def test_mtp_fit_warning_then_death_is_spec_init_failed(returncode):
+    died = MTP_FIT + "0.00.008.000 I srv    operator(): cleaning up before exit...\n"
+    verdict = failure.diagnose(returncode, died)
+    assert verdict.reason == "spec_init_failed" and failure.MTP_FIT_WARNING in (verdict.evidence or "")
+
+
+def test_mtp_fit_warning_never_outranks_a_later_error():
+    verdict = failure.diagnose(-6, MTP_FIT + SERVING + CUDA)
+    assert verdict.reason == "runtime_error" and "CUDA error" in (verdict.evidence or "")
+    load = "E llama_model_load: error loading model: missing tensor\n"
+    oom = "E ggml_backend_cuda_buffer_type_alloc_buffer: cudaMalloc failed\n"
+    assert failure.classify(1, MTP_FIT + load) == "runtime_error"
+    assert failure.classify(1, MTP_FIT + oom) == "out_of_memory"
+
+
 def test_evidence_is_the_deciding_line():
     verdict = failure.diagnose(1, (FAILURE_DIR / "oom-compute-buffers.log").read_text())
     assert verdict.reason == "out_of_memory"

@@ -250,6 +250,43 @@ def test_a_database_locked_by_another_process_warns_then_recovers(
     assert rows(db, "SELECT llama_commit FROM runs ORDER BY id") == [("abcdef0",), ("1234567",)]
 
 
+def test_the_lock_wait_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc("abcdef0"), db)
+    monkeypatch.setenv("SPEC_HISTORY_TIMEOUT_S", "0.3")
+    assert history.busy_timeout_s() == 0.3
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        t0 = time.monotonic()
+        assert record_run(doc("1234567"), db) is None  # no timeout_s given: the environment's
+        waited = time.monotonic() - t0
+    finally:
+        holder.communicate("")
+    assert "database is locked" in warned(capsys, db)
+    assert waited < history.BUSY_TIMEOUT_S / 2  # gave up after 0.3 s, not after the default wait
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf"])
+def test_a_bad_lock_wait_is_one_line_naming_the_variable(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc("abcdef0"), db)
+    monkeypatch.setenv("SPEC_HISTORY_TIMEOUT_S", value)
+    assert record_run(doc("1234567"), db) is None
+    line = warned(capsys, db)
+    assert f"SPEC_HISTORY_TIMEOUT_S={value!r}" in line and "a finite number > 0" in line
+    with pytest.raises(UserError, match=r"SPEC_HISTORY_TIMEOUT_S=.* or unset it"):
+        runs(db)
+    monkeypatch.delenv("SPEC_HISTORY_TIMEOUT_S")
+    assert [r["llama_commit"] for r in runs(db)] == ["abcdef0"]
+
+
 HOLD_NEW_FILE = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -516,6 +553,23 @@ def test_with_ancestry_the_nearest_ancestor_with_a_run(lineage: Path) -> None:
     assert found is not None and found.commit == A[:7]  # recorded short, matched by prefix
     assert base(lineage, C, ["f" * 40, A]).commit == A[:7]  # type: ignore[union-attr]  # skips unrun ancestors
     assert base(lineage, A, []) is None  # a root: X ran later but is no ancestor
+
+
+def test_only_runs_that_started_before_the_judged_one_qualify(lineage: Path) -> None:
+    """``compare --against auto`` on an old run: a run recorded after it is never its baseline."""
+
+    def rate(before: str | None, ancestors: list[str] | None = None) -> float | None:
+        found = base(lineage, C, ancestors, before=before)
+        return None if found is None else found.record["accept_rate"]
+
+    assert rate(None) == 0.70  # every run: the latest, X
+    assert rate("2026-12-02T11:00:00+00:00") == 0.62  # between B's run and its rerun: B's first run
+    assert rate("2026-12-02T11:00:00+00:00", [B, A]) == 0.62  # with ancestry too
+    assert rate("2026-12-02T12:30:00+02:00") == 0.62  # an instant, whatever the offset's spelling
+    assert rate("2026-12-02T10:30:00Z") == 0.62
+    assert rate("2026-12-01T10:00:00+00:00") is None  # A started then: not earlier
+    with pytest.raises(UserError, match="start time 'yesterday' is not an ISO 8601 time"):
+        rate("yesterday")
 
 
 def test_only_the_same_setup_and_measured_cases_qualify(tmp_path: Path) -> None:

@@ -13,16 +13,20 @@ from matplotlib import image
 
 from specsuite.errors import UserError
 from specsuite.plot import plot_per_position, plot_runs, position_rates
-from specsuite.results import load_run
+from specsuite.results import CaseRecord, load_run
 
 DATA = Path(__file__).parent / "data" / "results"
 
 
 def test_position_rates_from_counts_when_rates_absent() -> None:
-    assert position_rates({"per_position": [40, 15, 5], "drafts": 40}) == [1.0, 0.375, 0.125]
-    assert position_rates({"per_position_rate": [0.5, 0.25]}) == [0.5, 0.25]
-    assert position_rates({"per_position": [], "drafts": 0}) == []
-    assert position_rates({}) == []
+    def rates(data: dict) -> list[float]:
+        return position_rates(CaseRecord.from_dict("c", data))
+
+    assert rates({"per_position": [40, 15, 5], "drafts": 40}) == [1.0, 0.375, 0.125]
+    assert rates({"per_position_rate": [0.5, 0.25]}) == [0.5, 0.25]
+    assert rates({"per_position": [], "drafts": 0}) == []
+    assert rates({"per_position": [3], "drafts": None}) == []
+    assert rates({}) == []
 
 
 def test_two_runs(tmp_path: Path) -> None:

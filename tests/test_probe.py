@@ -10,7 +10,7 @@ import pytest
 from casetext import HEAD
 from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 
-from specsuite import paths, probe
+from specsuite import paths, probe, toolchain
 from specsuite.cases import Case, parse_cases
 from specsuite.command import missing_reason
 from specsuite.errors import UserError
@@ -188,6 +188,22 @@ def test_probe_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
             break
         time.sleep(0.1)
     assert not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+def test_child_env_drops_llama_args_and_the_one_token_list(monkeypatch):
+    """Servers and probes drop what the build tools drop (toolchain.TOKEN_VARS, one list), and LLAMA_ARG_*."""
+    for var, value in (
+        ("LLAMA_ARG_CTX_SIZE", "9"),
+        ("HF_TOKEN", "s1"),
+        ("SPEC_X_TOKEN", "s2"),
+        ("SPEC_X", "k"),
+    ):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(toolchain, "TOKEN_VARS", (*toolchain.TOKEN_VARS, "SPEC_X_TOKEN"))
+    env = probe.child_env()
+    assert env["SPEC_X"] == "k" and env["PATH"] == os.environ["PATH"]
+    assert not {"LLAMA_ARG_CTX_SIZE", "HF_TOKEN", "SPEC_X_TOKEN"} & set(env)
+    assert not hasattr(probe, "SECRET_ENV")  # no second list to fall out of step
 
 
 @pytest.mark.parametrize("variant", HELP_VARIANTS)

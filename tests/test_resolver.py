@@ -1,18 +1,22 @@
 """The front end's speculative-mode resolver: the seed's own cases, the recorded --help texts, real GGUFs.
 
-The seed (``/work/shared/seeds/frontend-mtp-handling.txt``) tests its resolver through a backend object
+The front end (Unsloth Studio, commit a5d6e6928d) tests its resolver through a backend object
 whose probe is monkeypatched; here the same cases call the pure ``resolve`` with a ``ResolverCaps`` holding
 the values that fake probe returned. Capabilities of real binaries come from ``tests/data/help/``.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
+from fakellama import fake_llama
 from fakeserver import HELP_DIR
 
 from specsuite.errors import UserError
@@ -647,3 +651,42 @@ def test_resolve_for_model_missing_files(tmp_path):
         resolve_for_model(
             "auto", caps=CAPS, model_path=target, gpu=True, mtp_draft_path=tmp_path / "mtp-absent.gguf"
         )
+
+
+# --- the `specsuite resolve` command, on a fake binary and real GGUF files -------------------------------
+
+
+def resolve_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "specsuite", "resolve", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=os.environ.copy())
+
+
+@pytest.mark.parametrize(
+    ("device", "flags"),
+    [
+        ("gpu", "--spec-type draft-mtp --spec-draft-n-max 2"),
+        ("cpu", "--spec-type ngram-mod,draft-mtp --spec-draft-n-max 3"),
+    ],
+)
+def test_resolve_command_prints_the_flags_and_why(tmp_path, device, flags):
+    exe = fake_llama(tmp_path / "bin")
+    model = write_gguf(tmp_path / "Qwen3.5-4B-Q4_K_M.gguf", nextn=1)
+    proc = resolve_cli("--model", str(model), "--device", device, "--binary", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert f"device: {device}" in proc.stdout and flags in proc.stdout
+    assert "MTP" in proc.stdout  # the deciding rule is named
+
+
+def test_resolve_command_device_defaults_to_what_the_binary_sees(tmp_path):
+    exe = fake_llama(tmp_path / "bin")  # a CPU build that lists no GPU
+    model = write_gguf(tmp_path / "Qwen3.5-4B-Q4_K_M.gguf", nextn=1)
+    proc = resolve_cli("--model", str(model), "--mode", "off", "--binary", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert "device: cpu" in proc.stdout and "--spec-type" not in proc.stdout
+
+
+def test_resolve_command_on_a_missing_model_is_one_line(tmp_path):
+    exe = fake_llama(tmp_path / "bin")
+    proc = resolve_cli("--model", str(tmp_path / "absent.gguf"), "--binary", str(exe))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "model file not found" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -59,7 +59,7 @@ def test_summary_table_and_step_summary(tmp_path, monkeypatch) -> None:
     r.add_case(_rec("dspark", "skipped", "binary_no_dspark", accept_rate=None, accept_len=None, speedup=None,
                     identical_fraction=None))  # fmt: skip
     md = summary_markdown(json.loads(r.path.read_text()))
-    assert md.splitlines()[0].endswith("PASSED: 1 passed, 1 skipped")
+    assert md.splitlines()[0].endswith("PASSED, with warnings (1 SKIPPED): 1 passed, 1 skipped")
     assert md.splitlines()[2] == "- **SKIPPED 1: dspark (binary_no_dspark)**"
     assert "| mtp | passed |  | 0.6123 (≥ 0.5000) | 2.5000 (≥ 2.0000) | 1.250 | 1.00 |" in md
     assert "| dspark | skipped | binary_no_dspark | – | – | – | – |" in md
@@ -74,6 +74,58 @@ def test_summary_table_and_step_summary(tmp_path, monkeypatch) -> None:
 
 def _doc(*recs: CaseRecord, **extra: object) -> dict:
     return {"cases": {r.name: r.to_dict() for r in recs}, **extra}
+
+
+def test_summary_table_is_the_shared_markdown_table_with_pipes_escaped() -> None:
+    odd = _rec("odd", "skipped", "binary_no_a|b", accept_rate=None, accept_len=None, speedup=None,
+               identical_fraction=None)  # fmt: skip
+    lines = summary_markdown(_doc(_rec("a"), odd)).splitlines()
+    columns = "case | status | reason | accept rate (floor) | accept len (floor) | speedup (floor)"
+    head = lines.index(f"| {columns} | identical |")
+    assert lines[head + 1] == "|---|---|---|---|---|---|---|"
+    assert lines[head + 3] == "| odd | skipped | binary_no_a\\|b | – | – | – | – |"
+    assert all(line.replace("\\|", "").count("|") == 8 for line in lines[head:])  # 7 columns, every row
+
+
+COUNTER_WARNING = "the binary exports no llamacpp:spec_decode_num_accepted_tokens_per_pos_total counters"
+GPU = {"name": "NVIDIA H200", "class": "nvidia-h200"}
+CPU = {"name": "cpu", "class": "cpu-x86-64"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "headline"),
+    [
+        (_doc(_rec("a")), "PASSED: 1 passed"),
+        (_doc(_rec("a"), _rec("b", "skipped", "binary_no_dspark"), options={"strict": False}),
+         "PASSED, with warnings (STRICT OFF: 1 skipped): 1 passed, 1 skipped"),
+        (_doc(_rec("a"), options={"strict": False}),
+         "PASSED, with warnings (STRICT OFF: 0 skipped): 1 passed"),
+        (_doc(_rec("a", uncalibrated=True)), "PASSED, with warnings (1 UNCALIBRATED): 1 passed"),
+        (_doc(_rec("a", warnings=[COUNTER_WARNING])),
+         "PASSED, with warnings (MISSING COUNTERS in 1 case(s)): 1 passed"),
+        (_doc(_rec("a", tier="compact"), options={"allow_cpu": True}, device=CPU, tier="compact"),
+         "PASSED, with warnings (GPU TIER WITHOUT A GPU): 1 passed"),
+        (_doc(_rec("a", tier="compact"), options={"allow_cpu": True}, device=CPU, tier="compact,smoke"),
+         "PASSED, with warnings (GPU TIER WITHOUT A GPU): 1 passed"),
+        (_doc(_rec("a", tier="compact"), options={"allow_cpu": True}, device=GPU, tier="compact"),
+         "PASSED: 1 passed"),  # --allow-cpu given, but the run had its GPU
+        (_doc(_rec("a", tier="smoke"), options={"allow_cpu": True}, device=CPU, tier="smoke"),
+         "PASSED: 1 passed"),
+    ],
+)  # fmt: skip
+def test_green_headline_names_what_weakens_it(doc: dict, headline: str) -> None:
+    v = verdict(doc)
+    assert v.green and v.headline == headline
+    first = summary_markdown(doc).splitlines()[0]
+    assert first.endswith(f": {headline}")
+
+
+def test_no_history_says_the_relative_gate_was_off() -> None:
+    off = verdict(_doc(_rec("a"), options={"history": False}))
+    assert any(line.startswith("RELATIVE GATE OFF (--no-history") for line in off.attention)
+    assert "- **RELATIVE GATE OFF" in summary_markdown(_doc(_rec("a"), options={"history": False}))
+    on = verdict(_doc(_rec("a"), options={"history": True}))
+    assert not any("RELATIVE GATE" in line for line in on.attention)
 
 
 def test_verdict_is_never_green_on_a_failure_or_when_nothing_ran() -> None:
@@ -103,9 +155,13 @@ def test_green_run_says_what_weakens_it_first() -> None:
     )
     assert v.green
     text = "\n".join(v.attention)
-    for word in ("SKIPPED 1: c", "STRICT OFF", "UNCALIBRATED (report-only, floors not enforced): b",
-                 "MISSING COUNTERS", "GPU TIER ON A CPU BUILD"):  # fmt: skip
+    uncal = "UNCALIBRATED (acceptance floors not enforced; a min_speedup is): b"
+    for word in ("SKIPPED 1: c", "STRICT OFF", uncal, "MISSING COUNTERS", "GPU TIER ON A CPU BUILD"):
         assert word in text
+    assert v.headline == (
+        "PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCALIBRATED; MISSING COUNTERS in 1 case(s); "
+        "GPU TIER WITHOUT A GPU): 2 passed, 1 skipped"
+    )
 
 
 def test_load_run_refuses_junk_with_one_line(tmp_path: Path) -> None:
@@ -116,6 +172,37 @@ def test_load_run_refuses_junk_with_one_line(tmp_path: Path) -> None:
             load_run(tmp_path / name)
     with pytest.raises(UserError, match=r"no results\.json there"):
         load_run(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"cases": {"x": {"floors": [1]}}}, "case 'x': field 'floors' must be an object, not a list"),
+        ({"cases": []}, "no 'cases' table"),
+        ({"cases": {"x": {"speed": 3}}}, "case 'x': field 'speed' must be an object or null, not a number"),
+        ({"cases": {"x": {"accept_rate": "0.9"}}}, "'accept_rate' must be a number or null, not a string"),
+        ({"cases": {"x": {"per_position": [1, None]}}}, "field 'per_position' must be a list of numbers"),
+        ({"cases": {"x": {"warnings": "w"}}}, "field 'warnings' must be a list of strings, not a string"),
+        ({"cases": {"x": {"uncalibrated": "yes"}}}, "field 'uncalibrated' must be true or false"),
+        ({"cases": {"x": {}}, "options": 3}, "field 'options' must be an object, not a number"),
+        ({"cases": {"x": {}}, "binary": {"commit": 7}}, "field 'binary.commit' must be a string"),
+    ],
+)
+def test_load_run_names_the_file_and_the_field_of_a_wrong_shape(
+    tmp_path: Path, doc: dict, field: str
+) -> None:
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(UserError) as err:
+        load_run(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'results.json'}: ") and field in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_nulls_take_the_defaults() -> None:
+    rec = CaseRecord.from_dict("x", {"floors": None, "warnings": None, "per_position": None, "status": None})
+    assert (rec.floors, rec.warnings, rec.per_position, rec.status) == ({}, [], [], None)
+    chain = CaseRecord.from_dict("x", {"spec_type": ["ngram-mod", "draft-mtp"]})
+    assert chain.spec_type == "ngram-mod,draft-mtp"
 
 
 def test_schema1_records_are_read() -> None:

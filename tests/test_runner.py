@@ -22,7 +22,9 @@ from fakellama import fake_llama
 from specsuite import runner, suite
 from specsuite.cases import Case, parse_case_file
 from specsuite.errors import UserError
+from specsuite.measure import WARMUP_N_PREDICT
 from specsuite.results import verdict
+from specsuite.server import LlamaServer
 
 TARGET = "synth-target-llama-fixed.gguf"
 DRAFT = "synth-draft-llama-fixed.gguf"
@@ -162,6 +164,71 @@ def test_crash_mid_request_is_a_failure_with_a_reason(run) -> None:
     rec = run(_case(SIMPLE), die_after_requests=2)  # warm-up and one prompt, then SIGABRT
     assert rec.status == "failed" and rec.reason in ("runtime_error", "crashed")
     assert "GGML_ASSERT" in rec.message
+
+
+def _port(command: list[str]) -> int:
+    return int(command[command.index("--port") + 1])
+
+
+def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypatch) -> None:
+    """With one round the baseline goes first: it must not be measured cold. Kept across the cases of a
+    target, it is warmed up once, when it starts."""
+    sent: list[tuple[int, int]] = []  # (port, n_predict) of every /completion, in order
+    real_post = LlamaServer.post
+
+    def recording_post(self: LlamaServer, path: str, body: dict) -> dict:
+        if path == "/completion":
+            sent.append((self.port, body["n_predict"]))
+        return real_post(self, path, body)
+
+    monkeypatch.setattr(LlamaServer, "post", recording_post)
+    cases = [_case(SIMPLE, "first"), _case(SIMPLE, "second")]
+    s = _session(env, monkeypatch, cases[0])
+    try:
+        recs = [runner.run_case(c, s) for c in cases]
+    finally:
+        s.close()
+    assert [r.status for r in recs] == ["passed", "passed"], [r.message for r in recs]
+    (baseline,) = s.results.doc["baselines"].values()
+    base = _port(baseline["command"])
+    assert sent[0] == (base, WARMUP_N_PREDICT)  # before any measured request, to either server
+    assert [n for port, n in sent if port == base] == [WARMUP_N_PREDICT] + [8] * 4  # 2 cases x 2 prompts
+    for rec in recs:  # every case's server: its own warm-up first, as before
+        assert next(n for port, n in sent if port == _port(rec.command or [])) == WARMUP_N_PREDICT
+
+
+@pytest.mark.parametrize(
+    ("body", "fake", "status"),
+    [
+        # a target without MTP heads: auto gives --spec-default
+        ("min_accept_rate = 0.5\nmin_accept_len = 2.0\n", {}, "passed"),
+        # a separate drafter on a binary without draft-mtp: the resolver falls back (binary_no_mtp)
+        (f'draft = "{DRAFT}"\nuncalibrated = true\n', {"drop_types": ["draft-mtp"]}, "failed"),
+    ],
+)
+def test_a_mode_case_records_what_the_resolver_decided(env, models, monkeypatch, body, fake, status) -> None:
+    from specsuite.resolver import caps_from_probe, resolve_for_model
+
+    case = _case('mode = "auto"\n' + body)
+    s = _session(env, monkeypatch, case, **fake)
+    try:
+        rec = runner.run_case(case, s)
+    finally:
+        suite.finish_session(s)
+    drafter = models / case.draft if case.draft else None
+    res = resolve_for_model(
+        "auto", caps=caps_from_probe(s.caps), model_path=models / TARGET, gpu=False, mtp_draft_path=drafter
+    )
+    want = {"flags": list(res.flags), "spec_type": res.spec_type, "why": res.why}
+    want["fallback_reason"] = res.fallback_reason
+    assert rec.status == status, rec.message
+    assert rec.resolved == want and rec.spec_type == res.spec_type
+    doc = json.loads((env / "results" / "results.json").read_text())
+    assert doc["cases"]["c"]["resolved"] == want
+    if case.draft:  # the fallback is the case's reason, and no server was started
+        assert res.fallback_reason == rec.reason == "binary_no_mtp" and rec.command is None
+    else:
+        assert res.flags == ("--spec-default",) and "--spec-default" in (rec.command or [])
 
 
 def test_foreign_process_on_the_port_is_not_taken_for_our_server(run, monkeypatch) -> None:

@@ -17,11 +17,17 @@ from pathlib import Path
 import pytest
 from fakellama import fake_llama
 
-from specsuite import paths
+from specsuite import cli, paths
 from specsuite.errors import UserError
 from specsuite.tier import parser, pytest_command, run_tier_command, split_posargs
 
 SYNTH = "tiny-simple-fixed"
+DSPARK = "tiny-dspark-fixed"
+# What a CUDA build prints on a machine without a GPU: the backend is named, no device listed.
+NO_GPU = "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected\nAvailable devices:\n"
+# Counters every synthetic "-fixed" case passes: each of 4 drafts of 3 tokens fully accepted.
+ALL_ACCEPTED = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]}
+REFUSED = "--list-devices shows no GPU, and the selected cases are GPU tier"
 
 
 def test_build_flags_are_dropped_from_posargs() -> None:
@@ -69,6 +75,77 @@ def test_gpu_tier_on_a_cpu_build_is_refused_before_any_download(tmp_path, monkey
     with pytest.raises(UserError, match="it is a CPU build, and the selected cases are GPU tier"):
         run_tier_command(["compact"])
     assert not (tmp_path / "models").exists() and not (tmp_path / "r").exists()
+
+
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exe: Path) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
+    monkeypatch.delenv("SPEC_ALLOW_CPU", raising=False)
+
+
+def test_gpu_tier_on_a_gpu_build_without_a_gpu_is_one_line_before_any_download(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    _isolated(monkeypatch, tmp_path, fake_llama(tmp_path / "bin", devices=NO_GPU))
+    assert cli.main(["run-tier", "compact"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "it is a cuda build but " + REFUSED in err
+    assert not (tmp_path / "models").exists() and not (tmp_path / "r").exists()
+
+
+def test_allow_cpu_lets_a_gpu_tier_past_the_gate(tmp_path, monkeypatch, capsys) -> None:
+    _isolated(monkeypatch, tmp_path, fake_llama(tmp_path / "bin", devices=NO_GPU))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the fetch after the gate fails
+    monkeypatch.setenv("SPEC_FETCH_ATTEMPTS", "1")
+    monkeypatch.setenv("SPEC_FETCH_BACKOFF_S", "0.01")
+    assert cli.main(["run-tier", "compact", "--allow-cpu"]) != 0
+    err = capsys.readouterr().err
+    assert REFUSED not in err and "HF_ENDPOINT" in err, err  # it got as far as downloading
+
+
+def test_allow_cpu_gpu_case_is_flagged_in_the_summarys_first_line(tmp_path, chain_env, monkeypatch) -> None:
+    """The GPU-tier run the gate let through says so in its headline (a compact case on synthetic models)."""
+    from specsuite import runner, suite
+    from specsuite.cases import parse_case_file
+
+    text = (paths.CASES_FILE.read_text().split("[[case]]")[0] + "[[case]]\n" + f"name = {SYNTH!r}\n"
+            'tier = "compact"\nspec_type = "draft-simple"\ntarget = "synth-target-llama-fixed.gguf"\n'
+            'draft = "synth-draft-llama-fixed.gguf"\nn_max = 3\nprompts = "synthetic"\nn_predict = 8\n'
+            "min_accept_rate = 0.9\nmin_accept_len = 3.0\n")  # fmt: skip
+    case = parse_case_file(text).cases[0]
+    for key, value in chain_env.items():
+        monkeypatch.setenv(key, value)
+    exe = fake_llama(tmp_path / "bin", devices=NO_GPU, **ALL_ACCEPTED)
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
+    monkeypatch.setenv("SPEC_ALLOW_CPU", "1")
+    session = suite.open_session(SYNTH, [case], tmp_path / "r")
+    assert runner.run_case(case, session).status == "passed"
+    assert suite.finish_session(session)
+    summary = (tmp_path / "r" / "summary.md").read_text().splitlines()
+    assert summary[0].endswith("PASSED, with warnings (GPU TIER WITHOUT A GPU): 1 passed"), summary[0]
+    assert "GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu)" in summary[2]
+
+
+@pytest.mark.parametrize("where", ["under a file", "read-only parent"])
+def test_unwritable_results_folder_is_one_line_before_any_download(
+    tmp_path, monkeypatch, capsys, where
+) -> None:
+    _isolated(monkeypatch, tmp_path, fake_llama(tmp_path / "bin"))
+    parent = tmp_path / "parent"
+    if where == "under a file":
+        parent.write_text("x")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        parent.mkdir(mode=0o555)
+    monkeypatch.setenv("SPEC_RESULTS_DIR", str(parent / "run"))
+    assert cli.main(["run-tier", SYNTH]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: cannot create the results folder {parent / 'run'}")
+    assert "SPEC_RESULTS_DIR" in err and not (tmp_path / "models").exists()
 
 
 COLLECT = ("--collect-only", "-q")
@@ -159,6 +236,27 @@ def test_lost_method_fails_by_default_and_all_skipped_is_not_green(
     assert "FAILED" in summary[0]
     if flag:
         assert "no selected case ran" in summary[0] and "STRICT OFF" in "\n".join(summary[:6])
+
+
+def test_binary_without_dspark_fails_strict(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", drop_types=["draft-dspark"])
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, DSPARK)
+    assert proc.returncode != 0 and "binary_no_dspark" in proc.stdout, proc.stdout + proc.stderr
+    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"][DSPARK]
+    assert (rec["status"], rec["reason"]) == ("failed", "binary_no_dspark")
+
+
+def test_binary_without_dspark_with_allow_missing_is_green_and_says_strict_off(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", drop_types=["draft-dspark"], **ALL_ACCEPTED)
+    env = {**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}
+    proc = _run_tier(env, f"{SYNTH},{DSPARK}", "--allow-missing")  # one case must run to be green
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]
+    assert (cases[DSPARK]["status"], cases[DSPARK]["reason"]) == ("skipped", "binary_no_dspark")
+    assert cases[SYNTH]["status"] == "passed"
+    summary = (tmp_path / "r" / "summary.md").read_text().splitlines()
+    assert summary[0].endswith("PASSED, with warnings (STRICT OFF: 1 skipped): 1 passed, 1 skipped")
+    assert summary[2] == f"- **SKIPPED 1: {DSPARK} (binary_no_dspark)**"
 
 
 def test_not_a_llama_server_fails_with_one_line(tmp_path, chain_env) -> None:

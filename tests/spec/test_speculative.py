@@ -11,27 +11,14 @@ from typing import Any
 import pytest
 
 from specsuite.cases import Case
-from specsuite.regress import is_finite as finite
+from specsuite.results import junit_properties
 from specsuite.runner import Session, run_case
-
-JUNIT_METRICS = (
-    "accept_rate",
-    "accept_len",
-    "pos0_rate",
-    "speedup",
-    "identical_fraction",
-    "drafted",
-    "accepted",
-)
 
 
 def test_speculative(case: Case, session: Session, record_property: Callable[[str, Any], None]) -> None:
     rec = run_case(case, session)
-    for key in JUNIT_METRICS:
-        if finite(getattr(rec, key)):
-            record_property(key, getattr(rec, key))
-    if rec.baseline:
-        record_property("history_baseline", rec.baseline.get("commit"))
+    for key, value in junit_properties(rec):
+        record_property(key, value)
     if rec.status == "skipped":
         pytest.skip(f"[{rec.reason}] {rec.message}")
     if rec.status != "passed":

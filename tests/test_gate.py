@@ -1,0 +1,244 @@
+"""The relative gate and the history record in whole runs, and the metrics in junit.xml.
+
+Each run is the real chain ``specsuite run-tier CASE`` -> pytest -> a fake llama-server that really serves
+HTTP (tests/fakellama.py), whose ``--version`` names the llama.cpp commit it stands in for and whose
+counters are scripted. SPEC_HISTORY is a file in the test's folder. Run A (commit A) is recorded once per
+module; each test copies that history and runs commit B against it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakellama import fake_llama
+
+from specsuite import gate, history, paths
+from specsuite.compare import compare_command
+from specsuite.errors import UserError
+from specsuite.results import JUNIT_METRICS, load_run
+
+CASE = "tiny-simple-random"  # its floors (0.8271, 3.2444) pass A and the worse B alike: only the gate fails B
+A, B = "a1a1a1a", "b2b2b2b"
+# per request: drafted, accepted, drafts and per-position counts (3 prompts, n_max 3)
+GOOD = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]}
+WORSE = {
+    "drafted": 12,
+    "accepted": 11,
+    "drafts": 4,
+    "per_pos": [4, 4, 3],
+}  # accept rate and length drop > 5 %
+# the run's options and anything that would write outside the test's folder
+DROPPED_ENV = (
+    "SPEC_METHODS",
+    "SPEC_STRICT",
+    "SPEC_REPEAT",
+    "SPEC_ALLOW_CPU",
+    "SPEC_NO_HISTORY",
+    "SPEC_RTOL",
+    "SPEC_HISTORY_TIMEOUT_S",
+    "GITHUB_STEP_SUMMARY",
+)
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess[str]
+    dir: Path
+    doc: dict[str, Any]
+
+    @property
+    def case(self) -> dict[str, Any]:
+        return self.doc["cases"][CASE]
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+    def summary_head(self, n: int = 5) -> str:
+        return "\n".join((self.dir / "summary.md").read_text().splitlines()[:n])
+
+    def junit_properties(self) -> dict[str, str]:
+        [testcase] = ET.parse(self.dir / "junit.xml").getroot().iter("testcase")
+        assert testcase.get("name") == f"test_speculative[{CASE}]"
+        return {p.get("name", ""): p.get("value", "") for p in testcase.iter("property")}
+
+
+def run_tier(
+    folder: Path, models: Path, db: Path, commit: str, counters: dict, *args: str, **env: str
+) -> Run:
+    exe = fake_llama(folder / "bin", version=f"version: 9999 (build 1, commit {commit})", **counters)
+    results = folder / "results"
+    full_env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    full_env.update(
+        SPEC_MODEL_DIR=str(models),
+        SPEC_CACHE_DIR=str(folder / "cache"),
+        SPEC_HISTORY=str(db),
+        SPEC_RESULTS_DIR=str(results),
+        LLAMA_SERVER_BIN_PATH=str(exe),
+        **env,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsuite", "run-tier", CASE, *args],
+        cwd=paths.REPO_ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return Run(proc, results, load_run(results))
+
+
+@dataclass
+class Seed:
+    models: Path
+    db: Path
+    run: Run
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory: pytest.TempPathFactory) -> Seed:
+    from specsuite.fetch import fetch_models
+
+    root = tmp_path_factory.mktemp("seed")
+    fetch_models(methods=[CASE], model_dir=root / "models", tty=False)
+    run = run_tier(root / "a", root / "models", root / "history.sqlite", A, GOOD)
+    assert run.proc.returncode == 0, run.output
+    return Seed(root / "models", root / "history.sqlite", run)
+
+
+@pytest.fixture
+def db(seed: Seed, tmp_path: Path) -> Path:
+    """A copy of the history that holds run A only (closed: SQLite checkpointed its WAL into the file)."""
+    copy = tmp_path / "history.sqlite"
+    shutil.copyfile(seed.db, copy)
+    assert len(history.runs(copy)) == 1
+    return copy
+
+
+def run_b(seed: Seed, tmp_path: Path, db: Path, counters: dict, *args: str, **env: str) -> Run:
+    return run_tier(tmp_path / "b", seed.models, db, B, counters, *args, **env)
+
+
+def commits(db: Path) -> list[str]:
+    return [r["llama_commit"] for r in history.runs(db)]
+
+
+def test_a_drop_against_the_earlier_commit_fails_regressed_naming_it(seed: Seed, db: Path, tmp_path) -> None:
+    run = run_b(seed, tmp_path, db, WORSE)
+    assert run.proc.returncode == 1, run.output
+    rec = run.case
+    assert (rec["status"], rec["reason"]) == ("failed", "regressed"), rec["message"]
+    assert f"[regressed] accept_rate {rec['accept_rate']:.4f} is " in rec["message"]
+    assert f"at baseline {A}" in rec["message"]
+    assert rec["accept_rate"] >= rec["floors"]["min_accept_rate"]  # no floor failed: the gate did
+    assert (rec["baseline"]["commit"], rec["baseline"]["run_id"]) == (A, seed.run.doc["run_id"])
+    assert [m.split()[0] for m in rec["baseline"]["regressions"]] == ["accept_rate", "accept_len"]
+    head = run.summary_head()
+    assert "FAILED" in head.splitlines()[0]
+    assert f"baseline (latest earlier run, {run.doc['device']['class']}/cpu, rtol 5%): {A} (run " in head
+    assert f"(run {seed.run.doc['run_id']}) for {CASE}" in head
+    assert run.junit_properties()["history_baseline"] == A
+    assert run.doc["history"]["recorded"] is True and commits(db) == [A, B]
+
+
+def test_junit_has_a_property_per_metric(seed: Seed) -> None:
+    props, rec = seed.run.junit_properties(), seed.run.case
+    assert {k: float(props[k]) for k in JUNIT_METRICS} == {k: float(rec[k]) for k in JUNIT_METRICS}
+    assert "history_baseline" not in props  # run A had no earlier commit to compare with
+
+
+@pytest.mark.parametrize(("args", "env"), [(("--no-history",), {}), ((), {"SPEC_NO_HISTORY": "1"})])
+def test_history_off_means_no_gate_and_no_record(seed: Seed, db: Path, tmp_path, args, env) -> None:
+    run = run_b(seed, tmp_path, db, WORSE, *args, **env)
+    assert run.proc.returncode == 0, run.output
+    assert (run.case["status"], run.case["baseline"]) == ("passed", None)
+    assert run.doc["options"]["history"] is False and "history" not in run.doc
+    assert "RELATIVE GATE OFF" in run.summary_head()  # results.verdict reads options.history
+    assert commits(db) == [A]
+
+
+def test_a_larger_rtol_passes_the_same_drop(seed: Seed, db: Path, tmp_path) -> None:
+    run = run_b(seed, tmp_path, db, WORSE, "--rtol", "0.1")
+    assert run.proc.returncode == 0, run.output
+    assert run.case["status"] == "passed"
+    assert run.case["baseline"] == {**run.case["baseline"], "commit": A, "rtol": 0.1, "regressions": []}
+    assert f"rtol 10%): {A} (run {seed.run.doc['run_id']})" in run.summary_head()
+    assert commits(db) == [A, B]
+
+
+def test_a_corrupt_history_warns_and_the_run_is_judged_on_its_floors(seed: Seed, tmp_path) -> None:
+    db = tmp_path / "history.sqlite"
+    junk = b"\0not a database\xff" * 300
+    db.write_bytes(junk)
+    run = run_b(seed, tmp_path, db, GOOD)
+    assert run.proc.returncode == 0, run.output
+    assert run.case["status"] == "passed" and run.case["baseline"] is None
+    head = run.summary_head()  # what run-tier prints: pytest keeps a passing session's stderr to itself
+    assert "PASSED" in head.splitlines()[0] and "HISTORY NOT RECORDED" in head
+    assert f"history unreadable, no relative gate: history {db}: cannot read it" in head
+    assert f"(this run was NOT recorded: file is not a database ({db}))" in head
+    assert run.doc["history"]["recorded"] is False
+    assert db.read_bytes() == junk  # left for the user to inspect
+
+
+HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()  # hold the write lock until the test closes our stdin
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_locked_history_warns_and_keeps_the_verdict(seed: Seed, db: Path, tmp_path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        run = run_b(seed, tmp_path, db, GOOD, SPEC_HISTORY_TIMEOUT_S="0.5")
+    finally:
+        holder.communicate("")
+    assert run.proc.returncode == 0, run.output
+    assert run.case["status"] == "passed"
+    assert run.case["baseline"]["commit"] == A  # WAL: the lookup reads past another process's write lock
+    head = run.summary_head()
+    assert "PASSED" in head.splitlines()[0] and "HISTORY NOT RECORDED" in head
+    assert (
+        f"{A} (run {seed.run.doc['run_id']}) for {CASE} (this run was NOT recorded: database is locked"
+        in head
+    )
+    assert run.doc["history"]["recorded"] is False and commits(db) == [A]
+
+
+def test_judging_an_old_run_never_takes_a_later_one(seed: Seed, db: Path, tmp_path, monkeypatch) -> None:
+    """``compare --against auto A`` after B was recorded: B started later, so A has no baseline."""
+    run = run_b(seed, tmp_path, db, GOOD)
+    assert run.proc.returncode == 0, run.output
+    monkeypatch.setenv("SPEC_HISTORY", str(db))
+    assert gate.baselines_for(seed.run.doc) == {}
+    with pytest.raises(UserError, match="no history baseline for any case of this run"):
+        compare_command(a=None, b=seed.run.dir, against="auto", plot=False)
+    assert gate.baselines_for(run.doc)[CASE].commit == A  # the later run still finds the earlier one
+
+
+def test_a_lookup_that_cannot_read_the_history_is_one_warning(
+    seed: Seed, tmp_path, monkeypatch, capsys
+) -> None:
+    db = tmp_path / "history.sqlite"
+    monkeypatch.setenv("SPEC_HISTORY", str(db))
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA user_version = 99")  # a newer specsuite's file
+    assert gate.baselines_for(seed.run.doc) == {}
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"warning: history {db}: cannot read it") and line.endswith("upgrade specsuite")
