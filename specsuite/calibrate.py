@@ -222,8 +222,18 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
     return tomlkit.dumps(doc)
 
 
-def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
-    """Print one line per case; return the UNSTABLE messages."""
+def machine_groups(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The runs per machine (device and binary): a floor must be stable on each machine, not across them."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((device_name(r), str((r.get("binary") or {}).get("sha256"))), []).append(r)
+    return list(groups.values())
+
+
+def _report(
+    cals: dict[str, CaseCalibration], old: dict[str, Any], per_machine: list[dict[str, CaseCalibration]]
+) -> list[str]:
+    """Print one line per case; return the UNSTABLE messages (a spread within one machine's runs)."""
     unstable = []
     for name, cal in cals.items():
         for why in cal.excluded:
@@ -242,8 +252,11 @@ def _report(cals: dict[str, CaseCalibration], old: dict[str, Any]) -> list[str]:
             print(_speed_line(cal, prev["min_speedup"]))
         if cal.runs == 1:
             print(f"  {name}: a single run says nothing about stability; use --runs 3")
-        if reasons := cal.unstable:
-            msg = f"UNSTABLE {name}: {'; '.join(reasons)}: this floor would flake"
+        if len(per_machine) > 1 and cal.unstable:
+            print(f"  {name}: the machines differ ({'; '.join(cal.unstable)}): the floor holds on each")
+        reasons = [r for m in per_machine if name in m for r in m[name].unstable]
+        if reasons:
+            msg = f"UNSTABLE {name}: {'; '.join(dict.fromkeys(reasons))}: this floor would flake"
             print(msg)
             unstable.append(msg)
     return unstable
@@ -362,9 +375,12 @@ def calibrate_command(argv: list[str]) -> int:
     if not names:
         raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
 
-    cals = collect(runs, names, {c.name: c.tier for c in cases})
+    tiers = {c.name: c.tier for c in cases}
+    cals = collect(runs, names, tiers)
     old = {c.name: c.floors for c in cases}
-    unstable = _report(cals, old)
+    groups = machine_groups(runs) if args.across_machines else [runs]
+    per_machine = [collect(g, names, tiers) for g in groups] if len(groups) > 1 else [cals]
+    unstable = _report(cals, old, per_machine)
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -277,7 +277,7 @@ JUNIT_METRICS = (
 
 def junit_properties(rec: CaseRecord) -> list[tuple[str, Any]]:
     """The measured metrics (NaN and missing left out) and the history baseline's commit."""
-    out = [
+    out: list[tuple[str, Any]] = [
         (k, v) for k in JUNIT_METRICS if isinstance(v := getattr(rec, k), (int, float)) and math.isfinite(v)
     ]
     if rec.baseline:
