@@ -371,6 +371,8 @@ def _weaknesses(
         out.append(f"MISSING COUNTERS in {len(counters)} case(s)")
     if _gpu_tier_without_gpu(doc, recs):
         out.append("GPU TIER WITHOUT A GPU")
+    if (doc.get("options") or {}).get("history") is False:
+        out.append("RELATIVE GATE OFF")  # floors only: a drop that clears them is not caught
     return out
 
 

@@ -124,8 +124,9 @@ def test_no_history_says_the_relative_gate_was_off() -> None:
     off = verdict(_doc(_rec("a"), options={"history": False}))
     assert any(line.startswith("RELATIVE GATE OFF (--no-history") for line in off.attention)
     assert "- **RELATIVE GATE OFF" in summary_markdown(_doc(_rec("a"), options={"history": False}))
+    assert off.headline == "PASSED, with warnings (RELATIVE GATE OFF): 1 passed"
     on = verdict(_doc(_rec("a"), options={"history": True}))
-    assert not any("RELATIVE GATE" in line for line in on.attention)
+    assert not any("RELATIVE GATE" in line for line in on.attention) and on.headline == "PASSED: 1 passed"
 
 
 def test_verdict_is_never_green_on_a_failure_or_when_nothing_ran() -> None:
