@@ -16,6 +16,7 @@ from .errors import UserError
 HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup")
 PLOT_METRICS = (("accept_rate", "accept rate"), ("accept_len", "accept len"), ("speedup", "speedup"))
 MAX_TICKS = 24
+LEGEND_ROWS = 30  # cases per legend column
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -124,9 +125,15 @@ def plot_trend(rows: Sequence[dict[str, Any]], out: Path) -> Path:
     ticks = list(range(0, len(order), step))
     axes[-1].set_xticks(ticks, [order[i][2][:7] for i in ticks], rotation=60, fontsize=7)
     axes[-1].set_xlabel("llama.cpp commit (runs in time order)")
-    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # off the data
     fig.suptitle("specsuite history", fontsize=10)
     fig.tight_layout()
+    # One legend for the figure, beside the axes: a tier has dozens of cases, and a legend inside the first
+    # axes would squeeze the plots to strips. Columns of at most LEGEND_ROWS; saved with a tight box.
+    handles, labels = axes[0].get_legend_handles_labels()
+    ncol = max(1, -(-len(labels) // LEGEND_ROWS))
+    fig.legend(
+        handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol, frameon=False
+    )
     return _save(fig, plt, out)
 
 
@@ -135,7 +142,7 @@ def _save(fig: Any, plt: Any, out: Path) -> Path:
     tmp = out.with_name(f".{out.name}.tmp.png")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")  # the legend beside the axes is kept
         os.replace(tmp, out)
     except OSError as exc:
         with contextlib.suppress(OSError):
