@@ -211,8 +211,8 @@ def amx_flags(compiler: str, user: list[str], notes: list[str]) -> list[str]:
     if not toolchain.native_amx(compiler):
         return []
     notes.append(
-        f"AMX off ({AMX_OFF}): ggml's AMX kernels crash llama-server on this CPU's first quantized matmul; "
-        "-DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS= builds them"
+        f"AMX off ({AMX_OFF}): ggml's AMX kernels crashed llama-server at the first quantized matmul on an "
+        "AMX CPU (docs/DESIGN.md); -DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS= builds them"
     )
     return [f"-DCMAKE_C_FLAGS={AMX_OFF}", f"-DCMAKE_CXX_FLAGS={AMX_OFF}"]
 
