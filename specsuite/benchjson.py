@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic
-from .regress import finite
+from .regress import finite, speed_samples
 from .results import CaseRecord, case_records
 
 UNITS = {"accept_rate": "accepted/drafted", "accept_len": "tokens/step", "speedup": "x"}
@@ -25,8 +25,7 @@ def _dict(value: Any) -> dict[str, Any]:
 def _speedup(rec: CaseRecord) -> tuple[float | None, str | None]:
     """(speedup, its range): the median of the repeats where the run repeated, else the single value."""
     speed = _dict(rec.speed)
-    raw = speed.get("speedups")
-    samples = [v for v in (finite(x) for x in raw) if v is not None] if isinstance(raw, list) else []
+    samples = [v for v in (finite(x) for x in speed_samples({"speed": speed}) or []) if v is not None]
     median = finite(speed.get("speedup_median"))
     if median is not None and samples:
         return median, f"{min(samples):.3f} to {max(samples):.3f} over {len(samples)} repeats"

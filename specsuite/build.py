@@ -197,9 +197,9 @@ def ccache_flags(env: Mapping[str, str], cuda: bool) -> list[str]:
 
 
 # ggml's AMX kernels at the pinned commit crash llama-server on the first quantized matmul on an AMX CPU
-# (general protection fault on ldtilecfg in ggml_backend_amx_mul_mat; seen with GCC 12 on a Sapphire Rapids
-# machine), and ggml only builds them when -march=native turns AMX on. GCC and Clang let an explicit -mno-*
-# win over -march=native whatever the order.
+# (general protection fault on ldtilecfg in ggml_backend_amx_mul_mat; seen with GCC 12 on a Xeon with AMX and
+# AVX-512), and ggml only builds them when -march=native turns AMX on. GCC and Clang let an explicit
+# -mno-* win over -march=native whatever the order.
 AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 

@@ -1,7 +1,7 @@
 """Resumable, verified HTTP download of one file, and the retry policy every Hub request shares.
 
-Hand-written on requests because no library does all of it: pooch cannot
-resume and re-hashes every call, huggingface_hub checks only the size and restarts from zero.
+Hand-written on requests because no library does all of it: pooch cannot resume and re-hashes every call,
+huggingface_hub checks only the size and restarts from zero.
 
 The bytes go to the store's partial file (``store.part_path``) and become the final file only through
 ``store.publish`` (size and sha256 checked). A body is read in pieces of at most ``Policy.chunk`` bytes

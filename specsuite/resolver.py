@@ -1,11 +1,11 @@
 """The speculative-mode resolver front ends ship: a user-facing mode -> llama-server flags, and why.
 
 Reproduces a desktop front end's MTP handling (Unsloth Studio's llama-server backend and its tests, commit
-a5d6e6928d, llama.cpp #22673): modes
-``auto``, ``mtp``, ``ngram``, ``mtp+ngram``, ``off`` (plus legacy aliases and ``ngram-simple``) resolve,
-per model size, MTP heads, separate drafter, GPU/CPU and the binary's own tokens and flag spellings, to
-the flags such a front end appends to its server command. The suite runs these configurations to see
-what users get after each llama.cpp commit. Everything here is pure except ``resolve_for_model``.
+a5d6e6928d, llama.cpp #22673): modes ``auto``, ``mtp``, ``ngram``, ``mtp+ngram``, ``off`` (plus legacy
+aliases and ``ngram-simple``) resolve, per model size, MTP heads, separate drafter, GPU/CPU and the binary's
+own tokens and flag spellings, to the flags such a front end appends to its server command. The suite
+runs these configurations to see what users get after each llama.cpp commit. Everything here is pure
+except ``resolve_for_model``.
 """
 
 from __future__ import annotations

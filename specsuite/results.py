@@ -318,24 +318,21 @@ def verdict(doc: dict[str, Any]) -> Verdict:
     by: dict[str, list[CaseRecord]] = {s: [r for r in recs.values() if r.status == s] for s in STATUSES}
     bad = by["failed"] + by["error"] + by["interrupted"]
     ran = by["passed"] + by["failed"]
-    attention = _attention(doc, recs, by)
+    weakening = _weakening(doc, recs, by)
+    attention = [line for _, lines in weakening for line in lines]
     if not recs or not ran:
         why = "no case was selected" if not recs else "no selected case ran"
         return Verdict(False, f"FAILED: {why} ({_counts(by)})", attention)
     if bad:
         names = ", ".join(f"{r.name} ({r.reason})" for r in bad)
         return Verdict(False, f"FAILED: {len(bad)} of {len(recs)} case(s): {names}", attention)
-    weak = _weaknesses(doc, recs, by)
+    weak = [tag for tag, _ in weakening if tag]
     flag = f", with warnings ({'; '.join(weak)})" if weak else ""
     return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
 
 
 def _counts(by: dict[str, list[CaseRecord]]) -> str:
     return ", ".join(f"{len(v)} {k}" for k, v in by.items() if v) or "0 cases"
-
-
-def _report_only(recs: dict[str, CaseRecord]) -> list[str]:
-    return [r.name for r in recs.values() if r.uncalibrated and r.status == "passed"]
 
 
 def _counter_warnings(recs: dict[str, CaseRecord]) -> dict[str, list[str]]:
@@ -355,56 +352,37 @@ def _gpu_tier_without_gpu(doc: dict[str, Any], recs: dict[str, CaseRecord]) -> b
     return bool(opts.get("allow_cpu")) and bool(tiers & set(GPU_TIERS)) and on_cpu
 
 
-def _weaknesses(
+def _weakening(
     doc: dict[str, Any], recs: dict[str, CaseRecord], by: dict[str, list[CaseRecord]]
-) -> list[str]:
-    """The headline's compact form of the attention lines that weaken a green."""
-    out = []
-    skipped = len(by["skipped"])
-    if (doc.get("options") or {}).get("strict") is False:
-        out.append(f"STRICT OFF: {skipped} skipped")
-    elif skipped:
-        out.append(f"{skipped} SKIPPED")
-    if report_only := _report_only(recs):
-        out.append(f"{len(report_only)} UNCALIBRATED")
-    if counters := _counter_warnings(recs):
-        out.append(f"MISSING COUNTERS in {len(counters)} case(s)")
-    if _gpu_tier_without_gpu(doc, recs):
-        out.append("GPU TIER WITHOUT A GPU")
-    if (doc.get("options") or {}).get("history") is False:
-        out.append("RELATIVE GATE OFF")  # floors only: a drop that clears them is not caught
-    return out
-
-
-def _attention(
-    doc: dict[str, Any], recs: dict[str, CaseRecord], by: dict[str, list[CaseRecord]]
-) -> list[str]:
-    out = []
+) -> list[tuple[str | None, list[str]]]:
+    """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
+    out: list[tuple[str | None, list[str]]] = []
     opts = doc.get("options") or {}
-    if by["skipped"]:
-        skipped = ", ".join(f"{r.name} ({r.reason})" for r in by["skipped"])
-        out.append(f"SKIPPED {len(by['skipped'])}: {skipped}")
-    if opts.get("strict") is False:
-        out.append(
+    strict_off, skipped = opts.get("strict") is False, by["skipped"]
+    if skipped:
+        names = ", ".join(f"{r.name} ({r.reason})" for r in skipped)
+        out.append((None if strict_off else f"{len(skipped)} SKIPPED", [f"SKIPPED {len(skipped)}: {names}"]))
+    if strict_off:
+        line = (
             "STRICT OFF (--allow-missing / SPEC_STRICT=0): a case whose method or flag the binary lacks is "
-            "skipped, not failed"
         )
-    if report_only := _report_only(recs):
+        out.append((f"STRICT OFF: {len(skipped)} skipped", [line + "skipped, not failed"]))
+    if report_only := [r.name for r in recs.values() if r.uncalibrated and r.status == "passed"]:
+        line = f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {', '.join(report_only)}"
+        out.append((f"{len(report_only)} UNCALIBRATED", [line]))
+    if counters := _counter_warnings(recs):
+        warned = sorted({w for ws in counters.values() for w in ws})
         out.append(
-            f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {', '.join(report_only)}"
+            (f"MISSING COUNTERS in {len(counters)} case(s)", [f"MISSING COUNTERS: {w}" for w in warned])
         )
-    warned = sorted({w for ws in _counter_warnings(recs).values() for w in ws})
-    out += [f"MISSING COUNTERS: {w}" for w in warned]
     if _gpu_tier_without_gpu(doc, recs):
-        out.append("GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu): floors were measured on GPUs")
-    if opts.get("history") is False:
-        out.append(
-            "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
-            "baseline, and the run was not recorded"
-        )
-    hist = doc.get("history") or {}
-    if hist.get("recorded") is False:
-        out.append("HISTORY NOT RECORDED: the database could not be written (see the run's log)")
+        line = "GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu): floors were measured on GPUs"
+        out.append(("GPU TIER WITHOUT A GPU", [line]))
+    if opts.get("history") is False:  # floors only: a drop that clears them is not caught
+        line = "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
+        out.append(("RELATIVE GATE OFF", [line + "baseline, and the run was not recorded"]))
+    if (doc.get("history") or {}).get("recorded") is False:
+        out.append((None, ["HISTORY NOT RECORDED: the database could not be written (see the run's log)"]))
     return out
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import __version__, buildinfo, paths
+from . import __version__, buildinfo, paths, source
 from .cases import TIERS, Case, is_gpu_selection
 from .device import describe
 from .errors import UserError
@@ -85,23 +84,13 @@ def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None
     )
 
 
-def _git(folder: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def harness_info(folder: Path) -> dict[str, Any]:
     """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
     prompts or code) must not pass for one of that commit."""
-    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
-    return {
-        "commit": _git(folder, "rev-parse", "HEAD"),
-        "dirty": None if status is None else bool(status),
-        "version": __version__,
-    }
+    commit = source.git_head(folder)
+    status = source.git(["status", "--porcelain", "--untracked-files=no"], folder) if commit else None
+    dirty = None if status is None or status.returncode else bool(status.stdout.strip())
+    return {"commit": commit, "dirty": dirty, "version": __version__}
 
 
 def binary_info(caps: Capabilities) -> dict[str, Any]:
