@@ -15,7 +15,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from specsuite import procs  # standard library only: it runs in nox's own interpreter
+from specsuite.common import procs  # standard library only: it runs in nox's own interpreter
 
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"

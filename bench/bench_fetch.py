@@ -110,7 +110,7 @@ def warm(work: Path, warm_bytes: int, n_files: int, runs: int, env: dict) -> Non
     sums = [timed(["sha256sum", *files]) for _ in range(runs)]
     cli = [timed(cmd, env) for _ in range(runs)]
     os.environ.update(env)
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     inproc = []
     for _ in range(runs):

@@ -32,10 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specsuite import history, paths, table
-from specsuite.filehash import sha256_file
-from specsuite.history_report import history_command
-from specsuite.results import load_run
+from specsuite.common import paths, table
+from specsuite.common.filehash import sha256_file
+from specsuite.history import db as history
+from specsuite.history.report import history_command
+from specsuite.results.document import load_run
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SMOKE = paths.REPO_ROOT / "tests" / "data" / "results" / "smoke-real-cal-1"  # a real schema-2 smoke run

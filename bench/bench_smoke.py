@@ -25,9 +25,9 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specsuite.cases import load_cases
-from specsuite.measure import WARMUP_N_PREDICT, chat_body, request_body
-from specsuite.server import free_port
+from specsuite.cases.schema import load_cases
+from specsuite.server.process import free_port
+from specsuite.suite.measure import WARMUP_N_PREDICT, chat_body, request_body
 
 
 class Plain:

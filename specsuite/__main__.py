@@ -1,6 +1,6 @@
 """``python -m specsuite <command> …``: the same front door as the ``specsuite`` console script."""
 
-from .cli import entry
+from specsuite.cli import entry
 
 if __name__ == "__main__":
     entry()

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import procs
-from .errors import UserError
-from .tier import fraction, positive_int
+from specsuite.common import procs
+from specsuite.common.errors import UserError
+from specsuite.suite.tier import fraction, positive_int
 
 Handler = Callable[[list[str]], int]
 
@@ -32,19 +32,19 @@ _DIR_HELP = "model folder (default: SPEC_MODEL_DIR, else <cache>/models)"
 
 
 def _build(argv: list[str]) -> int:
-    from .build import build_command
+    from specsuite.build.cmake import build_command
 
     return build_command(argv)
 
 
 def _run_tier(argv: list[str]) -> int:
-    from .tier import run_tier_command
+    from specsuite.suite.tier import run_tier_command
 
     return run_tier_command(argv)
 
 
 def _calibrate(argv: list[str]) -> int:
-    from .calibrate import calibrate_command
+    from specsuite.tools.calibrate import calibrate_command
 
     return calibrate_command(argv)
 
@@ -53,7 +53,7 @@ def _probe(argv: list[str]) -> int:
     p = _parser("probe", "What a llama-server binary can run: each case of the suite, and why not.")
     p.add_argument("binary", nargs="?", help="llama-server (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
     a = p.parse_args(argv)
-    from .probe import probe_command
+    from specsuite.server.probe import probe_command
 
     return probe_command(a.binary)
 
@@ -71,7 +71,7 @@ def _fetch(argv: list[str]) -> int:
         "--frozen", action="store_true", help="refuse entries whose size and sha256 are not locked"
     )
     a = p.parse_args(argv)
-    from .fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     fetch_models(
         tier=a.tier, methods=_csv(a.methods), models=_csv(a.models), lock=a.lock, model_dir=a.model_dir,
@@ -86,7 +86,7 @@ def _verify(argv: list[str]) -> int:
     p.add_argument("--model-dir", help=_DIR_HELP)
     p.add_argument("--full", action="store_true", help="re-hash every byte instead of trusting stamps")
     a = p.parse_args(argv)
-    from .fetch import verify_models
+    from specsuite.models.fetch import verify_models
 
     verify_models(lock=a.lock, model_dir=a.model_dir, full=a.full)
     return 0
@@ -99,7 +99,7 @@ def _lock(argv: list[str]) -> int:
         "--check", action="store_true", help="write nothing; exit 1 if the lock differs from the Hub"
     )
     a = p.parse_args(argv)
-    from .lockmodels import lock_models
+    from specsuite.models.lockmodels import lock_models
 
     lock_models(lock=a.lock, check=a.check)
     return 0
@@ -116,7 +116,7 @@ def _synthetic(argv: list[str]) -> int:
         help="print models.lock entries computed from fresh bytes, write nothing",
     )
     a = p.parse_args(argv)
-    from . import synthetic
+    from specsuite.models.synthetic import generate as synthetic
 
     if a.print_lock:
         sys.stdout.write(synthetic.lock_block())
@@ -140,7 +140,7 @@ def _compare(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if (a.a is None) == (a.against is None):
         p.error("give two runs A B, or --against auto and one run")
-    from .compare import compare_command
+    from specsuite.tools.compare import compare_command
 
     return compare_command(a=a.a, b=a.b, against=a.against, rtol=a.rtol, markdown=a.markdown or None,
                            plot=not a.no_plot)  # fmt: skip
@@ -156,7 +156,7 @@ def _plot(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if len(a.runs) > 2:
         p.error("give one or two runs")
-    from .plot import plot_runs
+    from specsuite.results.plot import plot_runs
 
     print(plot_runs(a.runs))
     return 0
@@ -171,7 +171,7 @@ def _history(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--db", type=Path, help="database (default: SPEC_HISTORY, else <cache>/history.sqlite)")
     a = p.parse_args(argv)
-    from .history_report import history_command
+    from specsuite.history.report import history_command
 
     return history_command(path=a.db, case=a.case, device=a.device, last=a.last, plot=a.plot, as_json=a.json)
 
@@ -186,9 +186,9 @@ def _resolve(argv: list[str]) -> int:
     p.add_argument("--binary", help="llama-server to probe (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
     p.add_argument("--mtp-drafter", type=Path, help="a separate MTP drafter GGUF")
     a = p.parse_args(argv)
-    from . import paths
-    from .probe import probe
-    from .resolver import caps_from_probe, describe, resolve_for_model
+    from specsuite.common import paths
+    from specsuite.server.probe import probe
+    from specsuite.server.resolver import caps_from_probe, describe, resolve_for_model
 
     caps = probe(Path(a.binary) if a.binary else paths.server_binary())
     gpu = (a.device == "gpu") if a.device else caps.backend != "cpu" and bool(caps.gpus)
@@ -201,13 +201,13 @@ def _resolve(argv: list[str]) -> int:
 
 
 def _bisect(argv: list[str]) -> int:
-    from .bisect import bisect_command
+    from specsuite.bisect.command import bisect_command
 
     return bisect_command(argv)
 
 
 def _bench(argv: list[str]) -> int:
-    from .bench import bench_command
+    from specsuite.bench.command import bench_command
 
     return bench_command(argv)
 

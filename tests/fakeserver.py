@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import paths
+from specsuite.common import paths
 
 DATA = Path(__file__).resolve().parent / "data"
 HELP_DIR = DATA / "help"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.ancestry import ancestors
+from specsuite.history.ancestry import ancestors
 
 ENV = {
     **os.environ,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import atomic
+from specsuite.common import atomic
 
 
 def test_mode_follows_the_umask_without_changing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,12 +22,12 @@ import pytest
 from fakellama import fake_llama
 
 from specsuite import cli
-from specsuite.bench import parse_modes
-from specsuite.bench_measure import Measurement, ModeRun
-from specsuite.bench_report import auto_verdict
-from specsuite.errors import UserError
-from specsuite.filehash import sha256_file
-from specsuite.resolver import Resolution
+from specsuite.bench.command import parse_modes
+from specsuite.bench.measure import Measurement, ModeRun
+from specsuite.bench.report import auto_verdict
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.server.resolver import Resolution
 
 MTP_TARGET = "synth-target-glm4moe-mtp-fixed.gguf"  # MTP heads: auto = mtp+ngram on a CPU build
 PLAIN_TARGET = "synth-target-llama-fixed.gguf"  # none: auto and mtp give --spec-default, ngram = mtp+ngram
@@ -40,7 +40,7 @@ FAILURES = Path(__file__).resolve().parent / "data" / "failures"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     folder = tmp_path_factory.mktemp("models")
     names = [MTP_TARGET, PLAIN_TARGET, TRUNK_TARGET, DRAFTER, NO_HEADS_DRAFT]

@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from specsuite.benchjson import entries, write_bench_json
+from specsuite.results.benchjson import entries, write_bench_json
 
 REAL = Path(__file__).parent / "data" / "results" / "smoke-real-1" / "results.json"
 

@@ -28,12 +28,14 @@ from typing import Any
 import pytest
 from fakellama import fake_llama
 
-from specsuite import bisect_git, cli, paths
-from specsuite.bisect import bisect_command
-from specsuite.bisect_build import BuildFailed
-from specsuite.bisect_judge import judge
-from specsuite.errors import UserError
-from specsuite.results import CaseRecord
+from specsuite import cli
+from specsuite.bisect import git as bisect_git
+from specsuite.bisect.build import BuildFailed
+from specsuite.bisect.command import bisect_command
+from specsuite.bisect.judge import judge
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.results.document import CaseRecord
 
 TESTS = Path(__file__).resolve().parent
 CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0
@@ -95,7 +97,7 @@ def make_repo(path: Path, configs: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     folder = tmp_path_factory.mktemp("models")
     fetch_models(models=MODELS, model_dir=folder, tty=False)
@@ -418,7 +420,7 @@ def _edit(repo: Path, path: str, old: str, new: str) -> None:
 
 def make_llama_repo(dest: Path) -> list[str]:
     """A git repository of the pinned llama.cpp tree with 5 commits; the third breaks draft-simple."""
-    from specsuite.source import load_pin, source_from_pin
+    from specsuite.build.source import load_pin, source_from_pin
 
     tree = source_from_pin(load_pin(), paths.cache_dir()).path
     shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))

@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import build, buildinfo, paths, source, toolchain
-from specsuite.errors import UserError
-from specsuite.filehash import sha256_file
+from specsuite.build import cmake as build
+from specsuite.build import info as buildinfo
+from specsuite.build import source, toolchain
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
 
 FAKE_SERVER = r"""
 #include <stdio.h>

@@ -11,10 +11,10 @@ import pytest
 import tomlkit
 from casetext import HEAD
 
-from specsuite import paths
-from specsuite.calibrate import calibrate_command
-from specsuite.cases import load_cases
-from specsuite.errors import UserError
+from specsuite.cases.schema import load_cases
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.tools.calibrate import calibrate_command
 
 DATA = Path(__file__).parent / "data" / "results"
 CAL_RUNS = [DATA / f"fixture-cal-{i}" for i in (1, 2, 3)]
@@ -280,7 +280,7 @@ def test_real_smoke_calibration(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_speed_floor_written_only_where_the_case_has_one_and_uncalibrated_cleared(tmp_path: Path) -> None:
-    from specsuite.calibrate import CaseCalibration, apply
+    from specsuite.tools.calibrate import CaseCalibration, apply
 
     text = CASES.replace(
         "min_accept_len = 1.8\n", "min_accept_len = 1.8\nmin_speedup = 1.0\nuncalibrated = true\n", 1
@@ -290,7 +290,7 @@ def test_speed_floor_written_only_where_the_case_has_one_and_uncalibrated_cleare
         "simple": CaseCalibration("simple", [0.9], [2.5], [3.0], ["r1"]),
     }
     new = apply(text, cals, {"commit": "abc", "device": "cpu"}, "2026-12-01")
-    from specsuite.cases import parse_cases
+    from specsuite.cases.schema import parse_cases
 
     by = {c.name: c for c in parse_cases(new)}
     assert by["ngram"].min_speedup == 1.6 and not by["ngram"].uncalibrated  # 2.0 - 20 %
@@ -300,7 +300,7 @@ def test_speed_floor_written_only_where_the_case_has_one_and_uncalibrated_cleare
 
 def test_smoke_floors_are_the_recorded_calibration_runs(capsys) -> None:
     """Provenance: the smoke floors in cases.toml are what the three recorded real runs give, exactly."""
-    from specsuite import paths
+    from specsuite.common import paths
 
     runs = [DATA / f"smoke-real-cal-{i}" for i in (1, 2, 3, 4, 5, 6)]  # two machines, three runs each
     args = ["--tier", "smoke", "--dry-run", "--across-machines", "--cases", str(paths.CASES_FILE)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from casetext import HEAD
 
-from specsuite import paths
-from specsuite.cases import TIERS, load_cases, parse_case_file, parse_cases, select_cases
-from specsuite.errors import UserError
+from specsuite.cases.schema import TIERS, load_cases, parse_case_file, parse_cases, select_cases
+from specsuite.common import paths
+from specsuite.common.errors import UserError
 
 BASE = (
     HEAD
@@ -44,7 +44,7 @@ def test_real_cases_file_loads_and_has_every_tier() -> None:
 def test_real_cases_file_names_only_locked_models() -> None:
     if not paths.MODELS_LOCK.is_file():
         pytest.skip("models.lock not written yet")
-    from specsuite.lockfile import load_lock
+    from specsuite.models.lock import load_lock
 
     load_cases(lock_names=load_lock().names())  # raises on any unknown model name
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import cli, paths
+from specsuite import cli
+from specsuite.common import paths
 
 BIN = Path(sys.executable).parent
 

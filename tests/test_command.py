@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from casetext import HEAD
 
-from specsuite.cases import parse_case_file
-from specsuite.command import build_command, missing_reason
-from specsuite.probe import Capabilities, MissingFlag, parse_help
+from specsuite.cases.schema import parse_case_file
+from specsuite.server.probe import Capabilities, MissingFlag, parse_help
+from specsuite.suite.command import build_command, missing_reason
 
 HELP = Path(__file__).parent / "data" / "help" / "current.txt"
 

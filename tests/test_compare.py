@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.compare import compare_command, rows
-from specsuite.errors import UserError
-from specsuite.results import case_records, load_run
+from specsuite.common.errors import UserError
+from specsuite.results.document import case_records, load_run
+from specsuite.tools.compare import compare_command, rows
 
 DATA = Path(__file__).parent / "data" / "results"
 BASE, REGRESSED, IMPROVED = (DATA / n for n in ("fixture-base", "fixture-regressed", "fixture-improved"))
@@ -162,7 +162,7 @@ def test_recorded_real_smoke_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, capsys) -> None:
-    from specsuite import history
+    from specsuite.history import db as history
 
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))

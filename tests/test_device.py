@@ -1,4 +1,4 @@
-"""specsuite.device: what a run measures on, and the class that history compares like with like."""
+"""specsuite.server.device: what a run measures on, and the class that history compares like with like."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.device import cpu_info, describe, slug, vector_isa
-from specsuite.probe import Capabilities
+from specsuite.server.device import cpu_info, describe, slug, vector_isa
+from specsuite.server.probe import Capabilities
 
 XEON = """processor	: 0
 vendor_id	: GenuineIntel

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from specsuite import hub, stamps
-from specsuite.download import Cancelled, Policy, download
-from specsuite.errors import UserError
-from specsuite.store import meta_path, part_path
+from specsuite.common.errors import UserError
+from specsuite.models import hub, stamps
+from specsuite.models.download import Cancelled, Policy, download
+from specsuite.models.store import meta_path, part_path
 
 pytest_plugins = ["fakehub"]  # fixtures: fakehub, payload, fast_policy, small_fs
 FAKE_REPO, FAKE_REVISION = (

@@ -7,9 +7,9 @@ import math
 import pytest
 from casetext import HEAD
 
-from specsuite.cases import CASE_TIERS, GPU_TIERS, load_cases, parse_cases
-from specsuite.expect import check
-from specsuite.measure import Completion
+from specsuite.cases.schema import CASE_TIERS, GPU_TIERS, load_cases, parse_cases
+from specsuite.suite.expect import check
+from specsuite.suite.measure import Completion
 
 CASE = (
     HEAD

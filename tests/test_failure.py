@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fakeserver import FAILURE_DIR, failing_binary, hanging_binary, real_binary
 
-from specsuite import failure
+from specsuite.server import failure
 
 # (recorded log, exit status of the real run, expected reason); see tests/data/failures/README.md.
 EXITED = [

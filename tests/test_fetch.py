@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import paths, stamps, store
-from specsuite.errors import UserError
-from specsuite.fetch import fetch_models, verify_models
-from specsuite.filehash import sha256_file
-from specsuite.store import part_path
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.models import stamps, store
+from specsuite.models.fetch import fetch_models, verify_models
+from specsuite.models.store import part_path
 
 pytest_plugins = ["fakehub"]
 REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults
@@ -201,7 +202,7 @@ def test_free_space_checked_for_the_whole_selection(setup, fakehub, small_fs):
 
 
 def test_generated_entry(tmp_path, monkeypatch):
-    from specsuite.synthetic import RECIPES, generate
+    from specsuite.models.synthetic.generate import RECIPES, generate
 
     recipe = next(iter(RECIPES))
     generate(recipe, tmp_path / "ref")
@@ -307,7 +308,7 @@ def test_one_failure_stops_the_other_downloads(setup, fakehub, monkeypatch):
 
 # The fetcher in a process of its own (the command-line front door is another module's business).
 _DRIVER = """import sys
-from specsuite.fetch import fetch_models
+from specsuite.models.fetch import fetch_models
 fetch_models(lock=sys.argv[1], model_dir=sys.argv[2], models=sys.argv[3].split(","), tty=False)
 """
 

@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from fakellama import fake_llama
 
-from specsuite import gate, history, paths
-from specsuite.compare import compare_command
-from specsuite.errors import UserError
-from specsuite.results import JUNIT_METRICS, load_run
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+from specsuite.results.document import JUNIT_METRICS, load_run
+from specsuite.suite import gate
+from specsuite.tools.compare import compare_command
 
 CASE = "tiny-simple-random"  # its floors (0.8271, 3.2444) pass A and the worse B alike: only the gate fails B
 A, B = "a1a1a1a", "b2b2b2b"
@@ -106,7 +108,7 @@ class Seed:
 
 @pytest.fixture(scope="module")
 def seed(tmp_path_factory: pytest.TempPathFactory) -> Seed:
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     root = tmp_path_factory.mktemp("seed")
     fetch_models(methods=[CASE], model_dir=root / "models", tty=False)

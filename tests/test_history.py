@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from specsuite import history
-from specsuite.errors import UserError
-from specsuite.history import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+from specsuite.history.db import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
 
 REAL = Path(__file__).parent / "data" / "results" / "smoke-real-1" / "results.json"
 H200 = {"name": "NVIDIA H200", "class": "nvidia-h200", "driver": "580.82.07", "cuda": "13.0"}
@@ -346,7 +346,7 @@ def test_a_newer_database_is_not_touched(tmp_path: Path, capsys: pytest.CaptureF
 WRITER = """
 import json, os, sys, time
 from pathlib import Path
-from specsuite.history import record_run
+from specsuite.history.db import record_run
 db, doc = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
 ready, go = Path(sys.argv[3]), Path(sys.argv[4])
 ready.touch()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import history
-from specsuite.errors import UserError
-from specsuite.history import record_run
-from specsuite.history_report import history_command
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+from specsuite.history.db import record_run
+from specsuite.history.report import history_command
 
 REAL = Path(__file__).parent / "data" / "results"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

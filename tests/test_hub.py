@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from specsuite import hub
-from specsuite.download import Policy, download
-from specsuite.errors import UserError
+from specsuite.common.errors import UserError
+from specsuite.models import hub
+from specsuite.models.download import Policy, download
 
 pytest_plugins = ["fakehub"]
 REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults

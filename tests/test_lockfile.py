@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite import paths
-from specsuite.errors import UserError
-from specsuite.lockfile import load_lock, parse_lock, set_locked, write_lock
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.models.lock import load_lock, parse_lock, set_locked, write_lock
 
 REV = "a0736c8e98d3fe580352dacffa3fbd5e9c22a437"
 SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

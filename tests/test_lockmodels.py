@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 
-from specsuite.errors import UserError
-from specsuite.lockfile import load_lock
-from specsuite.lockmodels import lock_models
+from specsuite.common.errors import UserError
+from specsuite.models.lock import load_lock
+from specsuite.models.lockmodels import lock_models
 
 pytest_plugins = ["fakehub"]
 REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults

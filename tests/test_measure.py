@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite.measure import (
+from specsuite.server.metrics import Delta
+from specsuite.suite.measure import (
     Completion,
     Outcome,
     Speed,
@@ -18,7 +19,6 @@ from specsuite.measure import (
     spec_result_line,
     usage_problem,
 )
-from specsuite.metrics import Delta
 
 
 def _c(pid: str, tokens: list[int], n: int = 128, ms: float = 1000.0) -> Completion:

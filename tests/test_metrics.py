@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite.metrics import Delta, MetricsError, delta, parse
+from specsuite.server.metrics import Delta, MetricsError, delta, parse
 
 
 def _text(drafted: int, accepted: int, drafts: int, per_pos: list[int] | None) -> str:

@@ -8,8 +8,8 @@ import gguf
 import numpy as np
 import pytest
 
-from specsuite.errors import UserError
-from specsuite.modelcheck import check_models, has_mtp_marker, read_info
+from specsuite.common.errors import UserError
+from specsuite.models.gguf import check_models, has_mtp_marker, read_info
 
 W = np.zeros((4, 8), dtype=np.float32)
 
@@ -225,7 +225,7 @@ def test_gguf_without_architecture(tmp_path):
 
 
 def test_unchanged_file_is_read_once_changed_file_again(tmp_path, monkeypatch):
-    from specsuite import modelcheck
+    from specsuite.models import gguf as modelcheck
 
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
     t = write_gguf(tmp_path / "t.gguf", "qwen35", PLAIN + NEXTN)

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import tomlkit
 
-from specsuite import paths
+from specsuite.common import paths
 
 nox = pytest.importorskip("nox")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsuite import paths
+from specsuite.common import paths
 
 
 def test_model_dir_order(monkeypatch, tmp_path: Path) -> None:

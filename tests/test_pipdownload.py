@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.errors import UserError
-from specsuite.pipdownload import pip_download
+from specsuite.common.errors import UserError
+from specsuite.common.pip import pip_download
 
 BACKEND = """import os
 

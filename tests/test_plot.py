@@ -11,9 +11,9 @@ pytest.importorskip("matplotlib")
 
 from matplotlib import image
 
-from specsuite.errors import UserError
-from specsuite.plot import plot_per_position, plot_runs, position_rates
-from specsuite.results import CaseRecord, load_run
+from specsuite.common.errors import UserError
+from specsuite.results.document import CaseRecord, load_run
+from specsuite.results.plot import plot_per_position, plot_runs, position_rates
 
 DATA = Path(__file__).parent / "data" / "results"
 

@@ -10,10 +10,12 @@ import pytest
 from casetext import HEAD
 from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 
-from specsuite import paths, probe, toolchain
-from specsuite.cases import Case, parse_cases
-from specsuite.command import missing_reason
-from specsuite.errors import UserError
+from specsuite.build import toolchain
+from specsuite.cases.schema import Case, parse_cases
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.server import probe
+from specsuite.suite.command import missing_reason
 
 ALL_CURRENT_TYPES = {
     "none",
@@ -358,7 +360,7 @@ def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypat
 
 
 def test_probe_command_lists_the_suite_cases(tmp_path, capsys):
-    from specsuite.cases import load_cases
+    from specsuite.cases.schema import load_cases
 
     probe.probe_command(str(help_binary(tmp_path / "llama-server", "current")))
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import paths, procs
+from specsuite.common import paths, procs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc")
 
@@ -53,7 +53,7 @@ def test_nox_forwarder_passes_sigterm_to_the_child_and_winds_down(tmp_path) -> N
         tmp_path,
         f"""
         import subprocess
-        from specsuite import procs
+        from specsuite.common import procs
         procs.install_forwarder()
         child = subprocess.Popen([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "60"])
         try:
@@ -77,7 +77,7 @@ def test_run_forwarding_passes_a_burst_of_sigint_on_once_then_raises(tmp_path) -
     parent = _script(
         tmp_path,
         f"""
-        from specsuite import procs
+        from specsuite.common import procs
         try:
             procs.run_forwarding([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "3"])
         except KeyboardInterrupt:  # after the child has finished: never taken for a failed child
@@ -99,7 +99,7 @@ def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path) -> None:
     parent = _script(
         tmp_path,
         f"""
-        from specsuite import procs
+        from specsuite.common import procs
         procs.run_forwarding([sys.executable, {str(tmp_path / "child.py")!r}, {str(log)!r}, "60"])
         """,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from specsuite.progress import Board, human_size
+from specsuite.models.progress import Board, human_size
 
 
 def test_plain_lines_are_throttled():

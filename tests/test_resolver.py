@@ -19,10 +19,10 @@ import pytest
 from fakellama import fake_llama
 from fakeserver import HELP_DIR
 
-from specsuite.errors import UserError
-from specsuite.modelcheck import has_mtp_marker
-from specsuite.probe import Capabilities, parse_commit, parse_help
-from specsuite.resolver import (
+from specsuite.common.errors import UserError
+from specsuite.models.gguf import has_mtp_marker
+from specsuite.server.probe import Capabilities, parse_commit, parse_help
+from specsuite.server.resolver import (
     Resolution,
     ResolverCaps,
     auto_mode_drops_mtp,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.errors import UserError
-from specsuite.results import (
+from specsuite.common.errors import UserError
+from specsuite.results.document import (
     CaseRecord,
     RunResults,
     load_run,
@@ -17,7 +17,7 @@ from specsuite.results import (
     verdict,
     write_summary,
 )
-from specsuite.tier import append_step_summary
+from specsuite.suite.tier import append_step_summary
 
 HEADER = {"binary": {"path": "/b/llama-server", "sha256": "0" * 64, "commit": "0c1e570", "backend": "cpu"}}
 

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from fakellama import fake_llama
 
-from specsuite import runner, suite
-from specsuite.cases import Case, parse_case_file
-from specsuite.errors import UserError
-from specsuite.measure import WARMUP_N_PREDICT
-from specsuite.results import verdict
-from specsuite.server import LlamaServer
+from specsuite.cases.schema import Case, parse_case_file
+from specsuite.common.errors import UserError
+from specsuite.results.document import verdict
+from specsuite.server.process import LlamaServer
+from specsuite.suite import runner
+from specsuite.suite import session as suite
+from specsuite.suite.measure import WARMUP_N_PREDICT
 
 TARGET = "synth-target-llama-fixed.gguf"
 DRAFT = "synth-draft-llama-fixed.gguf"
@@ -32,7 +33,7 @@ DRAFT = "synth-draft-llama-fixed.gguf"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     folder = tmp_path_factory.mktemp("models")
     fetch_models(models=[TARGET, DRAFT, "synth-draft-dspark-fixed.gguf"], model_dir=folder, tty=False)
@@ -207,7 +208,7 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     ],
 )
 def test_a_mode_case_records_what_the_resolver_decided(env, models, monkeypatch, body, fake, status) -> None:
-    from specsuite.resolver import caps_from_probe, resolve_for_model
+    from specsuite.server.resolver import caps_from_probe, resolve_for_model
 
     case = _case('mode = "auto"\n' + body)
     s = _session(env, monkeypatch, case, **fake)
@@ -302,8 +303,8 @@ def test_real_build_case_records_what_it_ran(tmp_path, monkeypatch) -> None:
     """One real smoke case on the pinned CPU build: verified sha256s, the command, the speed rounds."""
     from fakeserver import real_binary
 
-    from specsuite.cases import load_cases, select_cases
-    from specsuite.fetch import fetch_models
+    from specsuite.cases.schema import load_cases, select_cases
+    from specsuite.models.fetch import fetch_models
 
     binary = real_binary()
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(binary))

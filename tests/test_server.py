@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import paths
-from specsuite.command import build_command
-from specsuite.errors import UserError
-from specsuite.measure import request_body
-from specsuite.probe import Capabilities
-from specsuite.server import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.server.probe import Capabilities
+from specsuite.server.process import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s
+from specsuite.suite.command import build_command
+from specsuite.suite.measure import request_body
 
 SMOKE = "gemma-3-270m-q4_k_m.gguf"
 
@@ -53,8 +53,8 @@ def _need(what: str) -> None:
 
 @pytest.fixture(scope="module")
 def real() -> tuple[Capabilities, Path]:
-    from specsuite.fetch import fetch_models
-    from specsuite.probe import probe
+    from specsuite.models.fetch import fetch_models
+    from specsuite.server.probe import probe
 
     binary = paths.server_binary()
     if not binary.is_file():
@@ -125,7 +125,7 @@ def test_server_dies_with_a_killed_test_process(real, tmp_path) -> None:
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from specsuite.server import LlamaServer
+        from specsuite.server.process import LlamaServer
         srv = LlamaServer({build_command(caps, model, free_port())!r}, Path({str(tmp_path / "k.log")!r}),
                           start_timeout=120)
         srv.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from specsuite import stamps
+from specsuite.models import stamps
 
 
 def test_stamp_roundtrip_and_staleness(tmp_path):
@@ -48,7 +48,7 @@ def test_size_mismatch_and_missing(tmp_path):
 def test_stamp_fields_are_the_shared_identity(tmp_path):
     import json
 
-    from specsuite.statcache import identity
+    from specsuite.common.statcache import identity
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"hello")

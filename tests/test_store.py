@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from specsuite import stamps, store
-from specsuite.errors import UserError
-from specsuite.store import Cancelled, StoredModel
+from specsuite.common.errors import UserError
+from specsuite.models import stamps, store
+from specsuite.models.store import Cancelled, StoredModel
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 DATA = b"model bytes " * 1000

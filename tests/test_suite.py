@@ -1,11 +1,11 @@
-"""specsuite.suite: the run's header (what harness produced the numbers)."""
+"""specsuite.suite.session: the run's header (what harness produced the numbers)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from specsuite.suite import harness_info
+from specsuite.suite.session import harness_info
 
 
 def _git(folder: Path, *args: str) -> str:

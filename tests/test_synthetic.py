@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 import tomlkit
 
-from specsuite import paths, stamps, synthetic
-from specsuite.cases import load_cases, select_cases
-from specsuite.errors import UserError
-from specsuite.filehash import sha256_file
-from specsuite.lockfile import load_lock
-from specsuite.modelcheck import check_models
-from specsuite.synthetic_tokenizer import EOS_ID, MASK_ID, N_VOCAB
+from specsuite.cases.schema import load_cases, select_cases
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.models import stamps
+from specsuite.models.gguf import check_models
+from specsuite.models.lock import load_lock
+from specsuite.models.synthetic import generate as synthetic
+from specsuite.models.synthetic.tokenizer import EOS_ID, MASK_ID, N_VOCAB
 
 # Files generated once per session (in well under a second) and read by the tests below.
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from fakellama import fake_llama
 
-from specsuite import cli, paths
-from specsuite.errors import UserError
-from specsuite.tier import parser, pytest_command, run_tier_command, split_posargs
+from specsuite import cli
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.suite.tier import parser, pytest_command, run_tier_command, split_posargs
 
 SYNTH = "tiny-simple-fixed"
 DSPARK = "tiny-dspark-fixed"
@@ -107,8 +108,9 @@ def test_allow_cpu_lets_a_gpu_tier_past_the_gate(tmp_path, monkeypatch, capsys) 
 
 def test_allow_cpu_gpu_case_is_flagged_in_the_summarys_first_line(tmp_path, chain_env, monkeypatch) -> None:
     """The GPU-tier run the gate let through says so in its headline (a compact case on synthetic models)."""
-    from specsuite import runner, suite
-    from specsuite.cases import parse_case_file
+    from specsuite.cases.schema import parse_case_file
+    from specsuite.suite import runner
+    from specsuite.suite import session as suite
 
     text = (paths.CASES_FILE.read_text().split("[[case]]")[0] + "[[case]]\n" + f"name = {SYNTH!r}\n"
             'tier = "compact"\nspec_type = "draft-simple"\ntarget = "synth-target-llama-fixed.gguf"\n'
@@ -194,7 +196,7 @@ def test_spec_methods_unknown_lists_valid_ones() -> None:
 
 @pytest.fixture
 def chain_env(tmp_path: Path) -> dict[str, str]:
-    from specsuite.fetch import fetch_models
+    from specsuite.models.fetch import fetch_models
 
     models = tmp_path / "models"
     fetch_models(methods=[SYNTH], model_dir=models, tty=False)

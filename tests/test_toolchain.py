@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specsuite import toolchain
-from specsuite.errors import UserError
-from specsuite.filehash import sha256_file
+from specsuite.build import toolchain
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
 
 
 def script(path: Path, body: str) -> Path:

@@ -13,7 +13,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from specsuite import paths  # noqa: E402
+from specsuite.common import paths  # noqa: E402
 
 WORKFLOW = paths.REPO_ROOT / ".github" / "workflows" / "spec-suite.yml"
 PINNED = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -3,7 +3,7 @@
 ``SPEC_METHODS`` is a tier (smoke, synthetic, compact, nightly, all) or a comma list of case names; unset
 selects nothing, an unknown name is a usage error listing the valid ones. ``specsuite run-tier`` sets it
 (and SPEC_RESULTS_DIR and the run's options); a direct ``pytest tests/spec`` run works the same way. All
-the work is in the package (specsuite.suite, specsuite.runner); this file maps it onto pytest.
+the work is in the package (specsuite.suite.session, specsuite.suite.runner); this file maps it onto pytest.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from specsuite import paths
-from specsuite.cases import Case, load_cases, select_cases
-from specsuite.errors import UserError
-from specsuite.runner import Session
+from specsuite.cases.schema import Case, load_cases, select_cases
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.suite.runner import Session
 
 GPU_TIMEOUT_S = 3600  # a 41 GiB target loads for minutes; the project default (900 s) is for CPU tiers
 _CASES = pytest.StashKey[list[Case]]()
@@ -30,7 +30,7 @@ _SESSION = pytest.StashKey[Session]()
 def _lock_names() -> set[str] | None:
     if not paths.MODELS_LOCK.is_file():
         return None
-    from specsuite.lockfile import load_lock
+    from specsuite.models.lock import load_lock
 
     return load_lock().names()
 
@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def session(request: pytest.FixtureRequest) -> Iterator[Session]:
-    from specsuite.suite import finish_session, open_session
+    from specsuite.suite.session import finish_session, open_session
 
     try:
         s = open_session(request.config.stash[_SELECTOR], request.config.stash[_CASES])
@@ -97,7 +97,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = session.config.stash.get(_SESSION, None)
     if s is None:
         return
-    from specsuite.results import verdict
+    from specsuite.results.document import verdict
 
     v = verdict(s.results.doc)
     if not v.green and exitstatus == 0:
@@ -108,7 +108,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     s = config.stash.get(_SESSION, None)
     if s is None:
         return
-    from specsuite.results import verdict
+    from specsuite.results.document import verdict
 
     if s.result_lines:
         terminalreporter.section("speculative decoding results")

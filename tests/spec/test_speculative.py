@@ -1,6 +1,6 @@
 """The speculative-decoding suite: one test per case selected by SPEC_METHODS (see conftest.py).
 
-The work is specsuite.runner.run_case; this maps its record onto pytest outcomes and JUnit properties.
+The work is specsuite.suite.runner.run_case; this maps its record onto pytest outcomes and JUnit properties.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from specsuite.cases import Case
-from specsuite.results import junit_properties
-from specsuite.runner import Session, run_case
+from specsuite.cases.schema import Case
+from specsuite.results.document import junit_properties
+from specsuite.suite.runner import Session, run_case
 
 
 def test_speculative(case: Case, session: Session, record_property: Callable[[str, Any], None]) -> None:

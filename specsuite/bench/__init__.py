@@ -1,0 +1,1 @@
+"""``specsuite bench``: every speculative mode on one model, measured side by side."""

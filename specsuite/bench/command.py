@@ -1,0 +1,195 @@
+"""``specsuite bench --model NAME [--modes …] [--repeat N]``: every speculative mode on one model.
+
+Each mode is resolved as front ends resolve it (resolver.py, from the probe and the GGUF metadata) and
+measured on its own server (bench_measure.py): decode tokens/s per round from the server's timings, the
+acceptance from the /metrics delta, the speedup over ``off``. The answer (bench_report.py, bench_plot.py):
+a markdown table, printed and saved as bench.md, bench.json with every number, bench.png, and whether
+``auto`` picked the fastest mode. Exit 0 when every configuration was measured, 1 when one failed (its row
+says why), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsuite.bench.measure import ModeRun, Workload, measure_modes, resolve_modes
+from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
+from specsuite.bench.report import Context, document, markdown
+from specsuite.common import atomic, paths
+from specsuite.common.errors import UserError
+from specsuite.models.store import StoredModel
+from specsuite.server.resolver import canonicalize_spec_mode
+from specsuite.suite.tier import positive_int
+
+DEFAULT_MODES = "auto,off,ngram,mtp,mtp+ngram"
+DEFAULT_REPEAT = 3
+# canonicalize_spec_mode turns any unknown string into "auto" (a front end's safe fallback); a bench
+# must refuse a typo instead, so only these spellings may mean auto.
+AUTO_SPELLINGS = ("auto", "default")
+# Generated models speak the synthetic tier's byte-level tokenizer; their cases use 32 tokens per request.
+GENERATED = ("synthetic", 32)
+HUB_OR_PYPI = ("seed", 128)
+
+
+@dataclass(frozen=True)
+class Options:
+    model: str
+    modes: list[str]
+    repeat: int
+    prompts: str | None
+    n_predict: int | None
+    out: Path | None
+    drafter: str | None = None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specsuite bench",
+        description="Each speculative mode on one model: decode tokens/s (median and spread over the "
+        "repeats), speedup over off, acceptance, and whether auto picked the fastest mode.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model", required=True, help="a models.lock name (fetched and verified first)")
+    p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of modes (default {DEFAULT_MODES})")
+    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT, help="timed rounds per mode (3)")
+    p.add_argument(
+        "--prompts", help="a prompt set of cases.toml (default: synthetic for generated models, else seed)"
+    )
+    p.add_argument(
+        "--n-predict", type=positive_int, help="tokens per request (default: 32 generated, else 128)"
+    )
+    p.add_argument("--mtp-drafter", metavar="NAME", help="a separate MTP drafter (a models.lock name)")
+    p.add_argument("--out", type=Path, help="output folder (default: results/bench-<run id>/)")
+    return p
+
+
+def parse_modes(text: str) -> list[str]:
+    """The resolver's canonical name of each mode, in the given order, each once; UserError on a typo."""
+    modes: list[str] = []
+    for raw in (m.strip() for m in text.split(",")):
+        canon = canonicalize_spec_mode(raw)
+        if canon is None or (canon == "auto" and raw.lower() not in AUTO_SPELLINGS):
+            raise UserError(
+                f"--modes: unknown mode {raw!r}; valid: auto, off, ngram, mtp, mtp+ngram, ngram-simple "
+                "(or the legacy names default, draft-mtp, ngram-mod)"
+            )
+        if canon not in modes:
+            modes.append(canon)
+    return modes
+
+
+def options(argv: list[str]) -> Options:
+    from specsuite.suite.tier import split_posargs
+
+    rest, dropped = split_posargs(argv)  # nox hands the build flags to every session
+    if dropped:
+        print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; ignored here")
+    a = parser().parse_args(rest)
+    return Options(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out, a.mtp_drafter)
+
+
+def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
+    from specsuite.cases.schema import parse_case_file, read_text
+
+    sets = parse_case_file(read_text()).prompt_sets
+    if name not in sets:
+        raise UserError(
+            f"--prompts {name!r} is not a prompt set of {paths.CASES_FILE}; valid: {', '.join(sets)}"
+        )
+    return sets[name]
+
+
+def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
+    """(prompt set, n_predict) for a lock name; UserError naming the valid ones when it is not there."""
+    from specsuite.models.lock import load_lock
+
+    lock = load_lock()
+    for flag, name in (("--model", model), ("--mtp-drafter", drafter)):
+        if name is not None and name not in lock.entries:
+            raise UserError(f"{flag} {name!r} is not in {lock.path}; valid: {', '.join(lock.entries)}")
+    return GENERATED if lock.entries[model].source == "generated" else HUB_OR_PYPI
+
+
+def bench_command(argv: list[str]) -> int:
+    from specsuite.results.document import new_run_id, utc_now
+    from specsuite.server.probe import probe
+
+    opts = options(argv)
+    set_name, n_predict = _model_defaults(opts.model, opts.drafter)
+    set_name = opts.prompts or set_name
+    prompts = _prompt_set(set_name)
+    caps = probe(paths.server_binary())  # a missing binary is one clear error, before any download
+    found = _fetch([opts.model, *([opts.drafter] if opts.drafter else [])])
+    stored, target = found[opts.model], found[opts.model].path
+    drafter = found[opts.drafter] if opts.drafter else None
+    if drafter is not None:
+        _check_drafter(target, drafter)
+    drafter_path = drafter.path if drafter else None
+    gpu = caps.backend != "cpu" and bool(caps.gpus)
+    plans = resolve_modes(opts.modes, caps, target, gpu, drafter_path)
+    run_id = new_run_id(opts.model)
+    out = (opts.out or paths.RESULTS_DIR / f"bench-{run_id}").resolve()
+    work = Workload(
+        caps, target, prompts, opts.n_predict or n_predict, opts.repeat, out / "logs", drafter_path
+    )
+    ctx = Context(
+        run_id=run_id,
+        model=opts.model,
+        sha256=stored.sha256,
+        binary=caps.binary,
+        commit=caps.commit,
+        backend=caps.backend,
+        gpu=gpu,
+        prompts=set_name,
+        n_prompts=len(prompts),
+        n_predict=work.n_predict,
+        repeat=work.repeat,
+        drafter=opts.drafter,
+        drafter_sha256=drafter.sha256 if drafter else None,
+    )
+    started = utc_now()
+    runs = measure_modes(plans, work, _say)
+    write_reports(ctx, runs, out, started)
+    return 0 if all(r.measurement.ok for r in runs) else 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _fetch(models: list[str]) -> dict[str, StoredModel]:
+    """Fetch and verify the models (a no-op when their stamps are fresh); their verified files."""
+    from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client: only when benching
+    from specsuite.models.store import locate
+
+    fetch_models(models=models, tty=False)
+    return locate(models)
+
+
+def _check_drafter(target: Path, drafter: StoredModel) -> None:
+    """A drafter without MTP heads would fail every MTP mode's server the same way: one error, before any."""
+    from specsuite.models.gguf import check_models
+
+    try:
+        for warning in check_models(["draft-mtp"], target, drafter.path):
+            print(f"warning: {warning}")
+    except UserError as exc:
+        raise UserError(f"--mtp-drafter {drafter.name}: {exc}") from None
+
+
+def write_reports(ctx: Context, runs: list[ModeRun], out: Path, started: str) -> None:
+    """bench.md (also printed), bench.json, bench.png; without matplotlib one note instead of the PNG."""
+    from specsuite.results.document import utc_now
+
+    text = markdown(ctx, runs)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "bench.md", text)
+    atomic.write_json(out / "bench.json", document(ctx, runs, started, utc_now()))
+    title = f"{ctx.model}: llama.cpp {(ctx.commit or '?')[:7]} ({ctx.backend}, {'GPU' if ctx.gpu else 'CPU'})"
+    png = plot_bench(runs, title, out / "bench.png")
+    print(text)
+    if png is None:
+        print(NO_MATPLOTLIB)
+    print(f"results: {out} (bench.md, bench.json{', bench.png' if png else ''}, logs/)")

@@ -1,0 +1,179 @@
+"""The measurements of ``specsuite bench``: each mode resolved, each distinct configuration measured once.
+
+A mode is resolved by the front end's resolver (probe + GGUF metadata), so the bench runs exactly what a
+user of that mode gets. Two modes that resolve to the same flags (``mtp`` on a model without heads falls
+back to ``--spec-default`` like ``auto``) would start the same command: it is measured once and both rows
+point at that one measurement. Per configuration: one server, one discarded warm-up request, then N rounds
+of the prompt set; tokens/s per round from the server's own ``timings``, acceptance from the ``/metrics``
+delta over all the rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsuite.cases.schema import Case
+from specsuite.server import metrics
+from specsuite.server.probe import Capabilities, MissingFlag
+from specsuite.server.process import LlamaServer, ServerFailed
+from specsuite.server.resolver import Resolution, caps_from_probe, resolve_for_model
+from specsuite.suite.command import build_command
+from specsuite.suite.measure import Prompts, decode_tps, run_prompts, warm_up
+from specsuite.suite.runner import start_server
+
+Say = Callable[[str], None]
+DRAFT_FLAG = "--model-draft"  # the resolver's spelling of a separate MTP drafter
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every configuration is measured on: the same target, prompts, length and rounds."""
+
+    caps: Capabilities
+    target: Path
+    prompts: Prompts
+    n_predict: int
+    repeat: int
+    logs: Path
+    drafter: Path | None = None  # a separate MTP drafter, handed to the resolver
+
+
+@dataclass
+class Measurement:
+    """One configuration's numbers, or why there are none (``reason``: failure.classify's vocabulary)."""
+
+    flags: tuple[str, ...]
+    tps: list[float] = field(default_factory=list)  # decode tokens/s of each round, warm-up excluded
+    delta: metrics.Delta | None = None
+    command: list[str] | None = None
+    log: Path | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None and bool(self.tps)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.tps) if self.ok else None
+
+    @property
+    def spread(self) -> float | None:
+        """max - min over the rounds: the whole range a repeat landed in."""
+        return max(self.tps) - min(self.tps) if self.ok else None
+
+    @property
+    def accept_rate(self) -> float | None:
+        return self.delta.accept_rate if self.delta is not None else None
+
+    @property
+    def accept_len(self) -> float | None:
+        return self.delta.accept_len if self.delta is not None else None
+
+    def numbers(self) -> dict[str, Any]:
+        d = self.delta
+        counters: dict[str, Any] = {"drafted": None, "accepted": None, "drafts": None, "per_position": []}
+        if d is not None:
+            per_pos = list(d.per_position) if d.per_position_exported else []
+            counters = {
+                "drafted": d.drafted,
+                "accepted": d.accepted,
+                "drafts": d.drafts,
+                "per_position": per_pos,
+            }
+        return {
+            "tps": self.tps,
+            "tps_median": self.median,
+            "tps_spread": self.spread,
+            "tps_min": min(self.tps) if self.ok else None,
+            "tps_max": max(self.tps) if self.ok else None,
+            **counters,
+            "accept_rate": self.accept_rate,
+            "accept_len": self.accept_len,
+            "sanity_errors": d.sanity_errors() if d is not None else [],
+        }
+
+
+@dataclass
+class ModeRun:
+    """One row of the bench: a mode, its resolution, and the measurement it got (maybe shared)."""
+
+    mode: str
+    resolution: Resolution
+    measurement: Measurement
+    shares_with: str | None = None  # the earlier mode whose measurement this row reuses
+
+
+def resolve_modes(
+    modes: list[str], caps: Capabilities, target: Path, gpu: bool, drafter: Path | None = None
+) -> list[tuple[str, Resolution]]:
+    """Every mode's flags, as the front end resolves them for this binary, model, drafter and device."""
+    rcaps = caps_from_probe(caps)
+    return [
+        (m, resolve_for_model(m, caps=rcaps, model_path=target, gpu=gpu, mtp_draft_path=drafter))
+        for m in modes
+    ]
+
+
+def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
+    """The server of one configuration, as the suite runs a ``mode`` case: speculative flags make it a case
+    (on a GPU build its draft or MTP head is offloaded like the target; a drafter gets the CPU build's
+    no-polling rule), no flags is the suite's speculation-off baseline, exactly."""
+    case = Case(name="bench", tier="bench", target=work.target.name, mode="auto") if flags else None
+    draft = work.drafter if DRAFT_FLAG in flags else None
+    return build_command(work.caps, work.target, port, case, draft, flags)
+
+
+def measure_modes(plans: list[tuple[str, Resolution]], work: Workload, say: Say) -> list[ModeRun]:
+    """Measure each distinct flag set once, in the order the modes were given."""
+    done: dict[tuple[str, ...], tuple[str, Measurement]] = {}
+    runs = []
+    for mode, res in plans:
+        if res.flags in done:
+            first, shared = done[res.flags]
+            say(f"bench: {mode} resolves to the same flags as {first}: sharing its measurement")
+            runs.append(ModeRun(mode, res, shared, shares_with=first))
+            continue
+        say(f"bench: {mode} -> {' '.join(res.flags) or '(no speculative flags)'}")
+        got = measure(res.flags, work, work.logs / f"{mode.replace('+', '-')}.log", say)
+        done[res.flags] = (mode, got)
+        runs.append(ModeRun(mode, res, got))
+    return runs
+
+
+def measure(flags: tuple[str, ...], work: Workload, log: Path, say: Say) -> Measurement:
+    """One server with ``flags``: warm-up, N rounds, the counters' delta; a failure becomes the reason."""
+    got = Measurement(flags, log=log)
+    try:
+        command(work, flags, 0)  # a flag the binary lacks ends it here, before a server
+        srv = start_server(lambda port: command(work, flags, port), log)
+        try:
+            got.command = srv.command
+            _rounds(srv, work, got, say)
+        finally:
+            srv.stop()
+    except (MissingFlag, ServerFailed) as exc:
+        got.reason, got.message = exc.reason, str(exc)
+    except metrics.MetricsError as exc:
+        got.reason, got.message = "metrics", str(exc)
+    if got.reason is not None:
+        say(f"bench:   failed: {got.reason} (log: {log})")
+    return got
+
+
+def _rounds(srv: LlamaServer, work: Workload, got: Measurement, say: Say) -> None:
+    warm_up(srv.post, work.prompts)
+    before = srv.metrics()
+    for r in range(work.repeat):
+        tps = decode_tps(run_prompts(srv.post, work.prompts, work.n_predict))
+        if tps is None:  # no timings: a number made up here would be worse than none
+            got.reason, got.message = "no_tokens", "the server reported no decode time (timings.predicted_ms)"
+            return
+        got.tps.append(tps)
+        say(f"bench:   round {r + 1}/{work.repeat}: {tps:.1f} tokens/s")
+    got.delta = metrics.delta(before, srv.metrics())

@@ -1,0 +1,1 @@
+"""``specsuite bisect``: the llama.cpp commit that made a case worse, by ``git bisect run``."""

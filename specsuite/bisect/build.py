@@ -1,0 +1,108 @@
+"""Build llama-server at the commit checked out in the bisect worktree, without publishing it.
+
+The source is the worktree (``LLAMA_CPP_DIR``), so build.make_plan keys one build folder by its path and the
+flags: every step of every bisect of a repository reuses it, and ninja rebuilds what the checkout changed
+(through ccache when it is installed, as ``nox -s build`` does). The binary is used where ninja left it:
+``build/bin/llama-server`` (the user's published binary) is never touched, not even on a failed build,
+which is why build.configure/compile_target (they unpublish on failure) are not used. A builder is any
+``(tree, log, build_argv) -> binary`` callable named ``module:function``; the tests use a fake one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from filelock import FileLock
+
+from specsuite.build import cmake as build
+from specsuite.build import toolchain
+from specsuite.cases.schema import Case
+from specsuite.common.errors import UserError
+from specsuite.common.procs import last_line, run_forwarding
+
+DEFAULT_BUILDER = "specsuite.bisect.build:build_commit"
+Builder = Callable[[Path, Path, list[str]], Path]
+
+
+class BuildFailed(Exception):
+    """This commit does not build: the step is skipped (exit 125), the bisect goes on."""
+
+
+def load_builder(spec: str) -> Builder:
+    module, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UserError(f"builder {spec!r} cannot be loaded ({exc}); give it as module:function") from None
+    if not callable(found):
+        raise UserError(f"builder {spec!r} is not a function")
+    return found
+
+
+def parse_build_argv(build_argv: list[str]) -> list[str]:
+    """The build flags bisect passes on (--cpu, --cuda, --cublas-from-wheel, -DNAME=VALUE); UserError else."""
+    args, unknown = build.make_parser().parse_known_args(build_argv)
+    if unknown:
+        raise UserError(
+            f"unknown arguments {' '.join(unknown)}: bisect takes --good, --bad, --case, --metric, --rtol, "
+            "--repeat, --allow-cpu, --out and the build's flags (--cpu, --cuda, -DNAME=VALUE)"
+        )
+    if args.configure_only:
+        raise UserError("--configure-only means no binary: bisect needs one at every step; drop it")
+    return build_argv
+
+
+def _env(tree: Path) -> dict[str, str]:
+    """The worktree as the source; no Hub tokens (toolchain.child_env) and no LLAMA_CPP_REF."""
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_REF"}
+    return toolchain.child_env({**env, "LLAMA_CPP_DIR": str(tree)})
+
+
+def plan(tree: Path, build_argv: list[str]) -> build.Plan:
+    return build.make_plan(build.make_parser().parse_args(build_argv), _env(tree))
+
+
+def preflight(tree: Path, build_argv: list[str], case: Case, allow_cpu: bool) -> build.Plan:
+    """Before the first build: build tools present, the backend decided and able to run the case."""
+    toolchain.ensure_build_tools()
+    p = plan(tree, build_argv)
+    for note in p.notes:
+        print(f"bisect: build: {note}", flush=True)
+    if case.gpu and p.backend == "cpu" and not allow_cpu:
+        raise UserError(
+            f"--case {case.name} is a GPU case ({case.tier} tier) but the build would be CPU "
+            f"({p.notes[0] if p.notes else 'no CUDA'}); add --cuda to require CUDA, or --allow-cpu"
+        )
+    print(f"bisect: build folder {p.build_dir} (reused by every step)", flush=True)
+    return p
+
+
+def build_commit(tree: Path, log: Path, build_argv: list[str]) -> Path:
+    """Configure once, then ninja llama-server in the worktree's build folder; the binary's path."""
+    cmake, ninja = toolchain.ensure_build_tools()
+    p = plan(tree, build_argv)
+    p.build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(p.build_dir) + ".lock"):
+        if not build.is_configured(p.build_dir):
+            (p.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look done
+            _run("configure", build.configure_command(p, cmake.path, ninja.path), log)
+        _run("ninja", build.ninja_command(p, ninja.path), log)
+    binary = p.build_dir / "bin" / build.TARGET
+    if not binary.is_file():
+        raise BuildFailed(f"ninja succeeded but {binary} does not exist")
+    return binary
+
+
+def _run(what: str, cmd: list[str], log: Path) -> None:
+    t0 = time.monotonic()
+
+    def heartbeat() -> None:
+        print(f"bisect:   {what} {time.monotonic() - t0:.0f} s: {last_line(log)[:120]}", flush=True)
+
+    code = run_forwarding(cmd, env=toolchain.child_env(), log=log, heartbeat=heartbeat)
+    if code != 0:
+        raise BuildFailed(f"{what} failed (exit {code}): {last_line(log)[:300]}")

@@ -1,0 +1,158 @@
+"""The git side of a bisect: commits in the llama.cpp mirror, one stable worktree per repository, git bisect.
+
+The mirror is source.py's (``<cache>/llama.cpp/git``, a bare full-history clone). The worktree lives at
+``<cache>/bisect/tree-<hash of the repository>`` and is reused by every bisect of that repository, so its
+build folder (keyed by the folder path) is reused too and ninja rebuilds only what a checkout changed. One
+bisect per worktree at a time: ``exclusive`` holds its lock for the whole command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from specsuite.build import source
+from specsuite.common.errors import UserError
+from specsuite.common.procs import run_forwarding
+
+# `git bisect log` lines (stable since git 2.x): the verdict, or the candidates left when only skips remain
+_FIRST_BAD = re.compile(r"^# first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
+_POSSIBLE = re.compile(r"^# possible first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``git bisect log`` says at the end: the first bad commit, or the candidates skips left open."""
+
+    first_bad: str | None
+    candidates: list[str]
+
+
+def git(args: list[str], cwd: Path) -> str:
+    """stdout of a git command that must succeed; UserError with git's own message otherwise."""
+    res = source.git(args, cwd)
+    if res.returncode != 0:
+        raise UserError(f"git {' '.join(args)} failed in {cwd}: {res.stderr.strip()[-400:]}")
+    return res.stdout.strip()
+
+
+def mirror(cache: Path, repository: str) -> Path:
+    """The llama.cpp mirror, cloned once (full history) when the cache has none."""
+    root = cache / "llama.cpp"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "git"
+    with FileLock(str(root / "git.lock")):
+        if not (path / "HEAD").exists():
+            print(f"bisect: cloning {repository} into {path} (full history, once)", flush=True)
+        source.ensure_mirror(path, repository)
+    return path
+
+
+def resolve(mirror_dir: Path, ref: str, repository: str, flag: str) -> str:
+    """The full hash of ``--good``/``--bad``; fetches the mirror when the commit is not there yet."""
+    source.check_ref(ref, f"{flag} ")
+    with FileLock(str(mirror_dir.parent / "git.lock")):
+        return source.resolve_ref(mirror_dir, ref, repository, what=f"{flag} ")
+
+
+def check_range(mirror_dir: Path, good: str, bad: str) -> int:
+    """The number of commits in good..bad; UserError unless --good is a proper ancestor of --bad."""
+    if good == bad:
+        raise UserError(f"--good and --bad are the same commit {good[:12]}; give two different commits")
+    res = source.git(["merge-base", "--is-ancestor", good, bad], mirror_dir)
+    if res.returncode == 1:
+        raise UserError(
+            f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: bisect needs a good commit earlier "
+            "in the bad commit's history (swap them, or pick the good one from `git log BAD`)"
+        )
+    if res.returncode != 0:
+        raise UserError(f"git merge-base failed in {mirror_dir}: {res.stderr.strip()[-400:]}")
+    return int(git(["rev-list", "--count", f"{good}..{bad}"], mirror_dir))
+
+
+def history(mirror_dir: Path, good: str, bad: str) -> list[str]:
+    """good, then every commit of good..bad oldest first: the order of the report's rows."""
+    return [good, *git(["rev-list", "--reverse", f"{good}..{bad}"], mirror_dir).split()]
+
+
+def subject(repo: Path, commit: str) -> str:
+    return git(["log", "-1", "--format=%s", commit], repo)
+
+
+def head(tree: Path) -> str:
+    return git(["rev-parse", "HEAD"], tree)
+
+
+def tree_path(cache: Path, repository: str) -> Path:
+    digest = hashlib.sha256(repository.encode()).hexdigest()[:16]
+    return cache / "bisect" / f"tree-{digest}"
+
+
+@contextmanager
+def exclusive(tree: Path) -> Iterator[None]:
+    """One bisect per worktree: a second one is refused at once, naming the lock."""
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(tree) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(
+            f"another bisect of this repository is running (lock {lock.lock_file}); wait for it to end"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
+    """The stable worktree (added on first use, or again when the mirror was re-cloned), at ``commit``,
+    with no bisect left over from a run that was killed."""
+    ok = (tree / ".git").is_file() and source.git(["rev-parse", "--git-dir"], tree).returncode == 0
+    if not ok:
+        with FileLock(str(mirror_dir.parent / "git.lock")):
+            source.add_worktree(mirror_dir, tree, commit)
+    reset(tree)
+    checkout(tree, commit)
+    return tree
+
+
+def checkout(tree: Path, commit: str) -> None:
+    git(["checkout", "--quiet", "--detach", "--force", commit], tree)
+
+
+def active(tree: Path) -> bool:
+    return (tree / ".git").is_file() and source.git(["bisect", "log"], tree).returncode == 0
+
+
+def reset(tree: Path) -> None:
+    """End any bisect in the worktree (no-op when none is running)."""
+    if active(tree):
+        git(["bisect", "reset"], tree)
+
+
+def start(tree: Path, bad: str, good: str) -> str:
+    """``git bisect start BAD GOOD``; its output (git checks out the first commit to test)."""
+    return git(["bisect", "start", bad, good], tree)
+
+
+def log(tree: Path) -> str:
+    res = source.git(["bisect", "log"], tree)
+    return res.stdout if res.returncode == 0 else ""
+
+
+def outcome(log_text: str) -> Outcome:
+    found = _FIRST_BAD.search(log_text)
+    return Outcome(found.group(1) if found else None, [m.group(1) for m in _POSSIBLE.finditer(log_text)])
+
+
+def run(tree: Path, step_cmd: list[str], env: Mapping[str, str]) -> int:
+    """``git bisect run STEP``: git checks out each commit to test and reads the step's exit status."""
+    cmd = ["git", "bisect", "run", *step_cmd]
+    return run_forwarding(cmd, env=env, cwd=tree)

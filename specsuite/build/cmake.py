@@ -1,0 +1,390 @@
+"""``python -m specsuite build``: configure and build ``llama-server``, publish it to ``build/bin``.
+
+Each (source, backend, flags, compiler) combination gets its own CMake build folder under
+``<cache>/builds/<key>``, so CPU and CUDA builds coexist and a repeated build is ninja's no-op. The binary is
+copied to ``build/bin/llama-server`` only after a successful build; a failed build removes the published
+binary and ``build-info.json``, so nothing points at a build that did not happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from specsuite.build import info as buildinfo
+from specsuite.common import paths
+from specsuite.build import source
+from specsuite.build import toolchain
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.build.toolchain import Cublas, Nvcc
+
+# Release, only what llama-server needs, no web-UI download, static so the binary can be copied anywhere.
+BASE_FLAGS = (
+    "-G",
+    "Ninja",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+)
+TARGET = "llama-server"
+_CUDA_HELP = (
+    "Install the CUDA toolkit (NVIDIA's apt repository: `apt install cuda-toolkit-13-0`; Debian/Ubuntu: "
+    "`apt install nvidia-cuda-toolkit`), or build inside `nvidia/cuda:13.x-devel-ubuntu24.04`"
+)
+
+
+@dataclass
+class Plan:
+    """Everything decided before CMake runs; ``flags`` is exactly what build-info.json records."""
+
+    source: source.Source
+    backend: str  # "cpu" | "cuda"
+    flags: list[str]
+    build_dir: Path
+    compiler: str
+    nvcc: Nvcc | None = None
+    archs: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    # No abbreviations: pytest's --co must not become --configure-only (posargs reach every session).
+    p = argparse.ArgumentParser(
+        prog="nox -s build --", description="Build llama-server (CUDA when possible).", allow_abbrev=False
+    )
+    backend = p.add_mutually_exclusive_group()
+    backend.add_argument("--cpu", action="store_true", help="build the CPU backend even if CUDA is available")
+    backend.add_argument("--cuda", action="store_true", help="build the CUDA backend; fail if it cannot")
+    p.add_argument("--configure-only", action="store_true", help="run CMake's configure step and stop")
+    p.add_argument(
+        "--cublas-from-wheel",
+        action="store_true",
+        help="take cuBLAS from the nvidia-cublas wheel on PyPI and set GGML_CUDA_NO_VMM=ON (implies --cuda)",
+    )
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="CMake -D")
+    return p
+
+
+def build_command(argv: list[str]) -> int:
+    args, unknown = make_parser().parse_known_args(argv)
+    if unknown:
+        print(f"build: ignoring arguments for other sessions: {shlex.join(unknown)}", flush=True)
+    cmake, ninja = toolchain.ensure_build_tools()
+    plan = make_plan(args, os.environ)
+    for note in plan.notes:
+        print(f"build: {note}", flush=True)
+    plan.build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(plan.build_dir) + ".lock"):
+        if args.configure_only or not is_configured(plan.build_dir):
+            configure(plan, cmake.path, ninja.path)
+        if args.configure_only:
+            print(
+                f"build: configured {plan.backend} build in {plan.build_dir} (--configure-only: not building)"
+            )
+            return 0
+        seconds = compile_target(plan, ninja.path)
+        published = publish(plan, seconds)
+    print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
+    other = os.environ.get("LLAMA_SERVER_BIN_PATH")
+    if other and Path(other).expanduser().resolve() != published.resolve():
+        print(
+            f"build: note: LLAMA_SERVER_BIN_PATH={other} is set: test sessions use that binary, not this one"
+        )
+    _print_probe_table(published)
+    return 0
+
+
+# --- planning -------------------------------------------------------------------------------------------
+
+
+def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
+    src = source.resolve_source(env)
+    compiler_path, compiler = toolchain.find_compiler(env)
+    backend, nvcc, cublas, notes = choose_backend(args, env)
+    flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda")]
+    archs = None
+    user = extra_flags(env, args.defines)
+    flags += amx_flags(compiler_path, user, notes)
+    if backend == "cuda":
+        assert nvcc is not None
+        archs, origin = toolchain.cuda_architectures(env, nvcc)
+        given = [f.split("=", 1)[1] for f in user if f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
+        archs, origin = (given[-1], "-D / SPEC_CMAKE_ARGS") if given else (archs, origin)
+        notes.append(f"CUDA architectures {archs} (from {origin})")
+        flags += cuda_flags(nvcc, archs)
+        if args.cublas_from_wheel:
+            assert cublas is not None
+            flags += wheel_cublas_flags(cublas)
+        user = [f for f in user if not f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
+    flags += user
+    key = build_key(src.identity, backend, flags, f"{compiler_path} {compiler}")
+    build_dir = paths.cache_dir() / "builds" / f"{backend}-{key}"
+    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes)
+
+
+def choose_backend(
+    args: argparse.Namespace, env: Mapping[str, str]
+) -> tuple[str, Nvcc | None, Cublas | None, list[str]]:
+    """("cpu"|"cuda", nvcc, cuBLAS, notes). Auto picks CUDA only when nvcc and cuBLAS are both there."""
+    if args.cpu:
+        if args.cublas_from_wheel:
+            raise UserError(
+                "--cublas-from-wheel is for CUDA builds; drop --cpu (or drop --cublas-from-wheel)"
+            )
+        return "cpu", None, None, ["CPU backend (--cpu)"]
+    want_cuda = args.cuda or args.cublas_from_wheel
+    nvcc = toolchain.find_nvcc(env)
+    if nvcc is None:
+        if want_cuda:
+            raise UserError(
+                "--cuda: no nvcc found (looked at CUDACXX, CUDA_HOME/bin, CUDA_PATH/bin, PATH, "
+                f"/usr/local/cuda/bin). {_CUDA_HELP}; or build for the CPU with --cpu."
+            )
+        return "cpu", None, None, ["CPU backend: no CUDA compiler (nvcc) found; --cuda to require CUDA"]
+    where = f"nvcc {_ver(nvcc.version)} at {nvcc.path}"
+    if args.cublas_from_wheel:
+        wheel = toolchain.cublas_from_wheel(nvcc, paths.cache_dir())
+        return "cuda", nvcc, wheel, [f"CUDA backend with {where}", *_wheel_notes(wheel)]
+    roots = toolchain.cublas_roots(nvcc, env)
+    cublas = toolchain.find_cublas(roots)
+    if cublas is None:
+        looked = ", ".join(str(r) for r in roots)
+        if want_cuda:
+            raise UserError(
+                f"--cuda: {where}, but cuBLAS is missing (no cublas_v2.h and libcublas.so under {looked}). "
+                f"Install it: `apt install libcublas-dev-{nvcc.version[0]}-{nvcc.version[1]}` (NVIDIA's apt "
+                "repository) or `apt install nvidia-cuda-toolkit` (Debian/Ubuntu); or add "
+                "--cublas-from-wheel to take it from the nvidia-cublas wheel on PyPI; or build for the CPU "
+                "with --cpu."
+            )
+        why = f"CPU backend: {where} but no cuBLAS under {looked}"
+        return "cpu", None, None, [f"{why} (install cuBLAS, or use --cuda --cublas-from-wheel)"]
+    return "cuda", nvcc, cublas, [f"CUDA backend: {where}, cuBLAS in {cublas.library.parent}"]
+
+
+def _ver(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def _wheel_notes(cublas: Cublas) -> list[str]:
+    return [
+        f"cuBLAS taken from the PyPI wheel ({cublas.origin}) in {cublas.library.parent}, not from the CUDA "
+        "toolkit (--cublas-from-wheel)",
+        "GGML_CUDA_NO_VMM=ON: linking without the libcuda driver library (--cublas-from-wheel)",
+    ]
+
+
+def ccache_flags(env: Mapping[str, str], cuda: bool) -> list[str]:
+    """Compiler launcher flags when ccache is installed and not disabled (``CCACHE_DISABLE``)."""
+    if env.get("CCACHE_DISABLE") or not shutil.which("ccache", path=env.get("PATH", os.defpath)):
+        return []
+    langs = ["C", "CXX", *(["CUDA"] if cuda else [])]
+    return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in langs]
+
+
+# ggml's AMX kernels at the pinned commit crash llama-server on the first quantized matmul on an AMX CPU
+# (general protection fault on ldtilecfg in ggml_backend_amx_mul_mat; seen with GCC 12 on a Xeon with AMX and
+# AVX-512), and ggml only builds them when -march=native turns AMX on. GCC and Clang let an explicit
+# -mno-* win over -march=native whatever the order.
+AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def amx_flags(compiler: str, user: list[str], notes: list[str]) -> list[str]:
+    """AMX off where -march=native would turn it on, unless the user sets the compile flags or native off."""
+    names = {f.split("=", 1)[0] for f in user}
+    if names & {"-DCMAKE_C_FLAGS", "-DCMAKE_CXX_FLAGS"} or "-DGGML_NATIVE=OFF" in user:
+        return []
+    if not toolchain.native_amx(compiler):
+        return []
+    notes.append(
+        f"AMX off ({AMX_OFF}): ggml's AMX kernels crashed llama-server at the first quantized matmul on an "
+        "AMX CPU (docs/DESIGN.md); -DCMAKE_C_FLAGS= -DCMAKE_CXX_FLAGS= builds them"
+    )
+    return [f"-DCMAKE_C_FLAGS={AMX_OFF}", f"-DCMAKE_CXX_FLAGS={AMX_OFF}"]
+
+
+def cuda_flags(nvcc: Nvcc, archs: str) -> list[str]:
+    # The real nvcc, not a wrapper script on PATH: CMake derives the toolkit root from it.
+    real = nvcc.root / "bin" / "nvcc"
+    compiler = str(real) if real.is_file() else nvcc.path
+    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={compiler}", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
+
+
+def wheel_cublas_flags(cublas: Cublas) -> list[str]:
+    """What FindCUDAToolkit needs to use cuBLAS from outside the toolkit, plus no libcuda at link time."""
+    lib_dir = cublas.library.parent
+    flags = [
+        f"-DCUDA_cublas_LIBRARY={cublas.library}",  # pre-set cache entries: FindCUDAToolkit keeps them
+        f"-DCMAKE_LIBRARY_PATH={lib_dir}",
+        f"-DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES={cublas.include_dir}",
+        f"-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES={cublas.include_dir}",
+        f"-DCMAKE_BUILD_RPATH={lib_dir}",  # so the built binary finds the wheel's libcublas.so.N
+        "-DGGML_CUDA_NO_VMM=ON",
+    ]
+    if cublas.lt_library:
+        flags.insert(1, f"-DCUDA_cublasLt_LIBRARY={cublas.lt_library}")
+    return flags
+
+
+def extra_flags(env: Mapping[str, str], defines: list[str]) -> list[str]:
+    """``SPEC_CMAKE_ARGS`` (shell-split), then ``-DNAME=VALUE`` arguments; later ones win in CMake."""
+    try:
+        extra = shlex.split(env.get("SPEC_CMAKE_ARGS", ""))
+    except ValueError as exc:
+        raise UserError(
+            f"SPEC_CMAKE_ARGS={env['SPEC_CMAKE_ARGS']!r}: {exc}; quote it like a shell line"
+        ) from None
+    for d in defines:
+        if "=" not in d or not d.split("=", 1)[0]:
+            raise UserError(f"-D{d}: expected -DNAME=VALUE (for example -DGGML_CUDA_FA_QUANTS=all)")
+    return [*extra, *(f"-D{d}" for d in defines)]
+
+
+def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> str:
+    blob = json.dumps([identity, backend, flags, compiler])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- configure, build, publish --------------------------------------------------------------------------
+
+
+def is_configured(build_dir: Path) -> bool:
+    # build.ninja is written last by CMake's generate step; ninja re-runs CMake itself when inputs change.
+    return (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file()
+
+
+def configure_command(plan: Plan, cmake: str, ninja: str) -> list[str]:
+    src, bld = str(plan.source.path), str(plan.build_dir)
+    return [cmake, "-S", src, "-B", bld, f"-DCMAKE_MAKE_PROGRAM={ninja}", *plan.flags]
+
+
+def configure(plan: Plan, cmake: str, ninja: str) -> None:
+    cmd = configure_command(plan, cmake, ninja)
+    print(f"build: configuring {plan.source.path}\n  {shlex.join(cmd)}", flush=True)
+    (plan.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look configured
+    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
+    if res.returncode != 0:
+        unpublish()
+        raise UserError(
+            f"CMake configure failed (exit {res.returncode}) for {plan.source.path}; its output is above and "
+            f"in {plan.build_dir}/CMakeFiles/CMakeOutput.log. Removed build/bin/llama-server."
+        )
+
+
+def jobs() -> int:
+    """What ``nproc`` prints: the CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def ninja_command(plan: Plan, ninja: str) -> list[str]:
+    return [ninja, "-C", str(plan.build_dir), "-j", str(jobs()), TARGET]
+
+
+def compile_target(plan: Plan, ninja: str) -> float:
+    cmd = ninja_command(plan, ninja)
+    print(f"build: {shlex.join(cmd)}", flush=True)
+    start = time.monotonic()
+    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
+    seconds = time.monotonic() - start
+    if res.returncode != 0:
+        unpublish()
+        raise UserError(
+            f"building {TARGET} failed (ninja exit {res.returncode}) in {plan.build_dir}; the compiler "
+            "output is above. Removed build/bin/llama-server and build/build-info.json, so nothing points "
+            "at a failed build."
+        )
+    return seconds
+
+
+def unpublish() -> None:
+    for path in (paths.BUILD_DIR / "bin" / TARGET, paths.build_info_path()):
+        path.unlink(missing_ok=True)
+
+
+def publish(plan: Plan, seconds: float) -> Path:
+    """Atomically copy the binary to build/bin, then write build-info.json describing it."""
+    built = plan.build_dir / "bin" / TARGET
+    if not built.is_file():
+        unpublish()
+        raise UserError(
+            f"ninja succeeded but {built} does not exist; is {plan.source.path} a llama.cpp tree?"
+        )
+    dest = paths.BUILD_DIR / "bin" / TARGET
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(paths.BUILD_DIR / ".publish.lock")):
+        paths.build_info_path().unlink(missing_ok=True)  # never new binary + old info
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{TARGET}-")
+        os.close(fd)
+        try:
+            shutil.copy2(built, tmp)
+            os.replace(tmp, dest)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        try:
+            buildinfo.write(make_info(plan, dest, seconds))
+        except BaseException:
+            unpublish()  # a binary without its build-info (e.g. one that cannot even print --help)
+            raise
+    return dest
+
+
+def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
+    return {
+        "commit": plan.source.commit,
+        "source": plan.source.info,
+        "backend": plan.backend,
+        "cmake_flags": plan.flags,
+        "compiler": _cmake_compiler(plan.build_dir) or plan.compiler,
+        "nvcc_version": _ver(plan.nvcc.version) if plan.nvcc else None,
+        "cuda_architectures": plan.archs,
+        "build_seconds": round(seconds, 2),
+        "binary_sha256": sha256_file(binary),
+        "spec_types": _spec_types(binary),
+        "build_dir": str(plan.build_dir),
+    }
+
+
+def _cmake_compiler(build_dir: Path) -> str | None:
+    """The C++ compiler CMake actually chose, with its version line."""
+    try:
+        lines = (build_dir / "CMakeCache.txt").read_text().splitlines()
+    except OSError:
+        return None
+    path = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("CMAKE_CXX_COMPILER:")), None)
+    if not path:
+        return None
+    res = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, check=False, env=toolchain.child_env()
+    )
+    return f"{path}: {res.stdout.splitlines()[0]}" if res.returncode == 0 and res.stdout else path
+
+
+def _spec_types(binary: Path) -> list[str]:
+    from specsuite.server.probe import probe  # lazy: the probe runs the binary, only needed once a build is published
+
+    return sorted(probe(binary).spec_types)
+
+
+def _print_probe_table(binary: Path) -> None:
+    from specsuite.server.probe import probe_command
+
+    print(flush=True)
+    probe_command(str(binary))
+    sys.stdout.flush()

@@ -1,0 +1,584 @@
+"""The suite's memory: every run's results in one SQLite file, and the baseline lookup over it.
+
+One row per run (llama.cpp and harness commits, tier, device, backend, driver/CUDA, cases.toml hash,
+model sha256s, times) and one per case (every metric of the case record, plus the record itself as JSON).
+A run is written in ONE transaction when it ends (``record_run``); WAL and a busy timeout let runs from
+several processes on one machine record at the same moment. Recording never breaks a run: a database
+that is broken, unreadable, corrupt, locked too long or newer than this code gets one warning line.
+
+The file is ``$SPEC_HISTORY``, else ``<cache>/history.sqlite``; ``$SPEC_HISTORY_TIMEOUT_S`` (default 30)
+is how long a run waits for another process's lock on it. Its schema is versioned with ``PRAGMA
+user_version``; ``MIGRATIONS`` are applied in order, all in one transaction, when it is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import random
+import re
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsuite.common import paths
+from specsuite.common.envnum import env_number
+from specsuite.common.errors import UserError
+from specsuite.history.regress import finite, is_measured, pos0_rate, speed_samples
+from specsuite.results.document import device_name
+
+BUSY_TIMEOUT_S = 30.0  # another run's commit takes milliseconds; a lock held longer is a stuck process
+_HEX = re.compile(r"[0-9a-f]{7,40}")
+
+# v1. Times are ISO 8601 text as results.json has them; JSON columns hold lists and tables.
+_V1 = (
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        llama_commit TEXT NOT NULL,          -- lower-case hex, 7 to 40 digits, as the binary reported it
+        harness_commit TEXT,
+        harness_version TEXT,
+        results_schema INTEGER,
+        tier TEXT,
+        selector TEXT,
+        device_name TEXT NOT NULL,
+        device_class TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        driver TEXT,
+        cuda TEXT,
+        cases_sha256 TEXT,
+        binary_sha256 TEXT,
+        source_kind TEXT,
+        host TEXT,
+        started TEXT,
+        finished TEXT,
+        wall_s REAL,
+        recorded TEXT NOT NULL,
+        models TEXT NOT NULL,                -- {"<lock name>": {"sha256": ..., "size": ...}}
+        options TEXT                         -- {"strict": ..., "repeat": ..., "rtol": ..., ...}
+    )""",
+    """CREATE TABLE cases (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        status TEXT,
+        reason TEXT,
+        message TEXT,
+        measured INTEGER NOT NULL,           -- regress.is_measured: usable as a baseline
+        spec_type TEXT,
+        n_max INTEGER,
+        target TEXT,
+        draft TEXT,
+        drafted INTEGER,
+        accepted INTEGER,
+        drafts INTEGER,
+        accept_rate REAL,
+        accept_len REAL,
+        pos0_rate REAL,
+        per_position_rate TEXT,              -- JSON list
+        decode_tps REAL,
+        baseline_decode_tps REAL,
+        speedup REAL,
+        speedup_median REAL,
+        speedup_spread REAL,
+        speed_repeat INTEGER,
+        spec_tps TEXT,                       -- JSON lists of the speed samples
+        base_tps TEXT,
+        speedups TEXT,
+        identical_fraction REAL,
+        wall_s REAL,
+        record TEXT NOT NULL,                -- the whole case record
+        PRIMARY KEY (run, name)
+    )""",
+    "CREATE INDEX runs_by_setup ON runs (device_class, backend, cases_sha256)",
+    "CREATE INDEX runs_by_time ON runs (started)",
+    "CREATE INDEX cases_by_name ON cases (name, measured)",
+)
+# v2: the texts (the whole record, the failure message: kilobytes per case) move out of `cases` into
+# `case_texts`, so a listing over 10 000 runs scans compact rows of numbers, and a record is read only for
+# the one baseline it returns.
+_V2 = (
+    """CREATE TABLE case_texts (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        message TEXT,
+        record TEXT NOT NULL,                -- the whole case record
+        PRIMARY KEY (run, name)
+    )""",
+    "INSERT INTO case_texts (run, name, message, record) SELECT run, name, message, record FROM cases",
+    "ALTER TABLE cases DROP COLUMN record",
+    "ALTER TABLE cases DROP COLUMN message",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+
+
+class SchemaTooNew(sqlite3.DatabaseError):
+    """The file was written by a newer specsuite; an older one must not guess at its tables."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    run_id: str
+    commit: str
+    started: str  # the run's start time (its record time when the run had none)
+    record: dict[str, Any]  # the case record at that run
+
+
+def default_path() -> Path:
+    """``$SPEC_HISTORY``, else ``<cache>/history.sqlite``."""
+    if env := os.environ.get("SPEC_HISTORY"):
+        return Path(env).expanduser()
+    return paths.cache_dir() / "history.sqlite"
+
+
+def busy_timeout_s() -> float:
+    """``$SPEC_HISTORY_TIMEOUT_S``, else BUSY_TIMEOUT_S: how long to wait for another process's lock."""
+    return env_number("SPEC_HISTORY_TIMEOUT_S", BUSY_TIMEOUT_S)
+
+
+# --- opening and migrating --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE (the write lock up front: no deadlock upgrading a read) ... COMMIT, or ROLLBACK."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def migrate(conn: sqlite3.Connection, steps: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+    """Bring the database to ``len(steps)``: the missing steps in order, in one transaction. The version."""
+    target = len(steps)
+    if _version(conn) == target:
+        return target
+    with transaction(conn):
+        version = _version(conn)  # again, under the write lock: another process may have just migrated
+        if version > target:
+            raise SchemaTooNew(f"history schema v{version} is newer than this specsuite's v{target}")
+        for step in steps[version:]:
+            for statement in step:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {target}")
+    return target
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch to WAL (persistent: readers never block the writer), retrying while another process holds
+    the file: SQLite answers "database is locked" to a journal-mode change at once, without calling the
+    busy handler, so two runs creating the history together would otherwise lose one record."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))  # jitter: two waiters do not retry in lockstep
+
+
+def connect(path: Path, *, timeout_s: float | None = None) -> sqlite3.Connection:
+    """Open (creating it and its folder if needed) and migrate the history; autocommit mode.
+
+    ``timeout_s``: how long to wait for another process's lock (default: ``busy_timeout_s()``)."""
+    timeout_s = busy_timeout_s() if timeout_s is None else timeout_s
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: transactions are only the explicit ones (``transaction``), never implicit
+    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        _wal(conn, timeout_s)
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+# --- recording -------------------------------------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return None if value is None else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null (strict JSON has neither), unknown objects their str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(_clean(value), separators=(",", ":"))
+
+
+def _commit(doc: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the llama.cpp commit, None) or (None, why the run cannot be placed in history)."""
+    raw = _dict(doc.get("binary")).get("commit")
+    if raw is None:
+        return None, "binary.commit is null: a run without its llama.cpp commit has no place in history"
+    commit = str(raw).strip().lower()
+    if not _HEX.fullmatch(commit):
+        return None, f"binary.commit {raw!r} is not a git commit (7 to 40 hex digits)"
+    return commit, None
+
+
+def device_class(name: str) -> str:
+    """A device's class from its name when results.json has none: 'NVIDIA H200' -> 'nvidia-h200'.
+
+    CPU runs become ``cpu-<machine>`` (as schema 2 writes them); schema-1 results are recorded on the
+    machine that ran them, so its architecture is the run's."""
+    if name.lower() == "cpu":
+        return f"cpu-{platform.machine() or 'unknown'}"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def _run_row(doc: dict[str, Any], commit: str) -> dict[str, Any]:
+    binary, device = _dict(doc.get("binary")), _dict(doc.get("device"))
+    harness = _dict(doc.get("harness"))
+    name = _text(device.get("name")) or device_name(doc)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "run_id": _text(doc.get("run_id")) or f"unnamed-{now}",
+        "llama_commit": commit,
+        "harness_commit": _text(harness.get("commit")),
+        "harness_version": _text(harness.get("version")),
+        "results_schema": _int(doc.get("schema")),
+        "tier": _text(doc.get("tier")),
+        "selector": _text(doc.get("selector")),
+        "device_name": name,
+        "device_class": _text(device.get("class")) or device_class(name),
+        "backend": _text(binary.get("backend")) or "unknown",
+        "driver": _text(device.get("driver")),
+        "cuda": _text(device.get("cuda")),
+        "cases_sha256": _text(doc.get("cases_sha256")),
+        "binary_sha256": _text(binary.get("sha256")),
+        "source_kind": _text(_dict(binary.get("source")).get("kind")),
+        "host": _text(doc.get("host")),
+        "started": _text(doc.get("started")) or now,
+        "finished": _text(doc.get("finished")),
+        "wall_s": finite(doc.get("wall_s")),
+        "recorded": now,
+        "models": _json(_dict(doc.get("models"))),
+        "options": _json(doc.get("options")),
+    }
+
+
+def _case_row(name: str, rec: dict[str, Any]) -> dict[str, Any]:
+    speed = _dict(rec.get("speed"))
+    return {
+        "name": name,
+        "status": _text(rec.get("status")),
+        "reason": _text(rec.get("reason")),
+        "measured": int(is_measured(rec)),
+        "spec_type": _text(rec.get("spec_type")),
+        "n_max": _int(rec.get("n_max")),
+        "target": _text(rec.get("target")),
+        "draft": _text(rec.get("draft")),
+        **{k: _int(rec.get(k)) for k in ("drafted", "accepted", "drafts")},
+        **{k: finite(rec.get(k)) for k in ("accept_rate", "accept_len")},
+        "pos0_rate": finite(pos0_rate(rec)),
+        "per_position_rate": _json(rec.get("per_position_rate")),
+        **{k: finite(rec.get(k)) for k in ("decode_tps", "baseline_decode_tps", "speedup")},
+        "speedup_median": finite(speed.get("speedup_median")),
+        "speedup_spread": finite(speed.get("speedup_spread")),
+        "speed_repeat": _int(speed.get("repeat")),
+        "spec_tps": _json(speed.get("spec_tps")),
+        "base_tps": _json(speed.get("base_tps")),
+        "speedups": _json(speed_samples(rec)),
+        "identical_fraction": finite(rec.get("identical_fraction")),
+        "wall_s": finite(rec.get("wall_s")),
+    }
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
+    cols = ", ".join(row)
+    marks = ", ".join(f":{k}" for k in row)
+    cur = conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", row)
+    return int(cur.lastrowid or 0)
+
+
+def insert_run(conn: sqlite3.Connection, doc: dict[str, Any]) -> int:
+    """Write one run and its cases inside the caller's transaction; the run's row id.
+
+    The same run recorded again (same run_id and start time) replaces the earlier record."""
+    commit, why = _commit(doc)
+    if commit is None:
+        raise ValueError(why)
+    cases = doc.get("cases")
+    if not isinstance(cases, dict):
+        raise ValueError("not a specsuite results document (no 'cases' table)")
+    run = _run_row(doc, commit)
+    conn.execute("DELETE FROM runs WHERE run_id = ? AND started = ?", (run["run_id"], run["started"]))
+    run_pk = _insert(conn, "runs", run)
+    for name, rec in cases.items():
+        rec = _dict(rec)
+        _insert(conn, "cases", {"run": run_pk, **_case_row(str(name), rec)})
+        text = {"run": run_pk, "name": str(name), "message": _text(rec.get("message")), "record": _json(rec)}
+        _insert(conn, "case_texts", text)
+    return run_pk
+
+
+def _problem(why: str, path: Path) -> str:
+    why = " ".join(why.split())  # one line, whatever the error text
+    return f"{why} ({path})"
+
+
+def try_record(
+    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
+) -> tuple[int | None, str | None]:
+    """Record one finished run (a results.json document) in one transaction: (its row id, None), or
+    (None, ``<why> (<path>)``) when nothing of it could be written.
+
+    Never raises for the history's sake: a refused document (no llama.cpp commit, no cases) or a
+    database that cannot be opened, is corrupt, locked for ``timeout_s`` (default ``busy_timeout_s()``)
+    or newer than this code is the second element."""
+    target = Path(path) if path is not None else default_path()
+    if not isinstance(doc, dict):
+        return None, _problem(
+            f"expected a results document (a JSON object), got {type(doc).__name__}", target
+        )
+    commit, why = _commit(doc)
+    if commit is None or not isinstance(doc.get("cases"), dict):
+        return None, _problem(why or "not a specsuite results document (no 'cases' table)", target)
+    try:
+        with contextlib.closing(connect(target, timeout_s=timeout_s)) as conn, transaction(conn):
+            return insert_run(conn, doc), None
+    except UserError as exc:  # a bad SPEC_HISTORY_TIMEOUT_S: its own message says what to do
+        return None, _problem(str(exc), target)
+    except Exception as exc:  # history is auxiliary: whatever went wrong, the run itself must go on
+        kind = "" if isinstance(exc, (sqlite3.Error, OSError)) else f"{type(exc).__name__}: "
+        return None, _problem(f"{kind}{exc}", target)
+
+
+def record_run(
+    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
+) -> int | None:
+    """``try_record``, its problem printed as one ``warning: history not recorded: ...`` line on stderr."""
+    row, problem = try_record(doc, path, timeout_s=timeout_s)
+    if problem:
+        print(f"warning: history not recorded: {problem}", file=sys.stderr)
+    return row
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+_TIME = "COALESCE(r.started, r.recorded)"
+_CASE_COLS = (
+    f"r.run_id, r.llama_commit AS 'commit', {_TIME} AS started, r.device_name AS device, r.device_class, "
+    "r.backend, r.tier, c.name AS 'case', c.status, c.reason, c.accept_rate, c.accept_len, c.pos0_rate, "
+    "COALESCE(c.speedup_median, c.speedup) AS speedup"
+)
+
+
+def _run_filter(case: str | None, device: str | None) -> tuple[str, list[Any]]:
+    where, args = ["1"], []
+    if device is not None:
+        where.append("(lower(r.device_name) = lower(?) OR lower(r.device_class) = lower(?))")
+        args += [device, device]
+    if case is not None:
+        where.append("EXISTS (SELECT 1 FROM cases c WHERE c.run = r.id AND c.name = ?)")
+        args.append(case)
+    return " AND ".join(where), args
+
+
+def _selected_runs(case: str | None, device: str | None, last: int | None) -> tuple[str, list[Any]]:
+    """SQL for the ids of the ``last`` newest runs matching the filters (all with last=None)."""
+    where, args = _run_filter(case, device)
+    sql = f"SELECT r.id FROM runs r WHERE {where} ORDER BY {_TIME} DESC, r.id DESC LIMIT ?"
+    return sql, [*args, -1 if last is None else last]
+
+
+def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row, strict=True)) for row in cur]
+
+
+def _unreadable(path: Path, exc: BaseException) -> UserError:
+    fix = "upgrade specsuite" if isinstance(exc, SchemaTooNew) else "move it aside (a new one is started)"
+    return UserError(f"history {path}: cannot read it ({exc}); {fix}")
+
+
+@contextlib.contextmanager
+def reading(path: Path | None) -> Iterator[sqlite3.Connection | None]:
+    """The history, opened and migrated; None when there is no file (reading never creates one).
+
+    A broken or newer file is a UserError naming it and what to do."""
+    target = Path(path) if path is not None else default_path()
+    if not target.exists():
+        yield None
+        return
+    try:
+        conn = connect(target)
+    except (sqlite3.Error, OSError) as exc:
+        raise _unreadable(target, exc) from None
+    try:
+        yield conn
+    except sqlite3.Error as exc:
+        raise _unreadable(target, exc) from None
+    finally:
+        conn.close()
+
+
+def runs(
+    path: Path | None = None,
+    *,
+    case: str | None = None,
+    device: str | None = None,
+    last: int | None = None,
+) -> list[dict[str, Any]]:
+    """The ``last`` newest runs (all by default) that include ``case`` on ``device`` (a device name or
+    class), oldest first: every column, models and options parsed."""
+    sel, args = _selected_runs(case, device, last)
+    with reading(path) as conn:
+        if conn is None:
+            return []
+        rows = _dicts(
+            conn.execute(f"SELECT r.* FROM runs r WHERE r.id IN ({sel}) ORDER BY {_TIME}, r.id", args)
+        )
+    for row in rows:
+        row["models"] = json.loads(row["models"])
+        row["options"] = json.loads(row["options"]) if row["options"] else None
+    return rows
+
+
+def case_rows(
+    path: Path | None = None,
+    *,
+    case: str | None = None,
+    device: str | None = None,
+    last: int | None = None,
+) -> list[dict[str, Any]]:
+    """Per-case rows over commits, for the runs ``runs`` selects: grouped by case, oldest first.
+
+    Each: run_id, commit, started, device, device_class, backend, tier, case, status, reason, accept_rate,
+    accept_len, pos0_rate, speedup (the median of the repeats where there were repeats)."""
+    sel, args = _selected_runs(case, device, last)
+    where, params = f"c.run IN ({sel})", args
+    if case is not None:
+        where, params = f"{where} AND c.name = ?", [*args, case]
+    order = f"c.name, {_TIME}, r.id"
+    sql = f"SELECT {_CASE_COLS} FROM cases c JOIN runs r ON r.id = c.run WHERE {where} ORDER BY {order}"
+    with reading(path) as conn:
+        return [] if conn is None else _dicts(conn.execute(sql, params))
+
+
+def names(path: Path | None = None) -> tuple[list[str], list[str]]:
+    """(every case name, every device name and class) in the history, sorted; empty lists for none."""
+    with reading(path) as conn:
+        if conn is None:
+            return [], []
+        cases = [r[0] for r in conn.execute("SELECT DISTINCT name FROM cases ORDER BY name")]
+        pairs = conn.execute("SELECT DISTINCT device_name, device_class FROM runs").fetchall()
+    return cases, sorted({v for pair in pairs for v in pair})
+
+
+# --- the baseline ----------------------------------------------------------------------------------------
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """Short and full spellings of one commit match (either is a prefix of the other)."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def _nearest_ancestor(rows: list[sqlite3.Row], ancestors: list[str]) -> sqlite3.Row | None:
+    by_prefix: dict[str, list[sqlite3.Row]] = {}
+    for row in rows:  # newest first, so the first row of a commit is its latest run
+        by_prefix.setdefault(row["llama_commit"][:7], []).append(row)
+    for anc in ancestors:
+        anc = anc.lower()
+        for row in by_prefix.get(anc[:7], ()):
+            if _same_commit(anc, row["llama_commit"]):
+                return row
+    return None
+
+
+def _check_time(conn: sqlite3.Connection, when: str | None) -> None:
+    """A time SQLite cannot read would silently match no run: say so instead."""
+    if when is not None and conn.execute("SELECT julianday(?)", (when,)).fetchone()[0] is None:
+        raise UserError(f"start time {when!r} is not an ISO 8601 time (e.g. 2026-12-01T10:00:00+00:00)")
+
+
+def find_baseline(
+    path: Path | None,
+    *,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None = None,
+) -> Baseline | None:
+    """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
+
+    Candidates ran on the same device class and backend with the same cases.toml (same prompts, n_max and
+    models), and measured the case (passed, or failed only for a floor or regression, with numbers).
+
+    With ``ancestors`` (``commit``'s ancestry from the llama.cpp mirror, nearest first) the nearest
+    ancestor that has such a run wins (its latest run), and only ancestors qualify: a sibling branch's
+    commit says nothing about what this commit changed. Without, the latest such run by time.
+
+    ``before`` (the judged run's start, ISO 8601): only runs that started earlier qualify, so judging an
+    old run (``compare --against auto``) never takes a run recorded after it; None: every run.
+
+    A run of ``commit`` itself is never its baseline: a rerun of a bad commit would otherwise compare
+    with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
+    prefix, so a short recorded sha equals its full spelling. None when there is no candidate (or no
+    history yet); a history that cannot be read is a UserError.
+    """
+    commit = commit.strip().lower()
+    # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
+    sql = (
+        f"SELECT r.run_id, r.llama_commit, {_TIME} AS t, c.run FROM cases c JOIN runs r ON r.id = c.run "
+        "WHERE c.name = :case AND c.measured = 1 AND r.device_class = :device_class "
+        "AND r.backend = :backend AND r.cases_sha256 = :cases_sha256 "
+        f"AND (:before IS NULL OR julianday({_TIME}) < julianday(:before)) ORDER BY {_TIME} DESC, r.id DESC"
+    )
+    args = {"case": case, "device_class": device_class, "backend": backend, "cases_sha256": cases_sha256}
+    with reading(path) as conn:
+        if conn is None:
+            return None
+        _check_time(conn, before)
+        conn.row_factory = sqlite3.Row
+        found = conn.execute(sql, {**args, "before": before}).fetchall()
+        rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
+        row = _nearest_ancestor(rows, ancestors) if ancestors is not None else (rows[0] if rows else None)
+        if row is None:
+            return None
+        text = conn.execute("SELECT record FROM case_texts WHERE run = ? AND name = ?", (row["run"], case))
+        (record,) = text.fetchone()
+    return Baseline(row["run_id"], row["llama_commit"], row["t"], json.loads(record))

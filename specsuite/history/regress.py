@@ -1,0 +1,207 @@
+"""The relative regression gate: one case record against the same case at a baseline commit. Pure.
+
+Floors catch a method that broke; this gate catches a commit that made a method worse: a 14 % relative
+drop in acceptance still clears a floor calibrated with margin. Every check is one-sided (an improvement
+never fails), and a number the current run lost (null or NaN) while the baseline had one is a regression,
+never a pass.
+
+Acceptance (accept_rate, accept_len, pos0_rate) is deterministic on one device and binary, so a plain
+relative tolerance is the gate. Speed is noisy, so a speed drop counts only when it is both significant
+(one-sided Mann–Whitney U, p < ALPHA, over the per-repeat speedup samples) and larger than rtol. With 3
+samples a side the smallest attainable p is 1/20 = 0.05, so speed can only fail from 4 repeats on.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specsuite.common.errors import UserError
+
+METRICS = ("accept_rate", "accept_len", "pos0_rate")
+ALPHA = 0.05
+MIN_SAMPLES = 3
+EXACT_MAX_N = 60  # n + m up to this: exact distribution; beyond, the normal approximation
+# A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
+# numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
+MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "speed"})
+_EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
+
+
+@dataclass(frozen=True)
+class Regression:
+    metric: str
+    current: float | None  # None: the current run has no number (null or NaN)
+    baseline: float
+    change: float  # (current - baseline) / baseline; NaN when current is missing
+    message: str
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite(value: Any) -> float | None:
+    """A finite float, or None for null, NaN, infinities, booleans and non-numbers."""
+    return float(value) if is_number(value) and math.isfinite(value) else None
+
+
+def is_finite(value: Any) -> bool:
+    """True for a finite int or float (not a bool): a number a floor or a gate may compare."""
+    return finite(value) is not None
+
+
+def pos0_rate(record: dict[str, Any]) -> Any:
+    """pos0_rate, else per_position_rate[0] (schema-1 records have no pos0_rate)."""
+    value = record.get("pos0_rate")
+    if value is None:
+        rates = record.get("per_position_rate")
+        value = rates[0] if isinstance(rates, list) and rates else None
+    return value
+
+
+def is_measured(record: dict[str, Any]) -> bool:
+    """Whether a case record holds numbers to compare: passed, or failed only for a floor/regression."""
+    status, reason = record.get("status"), record.get("reason")
+    ok = status == "passed" or (status == "failed" and reason in MEASURED_FAIL_REASONS)
+    return ok and finite(record.get("accept_rate")) is not None
+
+
+def speed_samples(record: dict[str, Any]) -> list[Any] | None:
+    speed = record.get("speed")
+    samples = speed.get("speedups") if isinstance(speed, dict) else None
+    return samples if isinstance(samples, list) else None
+
+
+def _raw(record: dict[str, Any], metric: str) -> Any:
+    return pos0_rate(record) if metric == "pos0_rate" else record.get(metric)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _check_metric(
+    metric: str, current: dict[str, Any], baseline: dict[str, Any], rtol: float, at: str
+) -> Regression | None:
+    base = finite(_raw(baseline, metric))
+    if base is None:
+        return None  # nothing to compare against (also when both sides are null)
+    cur = finite(_raw(current, metric))
+    if cur is None:
+        shown = _raw(current, metric)
+        what = "null" if shown is None else repr(shown)
+        message = f"{metric} is missing ({what}) here but {base:.4f} at baseline {at}"
+        return Regression(metric, None, base, math.nan, message)
+    if base <= 0:
+        return None  # a zero baseline cannot drop (rates and lengths are never negative)
+    change = (cur - base) / base
+    if -change <= rtol + _EPS:
+        return None
+    message = (
+        f"{metric} {cur:.4f} is {_pct(-change)} below {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
+    )
+    return Regression(metric, cur, base, change, message)
+
+
+def _check_speed(
+    current: dict[str, Any], baseline: dict[str, Any], rtol: float, at: str
+) -> Regression | None:
+    base_raw, cur_raw = speed_samples(baseline), speed_samples(current)
+    base = [v for v in (finite(x) for x in base_raw or []) if v is not None]
+    if len(base) < MIN_SAMPLES or cur_raw is None or len(cur_raw) < MIN_SAMPLES:
+        return None  # speed is gated only where both runs repeated it enough to judge noise
+    base_med = statistics.median(base)
+    cur = [finite(x) for x in cur_raw]
+    if any(v is None for v in cur):
+        message = f"speedup samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
+        return Regression("speedup", None, base_med, math.nan, message)
+    samples = [v for v in cur if v is not None]
+    cur_med = statistics.median(samples)
+    change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
+    p = mann_whitney_less(samples, base)
+    if p >= ALPHA or -change <= rtol + _EPS:
+        return None
+    message = (
+        f"speedup median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
+        f"(Mann–Whitney p = {p:.3g}, n = {len(samples)}/{len(base)}; rtol {rtol * 100:g} %)"
+    )
+    return Regression("speedup", cur_med, base_med, change, message)
+
+
+def check(
+    current: dict[str, Any], baseline: dict[str, Any], *, rtol: float = 0.05, baseline_commit: str
+) -> list[Regression]:
+    """The regressions of ``current`` against ``baseline`` (two case records); empty when none."""
+    if not (is_number(rtol) and 0 <= rtol < 1):
+        raise UserError(f"rtol {rtol!r} is not a fraction in [0, 1): give e.g. 0.05 for 5 %")
+    at = baseline_commit[:7]
+    found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
+    found.append(_check_speed(current, baseline, rtol, at))
+    return [r for r in found if r is not None]
+
+
+# --- Mann–Whitney U -------------------------------------------------------------------------------------
+# Written by hand: scipy is not a dependency (a large install for one test), and the exact permutation
+# distribution with ties, for the handful of repeats a run makes, is a short dynamic program.
+
+
+def _doubled_midranks(values: Sequence[float]) -> list[int]:
+    """2 x the midrank of each value in ``values`` (ties share the mean rank; doubling keeps integers)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = i + j + 2  # (i+1 + j+1) / 2, doubled
+        i = j + 1
+    return ranks
+
+
+def _exact_cdf(ranks2: list[int], n: int, w2: int) -> float:
+    """P(sum of n of ``ranks2`` drawn without replacement <= w2): counts every subset by rank sum."""
+    top = sum(sorted(ranks2)[-n:])
+    ways = np.zeros((n + 1, top + 1))  # ways[k, s]: subsets of k items with rank sum s (float: no overflow)
+    ways[0, 0] = 1.0
+    for r in ranks2:
+        for k in range(n, 0, -1):
+            ways[k, r:] += ways[k - 1, : top + 1 - r]
+    return float(ways[n, : min(w2, top) + 1].sum() / ways[n].sum())
+
+
+def _normal_cdf(ranks2: list[int], n: int, w2: int) -> float:
+    """Normal approximation of the rank-sum CDF with the tie correction and a continuity correction."""
+    total, m = len(ranks2), len(ranks2) - n
+    ties: dict[int, int] = {}
+    for r in ranks2:
+        ties[r] = ties.get(r, 0) + 1
+    tie_term = sum(t**3 - t for t in ties.values()) / (total * (total - 1))
+    var = n * m / 12 * (total + 1 - tie_term)
+    if var <= 0:
+        return 1.0  # every value tied: no evidence either way
+    z = (w2 / 2 + 0.5 - n * (total + 1) / 2) / math.sqrt(var)
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def mann_whitney_less(x: Sequence[float], y: Sequence[float]) -> float:
+    """One-sided Mann–Whitney p-value for "x tends to be smaller than y".
+
+    p = P(W <= W_obs) for W the rank sum of x, under the null that every assignment of the pooled ranks
+    (midranks for ties) to x is equally likely: exact for n + m <= EXACT_MAX_N, else the normal
+    approximation. E.g. x entirely below y with 3 values each: p = 1/C(6,3) = 1/20.
+    """
+    if not x or not y:
+        raise ValueError("Mann–Whitney needs at least one sample on each side")
+    ranks2 = _doubled_midranks([*x, *y])
+    n, w2 = len(x), sum(ranks2[: len(x)])
+    if len(ranks2) <= EXACT_MAX_N:
+        return min(1.0, _exact_cdf(ranks2, n, w2))
+    return _normal_cdf(ranks2, n, w2)

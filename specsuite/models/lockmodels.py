@@ -1,0 +1,63 @@
+"""``lock-models``: fill or refresh size and sha256 of every hf entry from the Hub at its pinned revision.
+
+One ``paths-info`` call per (repo, revision) answers for all its files (lfs.size, lfs.oid). Commits are
+immutable, so drift means the lock was edited by hand, the repository was rewritten, or HF_ENDPOINT points
+at another server: ``--check`` reports it and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+
+from specsuite.common.errors import UserError
+from specsuite.models import hub
+from specsuite.models.download import Policy
+from specsuite.models.lock import Entry, load_lock, set_locked, write_lock
+
+
+def _describe(e: Entry, size: int, sha: str) -> str:
+    if not e.locked:
+        return f"{e.name}: not locked -> {size} bytes, sha256 {sha}"
+    return f"{e.name}: {e.size} bytes, sha256 {e.sha256} -> {size} bytes, sha256 {sha}"
+
+
+def lock_models(
+    *, lock: str | os.PathLike[str] | None = None, check: bool = False, policy: Policy | None = None
+) -> int:
+    """Lock every hf entry; returns the number of entries that changed (or would, with ``check``).
+
+    Requests follow the fetcher's retry policy (``policy``, default from the SPEC_FETCH_* variables)."""
+    lk = load_lock(lock)
+    policy = policy or Policy.from_env()
+    groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+    for e in lk.entries.values():
+        if e.source == "hf":
+            groups[(e.repo, e.revision)].append(e)  # type: ignore[index]
+    drift: list[tuple[Entry, int, str]] = []
+    with hub.session() as sess:
+        for (repo, revision), entries in groups.items():
+            wanted = [e.path for e in entries]
+            metas = hub.paths_info(sess, repo, revision, wanted, policy=policy)  # type: ignore[arg-type]
+            for e in entries:
+                meta = metas[e.path]  # type: ignore[index]
+                if (e.size, e.sha256) != (meta.size, meta.sha256):
+                    drift.append((e, meta.size, meta.sha256))
+    for e, size, sha in drift:
+        print(_describe(e, size, sha))
+    if check:
+        if drift:
+            raise UserError(
+                f"{lk.path} differs from the Hub for {len(drift)} entr{'y' if len(drift) == 1 else 'ies'} "
+                "(listed above); run `invoke lock-models` and review the change",
+                code=1,
+            )
+        print(f"{lk.path}: all {sum(map(len, groups.values()))} hf entries match the Hub")
+        return 0
+    for e, size, sha in drift:
+        set_locked(lk, e.name, size, sha)
+    if drift:
+        write_lock(lk)
+    print(f"{lk.path}: {len(drift)} entr{'y' if len(drift) == 1 else 'ies'} updated", file=sys.stderr)
+    return len(drift)

@@ -1,0 +1,65 @@
+"""bench.json: a run's numbers for github-action-benchmark (``tool: customBiggerIsBetter``).
+
+That action reads a JSON list of ``{"name", "unit", "value"}`` entries with optional ``range`` and
+``extra`` strings, charts each name over commits and alerts when a value drops. One entry per measured
+case and metric (accept_rate, accept_len, speedup), named ``"<case> <metric>"``; a null or NaN value
+is left out rather than charted as zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specsuite.common import atomic
+from specsuite.history.regress import finite, speed_samples
+from specsuite.results.document import CaseRecord, case_records
+
+UNITS = {"accept_rate": "accepted/drafted", "accept_len": "tokens/step", "speedup": "x"}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _speedup(rec: CaseRecord) -> tuple[float | None, str | None]:
+    """(speedup, its range): the median of the repeats where the run repeated, else the single value."""
+    speed = _dict(rec.speed)
+    samples = [v for v in (finite(x) for x in speed_samples({"speed": speed}) or []) if v is not None]
+    median = finite(speed.get("speedup_median"))
+    if median is not None and samples:
+        return median, f"{min(samples):.3f} to {max(samples):.3f} over {len(samples)} repeats"
+    return finite(rec.speedup), None
+
+
+def _extra(doc: dict[str, Any], rec: CaseRecord) -> str:
+    binary, device = _dict(doc.get("binary")), _dict(doc.get("device"))
+    where = device.get("name") or binary.get("backend") or "?"
+    return f"llama.cpp {str(binary.get('commit') or '?')[:7]} on {where}; {rec.status}"
+
+
+def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The customBiggerIsBetter entries of one results.json document, in case order."""
+    out: list[dict[str, Any]] = []
+    for name, rec in case_records(doc).items():
+        if not rec.measured:
+            continue
+        extra = _extra(doc, rec)
+        speedup, spread = _speedup(rec)
+        values = {"accept_rate": finite(rec.accept_rate), "accept_len": finite(rec.accept_len)}
+        for metric, value in [*values.items(), ("speedup", speedup)]:
+            if value is None:
+                continue
+            entry: dict[str, Any] = {"name": f"{name} {metric}", "unit": UNITS[metric], "value": value}
+            if metric == "speedup" and spread:
+                entry["range"] = spread
+            entry["extra"] = extra
+            out.append(entry)
+    return out
+
+
+def write_bench_json(doc: dict[str, Any], path: Path) -> Path:
+    """Write ``entries(doc)`` to ``path`` atomically (readers see the old file or the whole new one)."""
+    path = Path(path)
+    atomic.write_json(path, entries(doc))
+    return path

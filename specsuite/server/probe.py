@@ -1,0 +1,367 @@
+"""What a llama-server binary can run: spec types, flag spellings, commit and backend, from its ``--help``.
+
+Upstream has renamed speculative types and flags more than once (``mtp`` -> ``draft-mtp``, ``--draft-max`` ->
+``--spec-draft-n-max``, ``-ngld`` -> ``--spec-draft-ngl``) and keeps removed flags as stubs whose help says
+"the argument has been removed". The suite builds every command line from this probe, so an old or new
+binary is skipped with a reason (``binary_no_<method>``) instead of dying on an unknown flag.
+
+The help layout is llama.cpp's ``common_arg::to_string`` (``common/arg.cpp``): an option starts in column 0,
+its description starts in column 40 (on the same line when the names fit in 37 columns, else on the next).
+No library parses that; the parser below is the smallest one that follows those two rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsuite.build import toolchain
+from specsuite.common import paths, table
+from specsuite.common.errors import UserError
+from specsuite.common.statcache import StatCache
+
+SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
+HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
+REMOVED_MARKER = "the argument has been removed"
+_TIMEOUT_S = 60
+
+# Canonical flag name -> spellings in order of preference (current first, legacy after).
+FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "spec_type": ("--spec-type",),
+    "draft_model": ("--spec-draft-model", "--model-draft", "-md"),
+    "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
+    "draft_n_min": ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
+    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
+    "draft_ngl": ("--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft", "-ngld"),
+    "synth_len": ("--spec-synth-len",),
+    "synth_rates": ("--spec-synth-rates",),
+    "fit": ("--fit", "-fit"),
+    "metrics": ("--metrics",),
+    "flash_attn": ("--flash-attn", "-fa"),
+    "n_gpu_layers": ("--n-gpu-layers", "--gpu-layers", "-ngl"),
+    "ctx_size": ("--ctx-size", "-c"),
+    "parallel": ("--parallel", "-np"),
+    "seed": ("--seed", "-s"),
+    "spec_default": ("--spec-default",),
+}
+
+# Canonical spec type (pinned commit) -> older names of the same method.
+LEGACY_TOKENS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}
+
+
+def method_name(spec_type: str) -> str:
+    """Short method name used in skip reasons: the ``draft-`` prefix dropped (``draft-dspark`` -> ``dspark``,
+    ``draft-mtp`` -> ``mtp``), except ``draft-simple``, kept whole because ``simple`` alone would be
+    ambiguous with ``ngram-simple``; every other type (``ngram-mod`` …) is its own name."""
+    if spec_type.startswith("draft-") and spec_type != "draft-simple":
+        return spec_type.removeprefix("draft-")
+    return spec_type
+
+
+class MissingFlag(Exception):
+    """The binary lacks a spec type or a flag a command line needs; ``reason`` is ``binary_no_<what>``.
+
+    Raised by the lookups the command builder uses, so a skip reason always names exactly what the command
+    could not be built with (there is no second list of requirements to disagree with it)."""
+
+    def __init__(self, binary: str, what: str, reason: str) -> None:
+        super().__init__(f"{binary} has no {what} ({reason})")
+        self.what, self.reason = what, reason
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    binary: str
+    version_text: str
+    commit: str | None
+    spec_types: frozenset[str]
+    options: frozenset[str] = frozenset()  # every option name the help lists and does not mark removed
+    removed: frozenset[str] = frozenset()  # option names whose description says they were removed
+    backend: str | None = None  # "cpu", "cuda", "vulkan", … from --list-devices; None if unknown
+    devices: tuple[str, ...] = field(default=())
+
+    def spec_token(self, spec_type: str) -> str | None:
+        """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``)."""
+        for token in (spec_type, *LEGACY_TOKENS.get(spec_type, ())):
+            if token in self.spec_types:
+                return token
+        return None
+
+    def flag(self, name: str) -> str | None:
+        """The binary's spelling of a canonical flag (see FLAG_SPELLINGS), None if absent or removed."""
+        try:
+            spellings = FLAG_SPELLINGS[name]
+        except KeyError:
+            raise ValueError(f"unknown canonical flag {name!r}; known: {', '.join(FLAG_SPELLINGS)}") from None
+        return next((s for s in spellings if s in self.options), None)
+
+    def require_flag(self, name: str) -> str:
+        """Like ``flag``, but a missing flag raises MissingFlag(``binary_no_<name>``)."""
+        spelling = self.flag(name)
+        if spelling is None:
+            spellings = "/".join(FLAG_SPELLINGS[name])
+            raise MissingFlag(self.binary, f"flag for {name} ({spellings})", f"binary_no_{name}")
+        return spelling
+
+    def require_type(self, spec_type: str) -> str:
+        """The binary's token for a spec type; MissingFlag(``binary_no_<method>``) when it has none."""
+        token = self.spec_token(spec_type)
+        if token is None or self.flag("spec_type") is None:
+            reason = f"binary_no_{method_name(spec_type)}"
+            raise MissingFlag(self.binary, f"speculative type {spec_type}", reason)
+        return token
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPU devices ``--list-devices`` showed (a CUDA build on a machine without one lists none)."""
+        return tuple(d for d in self.devices if not d.upper().startswith("CPU"))
+
+
+# --- parsing -------------------------------------------------------------------------------------------
+
+
+def _split_entries(help_text: str) -> list[tuple[str, str]]:
+    """(names-and-hints, description) per option, following common_arg::to_string's layout."""
+    entries: list[tuple[str, list[str]]] = []
+    for line in help_text.splitlines():
+        if line.startswith("-----"):  # section header: ends the previous option
+            entries.append(("", []))
+        elif line.startswith("-"):
+            fits = len(line) > HELP_COLUMN and line[HELP_COLUMN - 3 : HELP_COLUMN] == "   "
+            head, desc = (line[:HELP_COLUMN], line[HELP_COLUMN:]) if fits else (line, "")
+            entries.append((head.strip(), [desc.strip()]))
+        elif entries and line.startswith(" "):
+            entries[-1][1].append(line.strip())
+        elif entries and entries[-1][0].endswith(("|", ",")) and not any(entries[-1][1]):
+            # Old layouts can break a long value list ("[a|b|" + newline + "c]") before the description.
+            entries[-1] = (entries[-1][0] + line.strip(), entries[-1][1])
+    return [(head, " ".join(d for d in desc if d)) for head, desc in entries if head]
+
+
+def _names(head: str) -> list[str]:
+    return [tok for tok in re.split(r"[\s,]+", head) if re.fullmatch(r"--?[A-Za-z0-9][\w-]*", tok)]
+
+
+def _spec_types(head: str) -> frozenset[str]:
+    """The value list after ``--spec-type``: ``a,b,c`` (current) or ``[a|b|c]`` / ``{a,b}`` (older)."""
+    after = head.split("--spec-type", 1)[1].replace(", -", " -").split()
+    hint = next((tok for tok in after if not tok.startswith("-")), "")
+    if not hint or hint.isupper():  # a placeholder such as TYPE lists nothing
+        return frozenset()
+    return frozenset(t for t in re.split(r"[,|]", hint.strip("[]{}<>")) if t)
+
+
+def parse_help(help_text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(options, removed options, spec types) from a ``--help`` text."""
+    options: set[str] = set()
+    removed: set[str] = set()
+    types: frozenset[str] = frozenset()
+    for head, desc in _split_entries(help_text):
+        names = _names(head)
+        (removed if REMOVED_MARKER in desc.lower() else options).update(names)
+        if "--spec-type" in names:
+            types = _spec_types(head)
+    return frozenset(options), frozenset(removed), types
+
+
+def parse_commit(version_text: str) -> str | None:
+    """Short hash: ``version: 0.5.0-dev (build 1, commit 0c1e570)``, older ``version: 4000 (0c1e570)``."""
+    m = re.search(r"\bcommit ([0-9a-f]{6,40})\b", version_text) or re.search(
+        r"version: \S+ \(([0-9a-f]{6,40})\)", version_text
+    )
+    return m.group(1) if m else None
+
+
+_DEVICE_RE = re.compile(r"^\s+(([A-Za-z]+)\d*: .*)$", re.MULTILINE)
+_BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl")
+
+
+def parse_devices(list_devices_out: str) -> tuple[str | None, tuple[str, ...]]:
+    """(backend, device lines) from ``--list-devices`` output (stdout and stderr together).
+
+    A CUDA build on a machine without a GPU lists no device but logs ``ggml_cuda_init: failed …``."""
+    if "Available devices:" not in list_devices_out:
+        return None, ()
+    found = _DEVICE_RE.findall(list_devices_out.split("Available devices:", 1)[1])
+    kinds = [kind.lower() for _, kind in found]
+    kinds += [k for k in _BACKENDS if f"ggml_{k}_init" in list_devices_out.lower()]
+    backend = next((k for k in kinds if k in _BACKENDS), "cpu")
+    return backend, tuple(line.strip() for line, _ in found)
+
+
+# --- running the binary ---------------------------------------------------------------------------------
+
+
+def _run(binary: Path, arg: str) -> tuple[int, str, str]:
+    """Run ``binary arg`` in its own process group; on timeout the whole group is killed, so a wrapper
+    script's children (or a hung server the wrapper started) never outlive the probe."""
+    env = child_env()
+    try:
+        proc = subprocess.Popen(
+            [str(binary), arg],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise UserError(
+            f"cannot run {binary}: {exc.strerror or exc}; rebuild it with `nox -s build`"
+        ) from None
+    try:
+        out, err = proc.communicate(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise UserError(
+            f"{binary} {arg} did not finish within {_TIMEOUT_S} s; is it a llama-server?"
+        ) from None
+    finally:
+        if proc.poll() is None:  # KeyboardInterrupt while waiting
+            kill_group(proc)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def child_env() -> dict[str, str]:
+    """The environment for anything the suite runs of llama.cpp's: the build tools' (toolchain.child_env:
+    no Hugging Face token, an arbitrary commit's code never sees it), and no ``LLAMA_ARG_*`` (hidden config
+    that would change the command line)."""
+    return {k: v for k, v in toolchain.child_env().items() if not k.startswith("LLAMA_ARG_")}
+
+
+def _identity_problem(options: frozenset[str], version_text: str) -> str | None:
+    if "--spec-type" not in options:
+        return "its --help lists no --spec-type option"
+    if parse_commit(version_text) is None:
+        return (
+            f"its --version names no commit ({version_text.splitlines()[0] if version_text else 'empty'!r})"
+        )
+    return None
+
+
+def _probe_uncached(binary: Path) -> Capabilities:
+    rc, out, err = _run(binary, "--help")
+    if rc != 0 or "--help" not in out + err:
+        tail = "\n".join((out + err).strip().splitlines()[-5:])
+        raise UserError(f"{binary} --help failed (exit {rc}); is it a llama-server?\n{tail}")
+    options, removed, types = parse_help(out if "--help" in out else err)
+    _, vout, verr = _run(binary, "--version")
+    version_text = (vout + verr).strip()
+    if problem := _identity_problem(options, version_text):
+        raise UserError(
+            f"{binary}: not a llama-server with speculative decoding: {problem}. "
+            "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
+        )
+    backend: str | None = None
+    devices: tuple[str, ...] = ()
+    if "--list-devices" in options:
+        _, dout, derr = _run(binary, "--list-devices")
+        backend, devices = parse_devices(dout + derr)
+    return Capabilities(
+        str(binary), version_text, parse_commit(version_text), types, options, removed, backend, devices
+    )
+
+
+# --- cache ---------------------------------------------------------------------------------------------
+
+_CACHE = StatCache("probe", SCHEMA)
+
+
+def _to_json(caps: Capabilities) -> dict[str, object]:
+    data = asdict(caps)
+    for k, v in data.items():
+        if isinstance(v, (frozenset, tuple)):
+            data[k] = sorted(v) if isinstance(v, frozenset) else list(v)
+    return data
+
+
+def _from_json(data: dict[str, Any]) -> Capabilities:
+    return Capabilities(
+        binary=data["binary"],
+        version_text=data["version_text"],
+        commit=data["commit"],
+        spec_types=frozenset(data["spec_types"]),
+        options=frozenset(data["options"]),
+        removed=frozenset(data["removed"]),
+        backend=data["backend"],
+        devices=tuple(data["devices"]),
+    )
+
+
+def probe(binary: Path) -> Capabilities:
+    """Capabilities of a llama-server, cached per binary identity (statcache) under cache_dir()/probe/."""
+    binary = Path(binary).expanduser()
+    if not binary.is_file():
+        raise UserError(
+            f"llama-server not found at {binary}; build it with `nox -s build` "
+            "or point LLAMA_SERVER_BIN_PATH at one"
+        )
+    binary = binary.resolve()
+    cached = _CACHE.get(binary)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        if cached is not None:
+            return _from_json(cached)
+    caps = _probe_uncached(binary)
+    _CACHE.put(binary, _to_json(caps))
+    return caps
+
+
+# --- table ---------------------------------------------------------------------------------------------
+
+
+def canonical_type(token: str) -> str:
+    """The pinned commit's name for a binary's own spec type token (``mtp`` -> ``draft-mtp``)."""
+    return next((canon for canon, old in LEGACY_TOKENS.items() if token in old), token)
+
+
+def _rows(caps: Capabilities, cases: list[Any]) -> list[tuple[str, str, str, str, str, str]]:
+    from specsuite.suite.command import missing_reason  # the command builder decides what a case needs
+
+    rows = []
+    for case in cases:
+        reason = missing_reason(caps, case)
+        tokens = ",".join(caps.spec_token(t) or "-" for t in case.spec_type) if case.spec_type else "-"
+        rows.append((case.name, case.tier, case.method, tokens, "no" if reason else "yes", reason or ""))
+    return rows
+
+
+def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
+    """Binary, commit and backend, then one row per case (or the spec types, without a cases file)."""
+    print(f"binary:  {caps.binary}")
+    first = caps.version_text.splitlines()[0] if caps.version_text else "?"
+    print(f"version: {first.removeprefix('version: ')}")
+    print(f"commit:  {caps.commit or '?'}")
+    gpus = f"; GPUs: {'; '.join(caps.gpus)}" if caps.gpus else "; no GPU visible"
+    print(
+        f"backend: {caps.backend or '?'}" + (f" ({'; '.join(caps.devices)})" if caps.devices else "") + gpus
+    )
+    print(f"spec types: {', '.join(sorted(caps.spec_types)) or '(none)'}")
+    if cases is None:
+        return
+    header = ("case", "tier", "method", "token", "runs", "why not")
+    body = _rows(caps, cases)
+    print(table.render(header, body))
+    if any(row[4] == "no" for row in body):
+        print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
+
+
+def probe_command(binary: str | None = None) -> int:
+    """``invoke probe`` / ``specsuite probe [BINARY]``: print what the binary can run."""
+    from specsuite.cases.schema import load_cases
+
+    path = Path(binary) if binary else paths.server_binary()
+    cases = load_cases() if paths.CASES_FILE.is_file() else None
+    print_table(probe(path), cases)
+    return 0

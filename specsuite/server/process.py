@@ -1,0 +1,233 @@
+"""One llama-server's life: start, health wait, requests, /metrics, stop (the command line: command.py).
+
+Modelled on upstream ``tools/server/tests/utils.py`` ``ServerProcess``, with what a regression run needs on
+top: a check that the process answering /health is ours (portowner), a scrubbed environment
+(no ``LLAMA_ARG_*``, an empty ``XDG_CONFIG_HOME`` so no config file applies), its own process group (so a
+Ctrl-C or pytest timeout cannot leave a server behind), a log file, and a failure reason on every death.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from specsuite.common import procs
+from specsuite.common.envnum import env_number
+from specsuite.server import metrics, portowner
+from specsuite.server.probe import child_env
+
+REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
+START_TIMEOUT_S = 1800.0  # upstream's test_spec_methods: server.start(timeout_seconds=1800)
+STOP_GRACE_S = 10.0
+_LIVE: set[LlamaServer] = set()
+
+
+class ServerFailed(Exception):
+    """The server died, never became healthy, or a request timed out; ``reason`` is failure.classify's."""
+
+    def __init__(self, reason: str, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- last server log lines ---\n{log_tail}" if log_tail else message)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_timeout_s() -> float:
+    """``SPEC_START_TIMEOUT_S``, else 1800 s: a 41 GiB target on a cold page cache loads for minutes."""
+    return env_number("SPEC_START_TIMEOUT_S", START_TIMEOUT_S)
+
+
+def _child_env(config_home: str) -> dict[str, str]:
+    env = child_env()
+    env["XDG_CONFIG_HOME"] = config_home
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child: its own process group, and SIGKILL when the test process dies (even by SIGKILL)."""
+    os.setpgrp()
+    procs.die_with_parent(signal.SIGKILL)
+
+
+class LlamaServer:
+    """A llama-server process. Use as a context manager, or call start()/stop() in a finally."""
+
+    def __init__(
+        self,
+        command: list[str],
+        log_path: Path,
+        *,
+        start_timeout: float | None = None,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.command = command
+        self.port = int(command[command.index("--port") + 1])
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        self.start_timeout = start_timeout_s() if start_timeout is None else start_timeout
+        self.request_timeout = request_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._config_home: str | None = None
+        self._http = requests.Session()
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._config_home = tempfile.mkdtemp(prefix="specsuite-xdg-")
+        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_child_env(self._config_home),
+                preexec_fn=_die_with_parent,
+            )
+        _LIVE.add(self)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self._failure(f"llama-server exited with code {self.proc.returncode} while starting")
+            with contextlib.suppress(requests.RequestException):
+                if self._http.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    self._check_ours()
+                    return
+            time.sleep(0.05)
+        raise self._failure(f"llama-server not healthy within {self.start_timeout:.0f} s", timed_out=True)
+
+    def _check_ours(self) -> None:
+        """A 200 on /health only counts when our child owns the listening socket (see portowner)."""
+        assert self.proc is not None
+        if portowner.owns_port(self.proc.pid, self.port) is False:
+            raise self._failure(
+                f"port {self.port} answered /health, but the listener is not our llama-server "
+                f"(pid {self.proc.pid}): another process took the port",
+                reason="port_in_use",
+            )
+
+    def stop(self) -> int | None:
+        """SIGTERM to the process group, wait, then SIGKILL; returns the exit code. Safe to call twice."""
+        proc, self.proc = self.proc, None
+        rc = None
+        if proc is not None:
+            rc = _terminate_group(proc)
+        _LIVE.discard(self)
+        self._http.close()
+        if self._config_home:
+            shutil.rmtree(self._config_home, ignore_errors=True)
+            self._config_home = None
+        return rc
+
+    def __enter__(self) -> LlamaServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            res = self._http.post(f"{self.base_url}{path}", json=body, timeout=self.request_timeout)
+        except requests.Timeout:
+            raise self._failure(
+                f"POST {path} got no answer within {self.request_timeout:.0f} s", timed_out=True
+            ) from None
+        except requests.RequestException as exc:
+            raise self._failure(f"POST {path} failed: {exc}") from None
+        if res.status_code != 200:
+            raise self._failure(
+                f"POST {path} returned HTTP {res.status_code}: {res.text[:300]}", reason="runtime_error"
+            )
+        try:
+            answer: Any = res.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise self._failure(
+                f"POST {path} answered something that is not a JSON object", reason="runtime_error"
+            )
+        return answer
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.post("/v1/chat/completions", body)
+
+    def metrics(self) -> metrics.Snapshot:
+        try:
+            res = self._http.get(f"{self.base_url}/metrics", timeout=self.request_timeout)
+        except requests.RequestException as exc:
+            raise self._failure(f"GET /metrics failed: {exc}") from None
+        if res.status_code != 200:
+            raise self._failure(
+                f"GET /metrics returned HTTP {res.status_code} (started without --metrics?)",
+                reason="runtime_error",
+            )
+        try:
+            return metrics.parse(res.text, res.headers.get("Process-Start-Time-Unix"))
+        except metrics.MetricsError as exc:
+            raise ServerFailed("metrics", f"GET /metrics: {exc}") from None
+
+    # --- failures --------------------------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def _failure(self, message: str, *, timed_out: bool = False, reason: str | None = None) -> ServerFailed:
+        from specsuite.server.failure import classify
+
+        rc = self.proc.poll() if self.proc is not None else None
+        if rc is None and timed_out:
+            self.stop()  # a hung server is stopped before its log is read, so the log is complete
+        reason = reason or classify(rc, self.log_text(), timed_out=timed_out and rc is None)
+        return ServerFailed(reason, f"{message} [{reason}]", self.log_tail())
+
+
+def _terminate_group(proc: subprocess.Popen[bytes]) -> int | None:
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=wait)
+    return proc.poll()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Last resort: a KeyboardInterrupt or an error outside the fixtures still stops every server."""
+    for server in list(_LIVE):
+        server.stop()

@@ -1,0 +1,131 @@
+"""The llama-server command line of a case (and of its speculation-off baseline), from the probe.
+
+Every flag comes from the binary's own ``--help`` (probe.Capabilities), looked up with ``require_flag`` /
+``require_type``: a flag or type the binary lacks raises ``MissingFlag`` here, while building the command, so
+the skip or failure reason of a case (``binary_no_<what>``) is always exactly what the command could not be
+built with. Nothing is left to server defaults that move between commits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from specsuite.cases.schema import DETECT, Case
+from specsuite.server.probe import Capabilities, MissingFlag
+
+DEFAULT_NGL = "99"
+CTX_SIZE = "1024"
+SEED = "42"  # upstream's ServerProcess passes --seed 42; requests carry the same seed
+# ngram methods take their draft length (and ngram-mod its minimum) from their own flags, not from
+# --spec-draft-n-max; a case's n_max / n_min go there so they mean the same thing for every method.
+NGRAM_N_MAX = {
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+NGRAM_N_MIN = {"ngram-mod": "--spec-ngram-mod-n-min"}
+
+
+def gpu_layers(caps: Capabilities) -> str | None:
+    """-ngl value from N_GPU_LAYERS (default 99); None on a CPU-only build, where offload means nothing."""
+    if caps.backend == "cpu":
+        return None
+    return os.environ.get("N_GPU_LAYERS", DEFAULT_NGL)
+
+
+def _own_flag(caps: Capabilities, flag: str, fallback: str) -> str:
+    """An ngram family's own flag when the binary has it, else the generic draft flag."""
+    return flag if flag in caps.options else caps.require_flag(fallback)
+
+
+def spec_args(caps: Capabilities, case: Case, draft: Path | None) -> list[str]:
+    """The speculative part of a case with a fixed configuration (spec_type or spec_default)."""
+    if case.spec_default:
+        return [caps.require_flag("spec_default"), *case.server_args]
+    args: list[str] = []
+    if case.spec_type != (DETECT,):
+        tokens = ",".join(caps.require_type(t) for t in case.spec_type)
+        args += [caps.require_flag("spec_type"), tokens]
+    if draft is not None:
+        args += [caps.require_flag("draft_model"), str(draft)]
+    single = case.spec_type[0] if len(case.spec_type) == 1 else None
+    if case.n_max is not None:
+        args += [_own_flag(caps, NGRAM_N_MAX.get(single or "", ""), "draft_n_max"), str(case.n_max)]
+    if case.n_min is not None:
+        args += [_own_flag(caps, NGRAM_N_MIN.get(single or "", ""), "draft_n_min"), str(case.n_min)]
+    if case.p_min is not None:
+        args += [caps.require_flag("draft_p_min"), f"{case.p_min:g}"]
+    if case.synth_rates is not None:
+        args += [caps.require_flag("synth_rates"), ",".join(f"{r:g}" for r in case.synth_rates)]
+    if case.synth_len is not None:
+        args += [caps.require_flag("synth_len"), f"{case.synth_len:g}"]
+    return args + list(case.server_args)
+
+
+def build_command(
+    caps: Capabilities,
+    target: Path,
+    port: int,
+    case: Case | None = None,
+    draft: Path | None = None,
+    resolved: Sequence[str] | None = None,
+) -> list[str]:
+    """The full argv. ``case=None`` is the baseline: the same server with speculation off. ``resolved``:
+    the flags the mode resolver chose for a ``mode`` case (instead of the case's fixed configuration)."""
+    ngl = gpu_layers(caps)
+    cmd = [caps.binary, "-m", str(target), caps.require_flag("ctx_size"), CTX_SIZE]
+    cmd += [caps.require_flag("parallel"), "1"]
+    if ngl is not None:
+        cmd += [caps.require_flag("n_gpu_layers"), ngl]
+        if case is not None:  # as upstream: the draft (or MTP head) is offloaded like the target
+            cmd += [caps.require_flag("draft_ngl"), ngl]
+    cmd += [caps.require_flag("flash_attn"), "on", caps.require_flag("metrics")]
+    if caps.flag("fit"):  # --fit on (the default) resizes ctx and offload to free VRAM: not reproducible
+        cmd += [caps.require_flag("fit"), "off"]
+    if "--offline" in caps.options:  # models are local paths; never let the server reach the network
+        cmd.append("--offline")
+    if caps.backend == "cpu":
+        cmd += _no_polling(caps, draft)
+    cmd += ["--temp", "0", caps.require_flag("seed"), SEED, "--host", "127.0.0.1", "--port", str(port)]
+    if resolved is not None:
+        cmd += _known(caps, resolved) + (list(case.server_args) if case is not None else [])
+    elif case is not None:
+        cmd += spec_args(caps, case, draft)
+    return cmd
+
+
+def _known(caps: Capabilities, flags: Sequence[str]) -> list[str]:
+    """The resolver's flags, each checked against the binary (e.g. --spec-default is newer than MTP)."""
+    for flag in flags:
+        if flag.startswith("--") and flag not in caps.options:
+            raise MissingFlag(
+                caps.binary, f"option {flag}", f"binary_no_{flag.removeprefix('--').replace('-', '_')}"
+            )
+    return list(flags)
+
+
+def _no_polling(caps: Capabilities, draft: Path | None) -> list[str]:
+    """On a CPU build, busy-wait polling (default level 50) makes the target's and the draft's thread pools
+    starve each other on a few shared cores: measured 4.4 vs 46.8 tokens/s for draft-simple on 2 cores."""
+    args = ["--poll", "0"] if "--poll" in caps.options else []
+    if draft is not None and "--spec-draft-poll" in caps.options:
+        args += ["--spec-draft-poll", "0"]
+    return args
+
+
+def missing_reason(caps: Capabilities, case: Case) -> str | None:
+    """``binary_no_<what>`` when the binary cannot run the case, from building its command for real.
+
+    A ``mode`` case needs only what the resolver's answer needs; that is decided at run time from the
+    model's metadata, so here it needs just a command line without speculation."""
+    placeholder = Path("/nonexistent")
+    try:
+        build_command(
+            caps, placeholder, 0, case, placeholder if case.draft else None, () if case.mode else None
+        )
+    except MissingFlag as exc:
+        return exc.reason
+    return None

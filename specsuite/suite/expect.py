@@ -1,0 +1,148 @@
+"""What a case must satisfy: drafting happened, the sanity relations, the one-sided floors, and the case's
+own self-test expectations. Every failure message carries the measured number next to the bound it missed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from specsuite.cases.schema import Case
+from specsuite.server.failure import spec_inactive_reason
+from specsuite.suite.measure import Completion
+
+# Rounding in the report must never turn a pass into a fail: compare the exact ratios with this slack.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Failure:
+    reason: str  # results.json reason: spec_inactive, spec_init_failed, sanity, floor, diverged, self_test, …
+    message: str
+
+
+def _drafting(case: Case, n: dict[str, Any], log_text: str) -> list[Failure]:
+    if case.expect_no_drafts:
+        if n["drafted"] != 0:
+            return [Failure("self_test", f"expected no drafts, got drafted={n['drafted']}")]
+        return []
+    if n["drafted"] <= 0 or n["drafts"] <= 0:
+        return [
+            Failure(
+                spec_inactive_reason(log_text),
+                f"speculation did not run: drafted={n['drafted']} steps={n['drafts']} (need > 0)",
+            )
+        ]
+    return []
+
+
+def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
+    if case.uncalibrated:  # report-only until `calibrate` writes floors measured on the runner
+        return []
+    out = []
+    rate, alen, ident = n["accept_rate"], n["accept_len"], n["identical_fraction"]
+    if (
+        rate is not None
+        and case.min_accept_rate is not None
+        and n["accepted"] / n["drafted"] < case.min_accept_rate - _EPS
+    ):
+        out.append(
+            Failure(
+                "floor",
+                f"accept_rate {rate:.4f} < floor {case.min_accept_rate:.4f} "
+                f"(accepted={n['accepted']} / drafted={n['drafted']})",
+            )
+        )
+    if (
+        alen is not None
+        and case.min_accept_len is not None
+        and 1 + n["accepted"] / n["drafts"] < case.min_accept_len - _EPS
+    ):
+        out.append(
+            Failure(
+                "floor",
+                f"accept_len {alen:.4f} < floor {case.min_accept_len:.4f} "
+                f"(1 + accepted={n['accepted']} / steps={n['drafts']})",
+            )
+        )
+    if case.min_identical_fraction is not None and (ident or 0.0) < case.min_identical_fraction - _EPS:
+        diffs = ", ".join(f"{p['id']}@{p['first_diff']}" for p in n["prompts"] if not p["identical"])
+        out.append(
+            Failure(
+                "diverged",
+                f"identical_fraction {ident} < floor {case.min_identical_fraction} "
+                f"(first differing token per prompt: {diffs})",
+            )
+        )
+    return out
+
+
+def _speed(case: Case, n: dict[str, Any]) -> list[Failure]:
+    """One-sided: speculation must not be slower than ``min_speedup`` x plain decoding (median of rounds).
+
+    A product rule, not a measured floor: it holds for uncalibrated cases too when they name one."""
+    if case.min_speedup is None:
+        return []
+    up, rounds = n.get("speedup"), (n.get("speed") or {}).get("speedups") or []
+    if up is None or not math.isfinite(up):
+        return [Failure("speed", f"no speedup measured, but the case requires >= {case.min_speedup:.3f}")]
+    if up < case.min_speedup - _EPS:
+        per_round = ", ".join(f"{x:.3f}" for x in rounds)
+        return [
+            Failure(
+                "speed",
+                f"speedup {up:.3f} < floor {case.min_speedup:.3f} (median of {len(rounds)} round(s): "
+                f"[{per_round}]; decode {n.get('decode_tps')} vs {n.get('baseline_decode_tps')} tokens/s "
+                "without speculation)",
+            )
+        ]
+    return []
+
+
+def _self_tests(case: Case, n: dict[str, Any]) -> list[Failure]:
+    out = []
+    acc, drafted, drafts, pos = n["accepted"], n["drafted"], n["drafts"], n["per_position"]
+    if case.expect_accepted is not None and acc != case.expect_accepted:
+        out.append(f"accepted={acc}, expected exactly {case.expect_accepted}")
+    if case.expect_all_accepted and acc != drafted:
+        out.append(f"accepted={acc} != drafted={drafted} (synthetic rates all 1 accept every draft token)")
+    if case.expect_accept_len is not None and case.accept_len_tolerance is not None and drafts:
+        alen = 1 + acc / drafts
+        if abs(alen - case.expect_accept_len) > case.accept_len_tolerance + _EPS:
+            out.append(
+                f"accept_len {alen:.4f} not within {case.expect_accept_len} ± {case.accept_len_tolerance}"
+            )
+    positions = n.get("per_position_rate") != [] or not drafts  # [] with drafts: not exported (a warning)
+    if case.expect_full_positions and positions and (not pos or pos[0] != drafts or sum(pos) != drafted):
+        out.append(
+            f"per_position {pos}: expected position 0 == steps={drafts} and sum == drafted={drafted} "
+            "(every drafted token accepted)"
+        )
+    if case.expect_draft_len is not None and positions:
+        longest = sum(1 for c in pos if c > 0)
+        if longest != case.expect_draft_len:
+            out.append(
+                f"longest accepted draft = {longest} positions (per_position {pos}), "
+                f"expected {case.expect_draft_len}"
+            )
+    return [Failure("self_test", m) for m in out]
+
+
+def _log(case: Case, log_text: str) -> list[Failure]:
+    return [Failure("log", f"server log lacks {s!r}") for s in case.expect_log if s not in log_text]
+
+
+def check(
+    case: Case, n: dict[str, Any], completions: list[Completion], sanity: list[str], log_text: str
+) -> list[Failure]:
+    """All failures of one case (empty = pass); the first one's reason is the case's reason."""
+    empty = [c.id for c in completions if not c.tokens]
+    out = [Failure("no_tokens", f"no tokens returned for prompt(s) {', '.join(empty)}")] if empty else []
+    out += _drafting(case, n, log_text)
+    out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
+    out += _floors(case, n)
+    out += _speed(case, n)
+    out += _self_tests(case, n)
+    out += _log(case, log_text)
+    return out

@@ -1,0 +1,227 @@
+"""Requests and the numbers derived from them: prompts, decode speed, divergence from the baseline.
+
+Every number here comes from the server: tokens and ``timings`` from ``/completion``, counters from the
+``/metrics`` delta (see metrics.py). Nothing is estimated. The prompt texts are data (cases.toml).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsuite.server.metrics import Delta
+
+SEED = 42
+WARMUP_N_PREDICT = 16
+Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+Prompts = Sequence[tuple[str, str]]
+
+
+def request_body(prompt: str, n_predict: int) -> dict[str, Any]:
+    """Greedy and reproducible: no prompt cache (slot reuse changes batch shapes), fixed seed (synthetic
+    acceptance draws from the request seed), tokens returned for the divergence check."""
+    return {
+        "prompt": prompt,
+        "temperature": 0,
+        "top_k": 1,
+        "seed": SEED,
+        "n_predict": n_predict,
+        "cache_prompt": False,
+        "return_tokens": True,
+    }
+
+
+@dataclass(frozen=True)
+class Completion:
+    id: str
+    tokens: tuple[int, ...]
+    predicted_n: int
+    predicted_ms: float
+    draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
+    draft_n_accepted: int = 0
+
+    @classmethod
+    def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
+        t = body.get("timings") or {}
+        return cls(
+            prompt_id,
+            tuple(body.get("tokens") or ()),
+            int(t.get("predicted_n", 0)),
+            float(t.get("predicted_ms", 0.0)),
+            int(t.get("draft_n", 0)),
+            int(t.get("draft_n_accepted", 0)),
+        )
+
+
+def run_prompts(post: Post, prompts: Prompts, n_predict: int) -> list[Completion]:
+    """Send every prompt through ``post(path, body) -> dict`` (LlamaServer.post)."""
+    return [
+        Completion.from_response(pid, post("/completion", request_body(text, n_predict)))
+        for pid, text in prompts
+    ]
+
+
+def warm_up(post: Post, prompts: Prompts) -> None:
+    """One discarded short request: the first request pays for allocations and graph setup."""
+    post("/completion", request_body(prompts[0][1], WARMUP_N_PREDICT))
+
+
+def decode_tps(completions: list[Completion]) -> float | None:
+    """Decode tokens/s over all requests, from the server's own predicted_n / predicted_ms."""
+    ms = sum(c.predicted_ms for c in completions)
+    return 1000.0 * sum(c.predicted_n for c in completions) / ms if ms > 0 else None
+
+
+def abba(repeat: int) -> list[tuple[str, str]]:
+    """Measurement order for ``repeat`` rounds, A = baseline, B = speculative: A-B, B-A, A-B, …
+    (A-B-B-A-A-B…), so a machine that slows down or speeds up over the run favours neither side."""
+    return [("base", "spec") if r % 2 == 0 else ("spec", "base") for r in range(repeat)]
+
+
+@dataclass
+class Speed:
+    """Decode speed per round: the speculative server and the baseline, paired by round."""
+
+    spec_tps: list[float] = field(default_factory=list)
+    base_tps: list[float] = field(default_factory=list)
+
+    @property
+    def speedups(self) -> list[float]:
+        return [s / b for s, b in zip(self.spec_tps, self.base_tps, strict=False) if b > 0]
+
+    def as_dict(self) -> dict[str, Any]:
+        ups = self.speedups
+        return {
+            "repeat": len(ups),
+            "spec_tps": [round(x, 2) for x in self.spec_tps],
+            "base_tps": [round(x, 2) for x in self.base_tps],
+            "speedups": [round(x, 4) for x in ups],
+            "speedup_median": round(statistics.median(ups), 4) if ups else None,
+            "speedup_spread": round(max(ups) - min(ups), 4) if ups else None,
+        }
+
+
+def first_diff(ref: Sequence[int], got: Sequence[int]) -> int | None:
+    """Index of the first differing token (a length mismatch differs at the shorter length); None if equal."""
+    for i, (a, b) in enumerate(zip(ref, got, strict=False)):
+        if a != b:
+            return i
+    return None if len(ref) == len(got) else min(len(ref), len(got))
+
+
+@dataclass(frozen=True)
+class PromptDivergence:
+    id: str
+    n_tokens: int
+    identical: bool
+    first_diff: int | None
+    prefix_fraction: float  # share of the baseline's tokens reproduced before the first difference
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "n_tokens": self.n_tokens,
+            "identical": self.identical,
+            "first_diff": self.first_diff,
+            "prefix_fraction": round(self.prefix_fraction, 4),
+        }
+
+
+def divergence(baseline: list[Completion], spec: list[Completion]) -> list[PromptDivergence]:
+    ref = {c.id: c.tokens for c in baseline}
+    out = []
+    for c in spec:
+        r = ref[c.id]
+        d = first_diff(r, c.tokens)
+        prefix = len(r) if d is None else d
+        out.append(PromptDivergence(c.id, len(c.tokens), d is None, d, prefix / len(r) if r else 1.0))
+    return out
+
+
+def identical_fraction(divs: list[PromptDivergence]) -> float | None:
+    return sum(d.identical for d in divs) / len(divs) if divs else None
+
+
+def usage_problem(body: dict[str, Any]) -> str | None:
+    """What is wrong with an OpenAI-style answer's ``usage`` (the front end's backfill bug), or None.
+
+    llama-server reports ``timings.predicted_n``; ``usage.completion_tokens`` must be there and equal it
+    whenever tokens were produced (front ends show tokens/s from it)."""
+    predicted = (body.get("timings") or {}).get("predicted_n")
+    usage = body.get("usage")
+    if not isinstance(predicted, int) or predicted <= 0:
+        return None  # nothing was produced (or the server reports no timings): nothing to check against
+    got = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(got, int) or got == 0:
+        return f"usage.completion_tokens is {got!r} (usage {usage!r}) while timings.predicted_n = {predicted}"
+    if got != predicted:
+        return f"usage.completion_tokens = {got} but timings.predicted_n = {predicted}"
+    return None
+
+
+def chat_body(prompt: str, max_tokens: int = 16) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "top_k": 1,
+        "seed": SEED,
+        "cache_prompt": False,
+    }
+
+
+@dataclass
+class Outcome:
+    """Everything one case measured; ``numbers()`` is what results.json and the SPEC_RESULT line show."""
+
+    delta: Delta
+    completions: list[Completion]
+    divergences: list[PromptDivergence] = field(default_factory=list)
+    speed: Speed = field(default_factory=Speed)
+
+    @property
+    def speedup(self) -> float | None:
+        s = self.speed.as_dict()["speedup_median"]
+        return None if s is None or not math.isfinite(s) else float(s)
+
+    def numbers(self) -> dict[str, Any]:
+        d = self.delta
+        rates = [_r(x) for x in d.per_position_rate] if d.per_position_exported else []
+        return {
+            "drafted": d.drafted,
+            "accepted": d.accepted,
+            "drafts": d.drafts,
+            "accept_rate": _r(d.accept_rate),
+            "accept_len": _r(d.accept_len),
+            "per_position": list(d.per_position) if d.per_position_exported else [],
+            "per_position_rate": rates,
+            "pos0_rate": rates[0] if rates else None,
+            "decode_tps": _r(statistics.median(self.speed.spec_tps), 2) if self.speed.spec_tps else None,
+            "baseline_decode_tps": _r(statistics.median(self.speed.base_tps), 2)
+            if self.speed.base_tps
+            else None,
+            "speedup": _r(self.speedup, 3),
+            "speed": self.speed.as_dict(),
+            "identical_fraction": _r(identical_fraction(self.divergences)),
+            "prompts": [dv.as_dict() for dv in self.divergences],
+        }
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def spec_result_line(name: str, n: dict[str, Any]) -> str:
+    """The seed suite's line, extended with the speedup."""
+
+    def f(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    return (
+        f"SPEC_RESULT {name}: drafted={n['drafted']} accepted={n['accepted']} steps={n['drafts']} "
+        f"accept_rate={f(n['accept_rate'], '.4f')} accept_len={f(n['accept_len'], '.4f')} "
+        f"speedup={f(n['speedup'], '.3f')}"
+    )

@@ -1,0 +1,343 @@
+"""Run one case of the suite against a llama-server binary: ``run_case(case, session) -> CaseRecord``.
+
+Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``),
+the models (stamp-verified paths), the GGUF checks, then a server with the case's speculation next to the
+speculation-off baseline server of the same target, measured in A-B-B-A rounds after a discarded warm-up;
+the ``/metrics`` delta of the first round gives the acceptance numbers. Then the floors, the sanity
+relations, divergence from the baseline's tokens, the self-tests, the speed floor, the usage check and the
+relative gate against the history baseline. Every outcome, also an interruption, lands in results.json.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsuite.cases.schema import Case
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.models.gguf import check_models
+from specsuite.results.document import CaseRecord, RunResults
+from specsuite.server import metrics
+from specsuite.server.failure import log_tail
+from specsuite.server.probe import Capabilities, MissingFlag
+from specsuite.server.process import LlamaServer, ServerFailed, free_port
+from specsuite.suite import expect
+from specsuite.suite.command import build_command
+from specsuite.suite.measure import (
+    Completion,
+    Outcome,
+    Prompts,
+    Speed,
+    abba,
+    chat_body,
+    decode_tps,
+    divergence,
+    run_prompts,
+    spec_result_line,
+    usage_problem,
+    warm_up,
+)
+
+PORT_ATTEMPTS = 3  # a port picked free can be taken before the server binds it: pick another
+Command = Callable[[int], list[str]]  # port -> argv
+
+
+@dataclass
+class Measured:
+    outcome: Outcome
+    log_text: str
+    usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
+
+
+class CaseEnd(Exception):
+    """How a case ended when not passed: status (failed, skipped, error), reason, message."""
+
+    def __init__(self, status: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+@dataclass
+class Options:
+    """How a run judges its cases (run-tier's options; results.json records them)."""
+
+    strict: bool = True  # a method or flag the binary lacks fails the case; False: skipped, said loudly
+    repeat: int = 1  # A-B-B-A rounds of speed measurement
+    allow_cpu: bool = False
+    history: bool = True
+    rtol: float = 0.05
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# A relative gate against history: (case, record) -> failures; the session installs it when it has one.
+Gate = Callable[[Case, CaseRecord], list[expect.Failure]]
+
+
+@dataclass
+class Session:
+    """What every case of one run shares: the binary, the results document, the baseline server."""
+
+    caps: Capabilities
+    results: RunResults
+    options: Options = field(default_factory=Options)
+    gate: Gate | None = None
+    result_lines: list[str] = field(default_factory=list)
+    _base: tuple[Path, LlamaServer] | None = None
+    _base_tokens: dict[tuple[Path, str, int], list[Completion]] = field(default_factory=dict)
+
+    @property
+    def gpu(self) -> bool:
+        return self.caps.backend != "cpu" and bool(self.caps.gpus)
+
+    def locate(self, case: Case) -> dict[str, Path]:
+        """Verified local paths of the case's models from their stamps (no hashing, no network)."""
+        from specsuite.models.store import locate
+
+        try:
+            found = locate(case.models)
+        except UserError as exc:  # its message ends with the command that fixes it
+            raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
+        for m in found.values():
+            self.results.add_model(m.name, m.sha256, m.size)
+        return {name: m.path for name, m in found.items()}
+
+    def baseline_server(self, target: Path, prompts: Prompts) -> LlamaServer:
+        """The speculation-off server of this target: started once, kept while cases use the same target.
+
+        Warmed up once when started, like every case's server, so that no round measures a cold baseline
+        (with one round the baseline goes first: a cold one would inflate the speedup)."""
+        if self._base is not None and self._base[0] == target:
+            return self._base[1]
+        self.close()
+        name = target.name.replace("/", "_")
+        srv = start_server(
+            lambda port: build_command(self.caps, target, port), self.results.logs / f"baseline-{name}.log"
+        )
+        self._base = (target, srv)
+        self.results.add_baseline(name, {"command": srv.command, "log": self.results.rel(srv.log_path)})
+        try:
+            warm_up(srv.post, prompts)
+        except BaseException:  # a baseline that fails its warm-up is not kept for the next case
+            self.close()
+            raise
+        return srv
+
+    def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
+        """The reference tokens of (target, prompt set, n_predict): the first baseline round that ran."""
+        return self._base_tokens.setdefault((target, case.prompts, case.n_predict), got)
+
+    def close(self) -> None:
+        if self._base is not None:
+            self._base[1].stop()
+            self._base = None
+
+
+def start_server(command: Command, log: Path) -> LlamaServer:
+    """Start a server on a free port; another port when a foreign process took the first one."""
+    for attempt in range(PORT_ATTEMPTS):
+        srv = LlamaServer(command(free_port()), log)
+        try:
+            srv.start()
+            return srv
+        except ServerFailed as exc:
+            if exc.reason != "port_in_use" or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def new_record(case: Case) -> CaseRecord:
+    return CaseRecord(
+        name=case.name,
+        tier=case.tier,
+        method=case.method,
+        spec_type=",".join(case.spec_type) or None,
+        mode=case.mode,
+        n_max=case.n_max,
+        target=case.target,
+        draft=case.draft,
+        floors=case.floors,
+        uncalibrated=case.uncalibrated,
+    )
+
+
+# --- the steps of a case ---------------------------------------------------------------------------------
+
+
+def _missing(session: Session, what: str, reason: str) -> CaseEnd:
+    msg = f"{session.caps.binary} cannot run this case: it has no {what}"
+    if session.options.strict:
+        return CaseEnd(
+            "failed", reason, f"{msg} (strict: a lost method is a regression; --allow-missing skips)"
+        )
+    return CaseEnd("skipped", reason, f"{msg} (skipped: --allow-missing / SPEC_STRICT=0)")
+
+
+def _resolve(
+    session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None
+) -> tuple[str, ...]:
+    """A ``mode`` case: the front end's resolver picks the flags from the probe and the GGUF metadata."""
+    from specsuite.server.resolver import caps_from_probe, resolve_for_model
+
+    res = resolve_for_model(
+        case.mode,
+        caps=caps_from_probe(session.caps),
+        model_path=target,
+        gpu=session.gpu,
+        mtp_draft_path=str(draft) if draft else None,
+        spec_draft_n_max=case.n_max,
+    )
+    rec.resolved = {
+        "flags": list(res.flags),
+        "spec_type": res.spec_type,
+        "why": res.why,
+        "fallback_reason": res.fallback_reason,
+    }
+    rec.spec_type = res.spec_type
+    if res.fallback_reason:
+        raise _missing(session, f"support for {case.mode!r} as resolved ({res.why})", res.fallback_reason)
+    return tuple(res.flags)
+
+
+def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Command:
+    resolved = _resolve(session, case, rec, target, draft) if case.mode else None
+    try:
+        build_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
+    except MissingFlag as exc:
+        raise _missing(session, exc.what, exc.reason) from None
+    return lambda port: build_command(session.caps, target, port, case, draft, resolved)
+
+
+def _check_models(rec: CaseRecord, target: Path, draft: Path | None) -> None:
+    types = [t for t in (rec.spec_type or "").split(",") if t and t != "default"]
+    try:
+        rec.warnings += check_models(types, target, draft)
+    except UserError as exc:
+        raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
+
+
+@contextmanager
+def _serving(command: Command, log: Path) -> Iterator[LlamaServer]:
+    try:
+        srv = start_server(command, log)
+    except ServerFailed as exc:
+        raise CaseEnd("failed", exc.reason, str(exc)) from None
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _rounds(
+    session: Session, case: Case, spec: LlamaServer, base: LlamaServer
+) -> tuple[metrics.Delta, list[Completion], list[Completion], Speed]:
+    """Warm-up (the baseline's was done when it started), then A-B-B-A rounds; the counters are the delta
+    over the first speculative round."""
+    warm_up(spec.post, case.prompt_texts)
+    before = spec.metrics()
+    speed, first_spec, first_base, after = Speed(), None, None, None
+    for order in abba(session.options.repeat):
+        for side in order:
+            srv = spec if side == "spec" else base
+            comps = run_prompts(srv.post, case.prompt_texts, case.n_predict)
+            tps = decode_tps(comps)
+            if side == "spec":
+                first_spec = first_spec or comps
+                after = after or spec.metrics()
+                speed.spec_tps.append(tps or 0.0)
+            else:
+                first_base = first_base or comps
+                speed.base_tps.append(tps or 0.0)
+    assert first_spec is not None and first_base is not None and after is not None
+    return metrics.delta(before, after), first_spec, first_base, speed
+
+
+def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
+    try:
+        base = session.baseline_server(target, case.prompt_texts)
+    except ServerFailed as exc:
+        raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
+    log = session.results.logs / f"{case.name}.log"
+    rec.log = session.results.rel(log)
+    with _serving(command, log) as spec:
+        rec.command = spec.command
+        try:
+            delta, comps, base_comps, speed = _rounds(session, case, spec, base)
+            usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+        except ServerFailed as exc:
+            if not base.running:
+                session.close()
+                raise CaseEnd(
+                    "error", exc.reason, f"baseline server (speculation off) failed: {exc}"
+                ) from None
+            raise CaseEnd("failed", exc.reason, str(exc)) from None
+        except metrics.MetricsError as exc:
+            raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
+    ref = session.baseline_tokens(target, case, base_comps)
+    return Measured(Outcome(delta, comps, divergence(ref, comps), speed), spec.log_text(), usage)
+
+
+def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
+    n = m.outcome.numbers()
+    for key, value in n.items():
+        setattr(rec, key, value)
+    rec.warnings += m.outcome.delta.warnings()
+    line = spec_result_line(case.name, n)
+    print(line, flush=True)
+    session.result_lines.append(line)
+    failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
+    if m.usage:
+        failures.append(expect.Failure("usage", m.usage))
+    if not failures and session.gate is not None:
+        failures += session.gate(case, rec)
+    if failures:
+        per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
+        body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
+        raise CaseEnd(
+            "failed",
+            failures[0].reason,
+            f"{case.name}: {len(failures)} check(s) failed\n{body}\n{line}\n"
+            f"per-position rates: [{per_pos}]\n--- last server log lines ---\n{log_tail(m.log_text)}",
+        )
+
+
+def _run(session: Session, case: Case, rec: CaseRecord) -> None:
+    folder = paths.model_dir()
+    if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
+        _command(session, case, rec, folder / case.target, folder / case.draft if case.draft else None)
+    found = session.locate(case)
+    target, draft = found[case.target], found[case.draft] if case.draft else None
+    command = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
+    _check_models(rec, target, draft)
+    _judge(session, case, rec, _measure(session, case, rec, command, target))
+
+
+def run_case(case: Case, session: Session) -> CaseRecord:
+    """Run one case; every way it can end is in the returned record (and in results.json)."""
+    rec = new_record(case)
+    t0 = time.monotonic()
+    try:
+        _run(session, case, rec)
+        rec.status = "passed"
+    except CaseEnd as end:
+        rec.status, rec.reason, rec.message = end.status, end.reason, end.message
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one: recorded, then passed on
+        rec.status, rec.reason, rec.message = (
+            "interrupted",
+            "interrupted",
+            "the run was interrupted in this case",
+        )
+        raise
+    except BaseException as exc:  # a harness bug or pytest-timeout: recorded, then passed on
+        rec.status, rec.reason, rec.message = "error", "harness_error", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        rec.wall_s = round(time.monotonic() - t0, 2)
+        session.results.add_case(rec)
+    return rec

@@ -1,0 +1,161 @@
+"""A run of the suite from start to verdict, around ``runner.run_case``: open and finish a Session.
+
+open: options from the environment, the binary's probe (a binary that is not a speculative llama-server is
+refused), the GPU gate (GPU tiers refuse a CPU build or a machine without a GPU), the results header.
+finish: results.json, summary.md (its first lines say what weakens a green), the history record, bench.json.
+The pytest suite (tests/spec) and ``specsuite run-tier`` both go through here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from specsuite import __version__
+from specsuite.build import info as buildinfo
+from specsuite.build import source
+from specsuite.cases.schema import TIERS, Case, is_gpu_selection
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file, sha256_text
+from specsuite.results.document import RunResults, default_results_dir, verdict, write_summary
+from specsuite.server.device import describe
+from specsuite.server.probe import Capabilities, probe
+from specsuite.suite.runner import Options, Session
+
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off"}
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in TRUE | FALSE:
+        return value in TRUE
+    raise UserError(f"{name}={os.environ[name]!r}: use 1 or 0")
+
+
+def _number(name: str, default: float, *, integer: bool = False) -> float:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        x = int(value) if integer else float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x <= 0 or (not integer and x >= 1 and name == "SPEC_RTOL"):
+        kind = (
+            "a positive integer"
+            if integer
+            else "a number in (0, 1)"
+            if name == "SPEC_RTOL"
+            else "a positive number"
+        )
+        raise UserError(f"{name}={value!r} is not {kind}")
+    return x
+
+
+def options_from_env() -> Options:
+    """SPEC_STRICT (default 1), SPEC_REPEAT (1), SPEC_ALLOW_CPU (0), SPEC_NO_HISTORY (0), SPEC_RTOL (0.05)."""
+    return Options(
+        strict=_flag("SPEC_STRICT", True),
+        repeat=int(_number("SPEC_REPEAT", 1, integer=True)),
+        allow_cpu=_flag("SPEC_ALLOW_CPU", False),
+        history=not _flag("SPEC_NO_HISTORY", False),
+        rtol=_number("SPEC_RTOL", 0.05),
+    )
+
+
+def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None:
+    """GPU tiers measure GPU floors: refuse a CPU build, or a GPU build that sees no GPU (--list-devices)."""
+    if allow_cpu or not is_gpu_selection(cases):
+        return
+    if caps.backend == "cpu":
+        why = "it is a CPU build"
+    elif not caps.gpus:
+        why = f"it is a {caps.backend or 'unknown'} build but --list-devices shows no GPU"
+    else:
+        return
+    tiers = ", ".join(sorted({c.tier for c in cases if c.gpu}))
+    raise UserError(
+        f"{caps.binary}: {why}, and the selected cases are GPU tier ({tiers}) "
+        "with floors measured on GPUs. Build with `nox -s build -- --cuda` on a machine with a visible GPU, "
+        "or pass -- --allow-cpu (SPEC_ALLOW_CPU=1) to run them anyway, flagged in the summary."
+    )
+
+
+def harness_info(folder: Path) -> dict[str, Any]:
+    """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
+    prompts or code) must not pass for one of that commit."""
+    commit = source.git_head(folder)
+    status = source.git(["status", "--porcelain", "--untracked-files=no"], folder) if commit else None
+    dirty = None if status is None or status.returncode else bool(status.stdout.strip())
+    return {"commit": commit, "dirty": dirty, "version": __version__}
+
+
+def binary_info(caps: Capabilities) -> dict[str, Any]:
+    """The binary's identity; the build's own record (build-info.json) only when it describes this binary."""
+    info = buildinfo.load() or {}
+    sha = sha256_file(Path(caps.binary))
+    if info.get("binary_sha256") != sha:  # build-info.json describes another binary (LLAMA_SERVER_BIN_PATH)
+        info = {}
+    source = info.get("source") or {}
+    mirror = paths.cache_dir() / "llama.cpp" / "git" if source.get("kind") == "ref" else None
+    if source.get("kind") == "dir":
+        mirror = Path(source["path"]) if source.get("path") else None
+    return {
+        "path": caps.binary,
+        "sha256": sha,
+        "commit": info.get("commit") or caps.commit,
+        "backend": info.get("backend") or caps.backend,
+        "version_text": caps.version_text,
+        "source": {"kind": source.get("kind"), "mirror": str(mirror) if mirror else None},
+    }
+
+
+def header(caps: Capabilities, options: Options) -> dict[str, Any]:
+    return {
+        "harness": harness_info(paths.REPO_ROOT),
+        "cases_sha256": sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
+        "binary": binary_info(caps),
+        "device": describe(caps),
+        "options": options.as_dict(),
+    }
+
+
+def open_session(selector: str, cases: list[Case], results_dir: Path | None = None) -> Session:
+    """Probe the binary, refuse what cannot give a meaningful answer, and start the results document."""
+    options = options_from_env()
+    caps = probe(paths.server_binary())
+    check_device(caps, cases, options.allow_cpu)
+    tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
+    out = Path(results_dir or os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(selector))
+    results = RunResults(out, tier=tier, selector=selector, header=header(caps, options))
+    session = Session(caps, results, options)
+    if options.history:
+        from specsuite.suite.gate import install
+
+        install(session)
+    results.save()
+    return session
+
+
+def finish_session(session: Session) -> bool:
+    """Stop the baseline server, write results.json and summary.md, record history; True when green."""
+    session.close()
+    doc = session.results.doc
+    doc["verdict"] = verdict(doc).headline
+    session.results.save()
+    if session.options.history:
+        from specsuite.suite.gate import record
+
+        record(session)
+        session.results.save()
+    from specsuite.results.benchjson import write_bench_json
+
+    write_bench_json(doc, session.results.dir / "bench.json")
+    write_summary(session.results.dir)
+    return verdict(doc).green

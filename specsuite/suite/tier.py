@@ -1,0 +1,174 @@
+"""``specsuite run-tier SELECTOR [options] [pytest args]``: check the binary, fetch the models, run the suite.
+
+SELECTOR is a tier or a comma list of case names (bisect runs one case).
+
+Order matters: the binary is probed and the GPU gate applied before anything is downloaded, so a CPU build
+asked for a GPU tier costs a second, not 6 GiB. nox passes the same posargs to every session of one
+invocation (``nox -s build test_smoke -- --cpu -x``): build flags (whatever ``build``'s own parser knows)
+are dropped here, the run's options are read, and the rest goes to pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from specsuite.cases.schema import TIERS, load_cases, select_cases
+from specsuite.common import paths, procs
+from specsuite.common.errors import UserError
+from specsuite.results.document import default_results_dir, make_results_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specsuite run-tier",
+        description="Fetch a tier's models, run its cases against the built llama-server, write results/.",
+        allow_abbrev=False,  # pytest's own options must never be taken for abbreviations of ours
+    )
+    p.add_argument(
+        "tier", metavar="SELECTOR", help=f"a tier ({', '.join(TIERS)}) or a comma list of case names"
+    )
+    p.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="skip (not fail) cases whose method or flag the binary lacks; said in the summary",
+    )
+    p.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run a GPU tier on a CPU build or with no GPU visible; flagged in the summary",
+    )
+    p.add_argument(
+        "--repeat", type=positive_int, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1)"
+    )
+    p.add_argument("--no-history", action="store_true", help="no history record and no relative gate")
+    p.add_argument(
+        "--rtol", type=fraction, help="relative drop that fails against the history baseline (0.05)"
+    )
+    return p
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.05 = 5 %)")
+    return value
+
+
+def split_posargs(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the rest, dropped build flags): build's own parser says which options are its."""
+    from specsuite.build.cmake import make_parser
+
+    # argparse lists a parser's option strings only in this attribute (stable since Python 3.2).
+    options = set(make_parser()._option_string_actions) - {"-h", "--help"}
+    keep: list[str] = []
+    dropped: list[str] = []
+    for arg in argv:
+        is_build = arg in options or (arg.startswith("-D") and len(arg) > 2 and "-D" in options)
+        (dropped if is_build else keep).append(arg)
+    return keep, dropped
+
+
+def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "SPEC_METHODS": tier,
+        "SPEC_RESULTS_DIR": str(results_dir),
+        "LLAMA_SERVER_BIN_PATH": str(binary),
+    }
+    if args.allow_missing:
+        env["SPEC_STRICT"] = "0"
+    if args.allow_cpu:
+        env["SPEC_ALLOW_CPU"] = "1"
+    if args.repeat:
+        env["SPEC_REPEAT"] = str(args.repeat)
+    if args.no_history:
+        env["SPEC_NO_HISTORY"] = "1"
+    if args.rtol:
+        env["SPEC_RTOL"] = str(args.rtol)
+    return env
+
+
+def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(paths.REPO_ROOT / "tests" / "spec"),
+        f"--junitxml={results_dir / 'junit.xml'}",
+        *pytest_args,
+    ]
+
+
+def preflight(tier: str, env: dict[str, str]) -> Path:
+    """Before any download: a binary that is a speculative llama-server, on a device that suits the tier."""
+    from specsuite.server.probe import probe
+    from specsuite.suite.session import check_device
+
+    binary = paths.server_binary()
+    cases = select_cases(load_cases(), tier)  # an unknown tier or case is one clear error, before anything
+    if not binary.is_file():
+        raise UserError(
+            f"llama-server not found at {binary}; build it first with `nox -s build` "
+            "(or point LLAMA_SERVER_BIN_PATH at one)"
+        )
+    caps = probe(binary)
+    allow_cpu = env.get("SPEC_ALLOW_CPU", "").strip().lower() in ("1", "true", "yes", "on")
+    check_device(caps, cases, allow_cpu)
+    return binary
+
+
+def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]) -> int:
+    """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code."""
+    results_dir = Path(results_dir).resolve()
+    env = _env(args, args.tier, results_dir, paths.server_binary())
+    binary = preflight(args.tier, env)
+    make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
+    from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
+
+    if args.tier in TIERS:
+        fetch_models(tier=args.tier)
+    else:
+        fetch_models(methods=[c.name for c in select_cases(load_cases(), args.tier)])
+    env["LLAMA_SERVER_BIN_PATH"] = str(binary)
+    print(f"running the {args.tier} tier with {binary}; results in {results_dir}", flush=True)
+    return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.REPO_ROOT)
+
+
+def append_step_summary(summary: Path) -> None:
+    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions)."""
+    if target := os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(summary.read_text(encoding="utf-8") + "\n")
+
+
+def run_tier_command(argv: list[str]) -> int:
+    rest, dropped = split_posargs(argv)
+    args, pytest_args = parser().parse_known_args(rest)
+    if dropped:
+        print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
+    results_dir = Path(os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(args.tier))
+    code = run_tier(args, results_dir, pytest_args)
+    summary = results_dir / "summary.md"  # written by the suite when its session ends
+    if summary.is_file():
+        print(summary.read_text(encoding="utf-8"))
+        append_step_summary(summary)
+    elif code == 0:
+        code = 1  # pytest passed but the suite wrote nothing: nothing ran that could be called green
+    print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+    return code

@@ -1,0 +1,1 @@
+"""Commands over finished runs: calibrate floors, compare runs."""

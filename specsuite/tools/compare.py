@@ -1,0 +1,196 @@
+"""Compare two suite runs (A = baseline, B = candidate) case by case, or B against its history baseline.
+
+B fails a case when it falls below a floor recorded in B's own results.json (the floors it ran with), when
+the case failed outright, or when a metric dropped more than ``rtol`` relative to A (the history gate's
+rule, specsuite.history.regress). Improvements never fail. Exit codes: 0 = no regression, 1 = B regresses,
+2 = the input cannot be compared (unreadable runs, no case in common). A plot that cannot be drawn is a
+note, never a regression.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsuite.common import table
+from specsuite.common.errors import UserError
+from specsuite.history import regress
+from specsuite.history.regress import is_finite as finite
+from specsuite.results.document import CaseRecord, case_records, device_name, load_run, results_file
+
+# (record field, label, floor key or None, number format)
+METRICS = (
+    ("accept_rate", "accept rate", "min_accept_rate", ".4f"),
+    ("accept_len", "accept len", "min_accept_len", ".4f"),
+    ("speedup", "speedup", "min_speedup", ".2f"),
+    ("identical_fraction", "identical", "min_identical_fraction", ".4f"),
+)
+_FAILED = {"failed", "error", "interrupted"}
+
+
+@dataclass
+class Row:
+    name: str
+    a: CaseRecord | None
+    b: CaseRecord | None
+    a_commit: str = "A"
+
+    @property
+    def presence(self) -> str:
+        return "only in A" if self.b is None else "only in B" if self.a is None else ""
+
+    def floor_failures(self) -> list[str]:
+        """Which of B's own floors B falls below (a NaN or missing number never passes a floor)."""
+        if self.b is None:
+            return []
+        out = []
+        for key, label, floor_key, _ in METRICS:
+            floor = (self.b.floors or {}).get(floor_key)
+            if floor is None or self.b.uncalibrated:
+                continue
+            if not finite(floor):
+                out.append(f"{label} floor {floor!r} is not a number")
+                continue
+            value = getattr(self.b, key)
+            if self.b.status in ("passed", "failed") and not finite(value):
+                out.append(f"{label} is {value!r}, not a number, against floor {floor:.4f}")
+            elif finite(value) and value < floor:
+                out.append(f"{label} {value:.4f} < {floor:.4f}")
+        return out
+
+    def failures(self, rtol: float) -> list[str]:
+        out = self.floor_failures()
+        if self.b is not None and self.b.status in _FAILED:
+            out.append(f"{self.b.status}: {self.b.reason or self.b.message or '?'}")
+        if self.a is not None and self.b is not None and self.a.measured:
+            current = self.b.to_dict()
+            out += [
+                r.message
+                for r in regress.check(current, self.a.to_dict(), rtol=rtol, baseline_commit=self.a_commit)
+            ]
+        return out
+
+
+def rows(a: dict[str, CaseRecord], b: dict[str, CaseRecord], a_commit: str = "A") -> list[Row]:
+    names = dict.fromkeys([*b, *a])
+    return [Row(n, a.get(n), b.get(n), a_commit) for n in names]
+
+
+def _num(value: Any, fmt: str) -> str:
+    return format(value, fmt) if finite(value) else "—" if value is None else str(value)
+
+
+def _delta(a: Any, b: Any, fmt: str) -> str:
+    return format(b - a, "+" + fmt) if finite(a) and finite(b) else "—"
+
+
+def _status(res: CaseRecord | None) -> str:
+    if res is None:
+        return "—"
+    return f"{res.status} ({res.reason})" if res.reason else str(res.status)
+
+
+def table_rows(all_rows: list[Row], rtol: float) -> tuple[list[str], list[list[str]]]:
+    header = ["case", "A", "B"]
+    for _, label, _, _ in METRICS:
+        header += [f"{label} A", f"{label} B", f"Δ {label}"]
+    header.append("B fails")
+    body = []
+    for row in all_rows:
+        cells = [row.name + (f" ({row.presence})" if row.presence else ""), _status(row.a), _status(row.b)]
+        for key, _, _, fmt in METRICS:
+            va = getattr(row.a, key) if row.a else None
+            vb = getattr(row.b, key) if row.b else None
+            cells += [_num(va, fmt), _num(vb, fmt), _delta(va, vb, fmt)]
+        cells.append("; ".join(row.failures(rtol)) or ("—" if row.b is None else "ok"))
+        body.append(cells)
+    return header, body
+
+
+def _run_line(label: str, run: dict[str, Any], where: str) -> str:
+    binary = run.get("binary") or {}
+    return (
+        f"{label}: {run.get('run_id', '?')} ({where}); llama.cpp {binary.get('commit') or '?'} "
+        f"({binary.get('backend') or '?'} build) on {device_name(run)}"
+    )
+
+
+def _against_history(run_b: dict[str, Any]) -> tuple[dict[str, CaseRecord], str]:
+    """A built from the history: for each case of B, its baseline (the gate's rule), and a description."""
+    from specsuite.suite.gate import baselines_for
+
+    found = baselines_for(run_b)
+    if not found:
+        raise UserError(
+            "no history baseline for any case of this run (same device class, backend and cases.toml, an "
+            "earlier llama.cpp commit); run the tier on an earlier commit first, or compare two runs A B"
+        )
+    commits = sorted({b.commit[:12] for b in found.values()})
+    recs = {name: CaseRecord.from_dict(name, b.record) for name, b in found.items()}
+    return recs, f"history baseline, commit(s) {', '.join(commits)}"
+
+
+def compare_command(
+    *,
+    a: str | Path | None,
+    b: str | Path,
+    against: str | None = None,
+    rtol: float = 0.05,
+    markdown: bool | None = None,
+    plot: bool = True,
+) -> int:
+    """Print the comparison table; 1 when B regresses (floors, failures, relative drops), else 0."""
+    run_b = load_run(b)
+    recs_b = case_records(run_b)
+    if against == "auto":
+        recs_a, where_a = _against_history(run_b)
+        run_a: dict[str, Any] = {"run_id": "history", "cases": {n: r.to_dict() for n, r in recs_a.items()}}
+        a_commit = "history"
+    else:
+        assert a is not None
+        run_a, where_a = load_run(a), str(a)
+        recs_a = case_records(run_a)
+        a_commit = str((run_a.get("binary") or {}).get("commit") or run_a.get("run_id") or "A")[:12]
+    if not set(recs_a) & set(recs_b):
+        raise UserError(
+            f"A ({run_a.get('tier')}) and B ({run_b.get('tier')}) have no case in common: nothing to "
+            "compare; compare runs of the same tier"
+        )
+    all_rows = rows(recs_a, recs_b, a_commit)
+    md = not sys.stdout.isatty() if markdown is None else markdown
+    header, body = table_rows(all_rows, rtol)
+    lines = [_run_line("A", run_a, where_a), _run_line("B", run_b, str(b))]
+    if md:
+        print("\n".join(f"- {line}" for line in lines) + "\n")
+    else:
+        print("\n".join(lines) + "\n")
+    print(table.render(header, body, markdown=md))
+    if plot:
+        _plot(run_a, run_b, results_file(b).parent)
+    failing = [r for r in all_rows if r.failures(rtol)]
+    verdict = (
+        f"B regresses in {len(failing)} case(s): {', '.join(r.name for r in failing)}"
+        if failing
+        else f"B passes every floor it ran with and drops no metric by more than {rtol:.0%} against A"
+    )
+    print(("\n**" + verdict + "**") if md else "\n" + verdict)
+    return 1 if failing else 0
+
+
+def _plot(run_a: dict[str, Any], run_b: dict[str, Any], out_dir: Path) -> None:
+    """Best effort: a missing matplotlib or an unwritable folder is a note, not a regression."""
+    try:
+        from specsuite.results.plot import plot_per_position
+
+        path = plot_per_position([("A", run_a), ("B", run_b)], out_dir / "per_position.png")
+    except ImportError as exc:  # matplotlib is the optional `plot` extra
+        print(f"note: no plot ({exc}); pip install -e '.[plot]' or pass --no-plot", file=sys.stderr)
+        return
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(
+            f"note: the plot could not be saved in {out_dir} ({exc}); the comparison stands", file=sys.stderr
+        )
+        return
+    print(f"plot: {path}", file=sys.stderr)
