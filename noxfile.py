@@ -38,6 +38,8 @@ def _specsuite(session: nox.Session, *args: str, extras: str = "") -> None:
 def build(session: nox.Session) -> None:
     """Build llama-server: CUDA when nvcc and cuBLAS are there, else CPU (-- --cpu / --cuda to force)."""
     _specsuite(session, "build")
+    if "--configure-only" not in session.posargs:
+        session.run("specsuite", "probe")  # what the new binary can run: each case, and why not
 
 
 @nox.session(tags=["cpu"], requires=["build"])

@@ -53,7 +53,7 @@ def _probe(argv: list[str]) -> int:
     p = _parser("probe", "What a llama-server binary can run: each case of the suite, and why not.")
     p.add_argument("binary", nargs="?", help="llama-server (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
     a = p.parse_args(argv)
-    from specsuite.server.probe import probe_command
+    from specsuite.suite.probe_report import probe_command
 
     return probe_command(a.binary)
 

@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, unquote
 
 import pytest
 
-from specsuite.models.download import Policy
+from specsuite.models.http import Policy
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 REPO = "test-org/test-GGUF"

@@ -35,7 +35,7 @@ from specsuite.bisect.command import bisect_command
 from specsuite.bisect.judge import judge
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.results.document import CaseRecord
+from specsuite.results.record import CaseRecord
 
 TESTS = Path(__file__).resolve().parent
 CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0

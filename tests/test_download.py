@@ -11,7 +11,8 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.models import hub, stamps
-from specsuite.models.download import Cancelled, Policy, download
+from specsuite.models.download import Cancelled, download
+from specsuite.models.http import Policy
 from specsuite.models.store import meta_path, part_path
 
 pytest_plugins = ["fakehub"]  # fixtures: fakehub, payload, fast_policy, small_fs

@@ -9,7 +9,8 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.models import hub
-from specsuite.models.download import Policy, download
+from specsuite.models.download import download
+from specsuite.models.http import Policy
 
 pytest_plugins = ["fakehub"]
 REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults

@@ -12,8 +12,9 @@ pytest.importorskip("matplotlib")
 from matplotlib import image
 
 from specsuite.common.errors import UserError
-from specsuite.results.document import CaseRecord, load_run
+from specsuite.results.document import load_run
 from specsuite.results.plot import plot_per_position, plot_runs, position_rates
+from specsuite.results.record import CaseRecord
 
 DATA = Path(__file__).parent / "data" / "results"
 

@@ -10,11 +10,11 @@ import pytest
 from casetext import HEAD
 from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 
-from specsuite.build import toolchain
 from specsuite.cases.schema import Case, parse_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.server import probe
+from specsuite.suite import probe_report
 from specsuite.suite.command import missing_reason
 
 ALL_CURRENT_TYPES = {
@@ -192,22 +192,6 @@ def test_probe_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
     assert not stat.exists() or stat.read_text().split()[2] == "Z"
 
 
-def test_child_env_drops_llama_args_and_the_one_token_list(monkeypatch):
-    """Servers and probes drop what the build tools drop (toolchain.TOKEN_VARS, one list), and LLAMA_ARG_*."""
-    for var, value in (
-        ("LLAMA_ARG_CTX_SIZE", "9"),
-        ("HF_TOKEN", "s1"),
-        ("SPEC_X_TOKEN", "s2"),
-        ("SPEC_X", "k"),
-    ):
-        monkeypatch.setenv(var, value)
-    monkeypatch.setattr(toolchain, "TOKEN_VARS", (*toolchain.TOKEN_VARS, "SPEC_X_TOKEN"))
-    env = probe.child_env()
-    assert env["SPEC_X"] == "k" and env["PATH"] == os.environ["PATH"]
-    assert not {"LLAMA_ARG_CTX_SIZE", "HF_TOKEN", "SPEC_X_TOKEN"} & set(env)
-    assert not hasattr(probe, "SECRET_ENV")  # no second list to fall out of step
-
-
 @pytest.mark.parametrize("variant", HELP_VARIANTS)
 def test_every_variant_parses_its_own_spec_flag(tmp_path, variant):
     options, removed, types = probe.parse_help((HELP_DIR / f"{variant}.txt").read_text())
@@ -312,7 +296,7 @@ def test_missing_binary_names_the_build_session(tmp_path):
 def test_probe_command_without_binary_uses_env(tmp_path, monkeypatch):
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "absent"))
     with pytest.raises(UserError, match=r"absent.*nox -s build"):
-        probe.probe_command()
+        probe_report.probe_command()
 
 
 def test_not_a_llama_server(tmp_path):
@@ -341,7 +325,7 @@ def test_print_table_names_each_case_and_why(tmp_path, capsys):
         FakeCase("synth-zero", "draft-simple", synth_rates=(0.0, 0.0, 0.0)),
         FakeCase("ngram", "ngram-mod"),
     ]
-    probe.print_table(caps, cases)
+    probe_report.print_table(caps, cases)
     out = capsys.readouterr().out
     assert "commit:  f00d002" in out and "backend: cuda" in out and str(caps.binary) in out
     rows = _table(out)
@@ -354,7 +338,7 @@ def test_print_table_names_each_case_and_why(tmp_path, capsys):
 
 def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "CASES_FILE", tmp_path / "no-cases.toml")
-    probe.probe_command(str(help_binary(tmp_path / "llama-server", "legacy")))
+    probe_report.probe_command(str(help_binary(tmp_path / "llama-server", "legacy")))
     out = capsys.readouterr().out
     assert "commit:  f00d001" in out and "spec types: mtp, ngram-cache" in out and "---" not in out
 
@@ -362,7 +346,7 @@ def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypat
 def test_probe_command_lists_the_suite_cases(tmp_path, capsys):
     from specsuite.cases.schema import load_cases
 
-    probe.probe_command(str(help_binary(tmp_path / "llama-server", "current")))
+    probe_report.probe_command(str(help_binary(tmp_path / "llama-server", "current")))
     out = capsys.readouterr().out
     assert list(_table(out)) == [c.name for c in load_cases()]
 
@@ -386,5 +370,5 @@ def test_real_build(capsys):
     recorded = probe.parse_help((HELP_DIR / "current.txt").read_text())
     if caps.commit == "0c1e570":  # the commit the fixture was recorded from: it must still match exactly
         assert (caps.options, caps.removed, caps.spec_types) == recorded
-    probe.print_table(caps, None)
+    probe_report.print_table(caps, None)
     assert f"commit:  {caps.commit}" in capsys.readouterr().out

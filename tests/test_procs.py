@@ -118,3 +118,22 @@ def test_children_are_read_from_proc() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_child_env_drops_the_tokens_and_llama_args(monkeypatch):
+    """Build tools, pip, probes and servers all get this one environment: no token, no LLAMA_ARG_*."""
+    env = {"HF_TOKEN": "a", "HUGGING_FACE_HUB_TOKEN": "b", "HF_ENDPOINT": "http://x", "PATH": "/bin",
+           "LLAMA_ARG_CTX_SIZE": "9"}  # fmt: skip
+    assert procs.child_env(env) == {"HF_ENDPOINT": "http://x", "PATH": "/bin"}
+    monkeypatch.setenv("SPEC_X", "k")
+    monkeypatch.setenv("LLAMA_ARG_N_GPU_LAYERS", "0")
+    own = procs.child_env()
+    assert own["SPEC_X"] == "k" and "LLAMA_ARG_N_GPU_LAYERS" not in own
+
+
+def test_stop_group_ends_the_whole_group() -> None:
+    import subprocess
+
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    assert procs.stop_group(proc, grace_s=5.0) is not None
+    assert proc.poll() is not None

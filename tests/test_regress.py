@@ -11,7 +11,8 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.history import regress
-from specsuite.history.regress import check, is_measured, mann_whitney_less
+from specsuite.history.regress import check, mann_whitney_less
+from specsuite.results.record import is_measured
 
 BASE = {"accept_rate": 0.6301, "accept_len": 3.2, "pos0_rate": 0.81, "status": "passed", "reason": None}
 AT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -277,8 +277,3 @@ def test_tools_run_without_the_hub_token(tmp_path: Path, monkeypatch: pytest.Mon
     nvcc.write_text(nvcc.read_text().replace("#!/bin/sh\n", f"#!/bin/sh\nenv > {record}\n", 1))
     assert toolchain.find_nvcc({"PATH": str(nvcc.parent), "HF_TOKEN": "hf_secret"}) is not None
     assert "hf_secret" not in record.read_text()
-
-
-def test_child_env_drops_only_the_tokens() -> None:
-    env = {"HF_TOKEN": "a", "HUGGING_FACE_HUB_TOKEN": "b", "HF_ENDPOINT": "http://x", "PATH": "/bin"}
-    assert toolchain.child_env(env) == {"HF_ENDPOINT": "http://x", "PATH": "/bin"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specsuite.bench.measure import ModeRun
 from specsuite.bench.report import off_median, speedup
+from specsuite.common import atomic
 
 NO_MATPLOTLIB = (
     "note: no bench.png: matplotlib is not installed (`pip install -e '.[plot]'`, or use `nox -s bench`)"
@@ -63,9 +64,4 @@ def plot_bench(runs: list[ModeRun], title: str, out: Path) -> Path | None:
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return atomic.save_figure(fig, out)

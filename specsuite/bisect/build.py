@@ -21,6 +21,7 @@ from filelock import FileLock
 from specsuite.build import cmake as build
 from specsuite.build import toolchain
 from specsuite.cases.schema import Case
+from specsuite.common import procs
 from specsuite.common.errors import UserError
 from specsuite.common.procs import last_line, run_forwarding
 
@@ -57,9 +58,9 @@ def parse_build_argv(build_argv: list[str]) -> list[str]:
 
 
 def _env(tree: Path) -> dict[str, str]:
-    """The worktree as the source; no Hub tokens (toolchain.child_env) and no LLAMA_CPP_REF."""
+    """The worktree as the source; no Hub tokens (procs.child_env) and no LLAMA_CPP_REF."""
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_REF"}
-    return toolchain.child_env({**env, "LLAMA_CPP_DIR": str(tree)})
+    return procs.child_env({**env, "LLAMA_CPP_DIR": str(tree)})
 
 
 def plan(tree: Path, build_argv: list[str]) -> build.Plan:
@@ -103,6 +104,6 @@ def _run(what: str, cmd: list[str], log: Path) -> None:
     def heartbeat() -> None:
         print(f"bisect:   {what} {time.monotonic() - t0:.0f} s: {last_line(log)[:120]}", flush=True)
 
-    code = run_forwarding(cmd, env=toolchain.child_env(), log=log, heartbeat=heartbeat)
+    code = run_forwarding(cmd, env=procs.child_env(), log=log, heartbeat=heartbeat)
     if code != 0:
         raise BuildFailed(f"{what} failed (exit {code}): {last_line(log)[:300]}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from specsuite.build import source
+from specsuite.common import git
 from specsuite.common.errors import UserError
 from specsuite.common.procs import run_forwarding
 
@@ -32,14 +33,6 @@ class Outcome:
 
     first_bad: str | None
     candidates: list[str]
-
-
-def git(args: list[str], cwd: Path) -> str:
-    """stdout of a git command that must succeed; UserError with git's own message otherwise."""
-    res = source.git(args, cwd)
-    if res.returncode != 0:
-        raise UserError(f"git {' '.join(args)} failed in {cwd}: {res.stderr.strip()[-400:]}")
-    return res.stdout.strip()
 
 
 def mirror(cache: Path, repository: str) -> Path:
@@ -65,7 +58,7 @@ def check_range(mirror_dir: Path, good: str, bad: str) -> int:
     """The number of commits in good..bad; UserError unless --good is a proper ancestor of --bad."""
     if good == bad:
         raise UserError(f"--good and --bad are the same commit {good[:12]}; give two different commits")
-    res = source.git(["merge-base", "--is-ancestor", good, bad], mirror_dir)
+    res = git.run(["merge-base", "--is-ancestor", good, bad], mirror_dir)
     if res.returncode == 1:
         raise UserError(
             f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: bisect needs a good commit earlier "
@@ -73,20 +66,20 @@ def check_range(mirror_dir: Path, good: str, bad: str) -> int:
         )
     if res.returncode != 0:
         raise UserError(f"git merge-base failed in {mirror_dir}: {res.stderr.strip()[-400:]}")
-    return int(git(["rev-list", "--count", f"{good}..{bad}"], mirror_dir))
+    return int(git.output(["rev-list", "--count", f"{good}..{bad}"], mirror_dir))
 
 
 def history(mirror_dir: Path, good: str, bad: str) -> list[str]:
     """good, then every commit of good..bad oldest first: the order of the report's rows."""
-    return [good, *git(["rev-list", "--reverse", f"{good}..{bad}"], mirror_dir).split()]
+    return [good, *git.output(["rev-list", "--reverse", f"{good}..{bad}"], mirror_dir).split()]
 
 
 def subject(repo: Path, commit: str) -> str:
-    return git(["log", "-1", "--format=%s", commit], repo)
+    return git.output(["log", "-1", "--format=%s", commit], repo)
 
 
 def head(tree: Path) -> str:
-    return git(["rev-parse", "HEAD"], tree)
+    return git.output(["rev-parse", "HEAD"], tree)
 
 
 def tree_path(cache: Path, repository: str) -> Path:
@@ -114,7 +107,7 @@ def exclusive(tree: Path) -> Iterator[None]:
 def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
     """The stable worktree (added on first use, or again when the mirror was re-cloned), at ``commit``,
     with no bisect left over from a run that was killed."""
-    ok = (tree / ".git").is_file() and source.git(["rev-parse", "--git-dir"], tree).returncode == 0
+    ok = (tree / ".git").is_file() and git.run(["rev-parse", "--git-dir"], tree).returncode == 0
     if not ok:
         with FileLock(str(mirror_dir.parent / "git.lock")):
             source.add_worktree(mirror_dir, tree, commit)
@@ -124,26 +117,26 @@ def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
 
 
 def checkout(tree: Path, commit: str) -> None:
-    git(["checkout", "--quiet", "--detach", "--force", commit], tree)
+    git.output(["checkout", "--quiet", "--detach", "--force", commit], tree)
 
 
 def active(tree: Path) -> bool:
-    return (tree / ".git").is_file() and source.git(["bisect", "log"], tree).returncode == 0
+    return (tree / ".git").is_file() and git.run(["bisect", "log"], tree).returncode == 0
 
 
 def reset(tree: Path) -> None:
     """End any bisect in the worktree (no-op when none is running)."""
     if active(tree):
-        git(["bisect", "reset"], tree)
+        git.output(["bisect", "reset"], tree)
 
 
 def start(tree: Path, bad: str, good: str) -> str:
     """``git bisect start BAD GOOD``; its output (git checks out the first commit to test)."""
-    return git(["bisect", "start", bad, good], tree)
+    return git.output(["bisect", "start", bad, good], tree)
 
 
 def log(tree: Path) -> str:
-    res = source.git(["bisect", "log"], tree)
+    res = git.run(["bisect", "log"], tree)
     return res.stdout if res.returncode == 0 else ""
 
 

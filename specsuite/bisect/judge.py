@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsuite.history import regress
-from specsuite.results.document import CaseRecord
+from specsuite.results.record import CaseRecord, finite
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")
 EXIT = {"good": 0, "bad": 1, "skip": 125}  # what `git bisect run` reads
@@ -33,7 +33,7 @@ class Judgement:
 
 
 def metric_value(rec: CaseRecord, metric: str) -> float | None:
-    return regress.finite(getattr(rec, metric))
+    return finite(getattr(rec, metric))
 
 
 def _fmt(value: float | None) -> str:
@@ -44,7 +44,7 @@ def floor_detail(rec: CaseRecord) -> str:
     """Which floors the numbers miss, e.g. ``accept_rate 0.3117 < floor 0.8271``."""
     misses = []
     for metric, key in _FLOORS:
-        value, floor = regress.finite(getattr(rec, metric)), regress.finite((rec.floors or {}).get(key))
+        value, floor = finite(getattr(rec, metric)), finite((rec.floors or {}).get(key))
         if value is not None and floor is not None and value < floor:
             misses.append(f"{metric} {value:.4f} < floor {floor:.4f}")
     if misses:

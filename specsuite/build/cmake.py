@@ -26,12 +26,13 @@ from typing import Any
 from filelock import FileLock
 
 from specsuite.build import info as buildinfo
-from specsuite.common import paths
+from specsuite.common import paths, procs
 from specsuite.build import source
 from specsuite.build import toolchain
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.build.toolchain import Cublas, Nvcc
+from specsuite.server.probe import probe
 
 # Release, only what llama-server needs, no web-UI download, static so the binary can be copied anywhere.
 BASE_FLAGS = (
@@ -102,12 +103,12 @@ def build_command(argv: list[str]) -> int:
         seconds = compile_target(plan, ninja.path)
         published = publish(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
+    print(f"build: spec types: {', '.join(sorted(probe(published).spec_types))} (`specsuite probe`: each case)")
     other = os.environ.get("LLAMA_SERVER_BIN_PATH")
     if other and Path(other).expanduser().resolve() != published.resolve():
         print(
             f"build: note: LLAMA_SERVER_BIN_PATH={other} is set: test sessions use that binary, not this one"
         )
-    _print_probe_table(published)
     return 0
 
 
@@ -279,7 +280,7 @@ def configure(plan: Plan, cmake: str, ninja: str) -> None:
     cmd = configure_command(plan, cmake, ninja)
     print(f"build: configuring {plan.source.path}\n  {shlex.join(cmd)}", flush=True)
     (plan.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look configured
-    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
+    res = subprocess.run(cmd, check=False, env=procs.child_env())
     if res.returncode != 0:
         unpublish()
         raise UserError(
@@ -301,7 +302,7 @@ def compile_target(plan: Plan, ninja: str) -> float:
     cmd = ninja_command(plan, ninja)
     print(f"build: {shlex.join(cmd)}", flush=True)
     start = time.monotonic()
-    res = subprocess.run(cmd, check=False, env=toolchain.child_env())
+    res = subprocess.run(cmd, check=False, env=procs.child_env())
     seconds = time.monotonic() - start
     if res.returncode != 0:
         unpublish()
@@ -371,20 +372,10 @@ def _cmake_compiler(build_dir: Path) -> str | None:
     if not path:
         return None
     res = subprocess.run(
-        [path, "--version"], capture_output=True, text=True, check=False, env=toolchain.child_env()
+        [path, "--version"], capture_output=True, text=True, check=False, env=procs.child_env()
     )
     return f"{path}: {res.stdout.splitlines()[0]}" if res.returncode == 0 and res.stdout else path
 
 
 def _spec_types(binary: Path) -> list[str]:
-    from specsuite.server.probe import probe  # lazy: the probe runs the binary, only needed once a build is published
-
     return sorted(probe(binary).spec_types)
-
-
-def _print_probe_table(binary: Path) -> None:
-    from specsuite.server.probe import probe_command
-
-    print(flush=True)
-    probe_command(str(binary))
-    sys.stdout.flush()

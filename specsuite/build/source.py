@@ -23,11 +23,11 @@ from typing import Any
 import tomlkit
 from filelock import FileLock
 
-from specsuite.common import paths
+from specsuite.common import git, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.pip import pip_download as _pip
-from specsuite.build.toolchain import child_env
+from specsuite.common.procs import child_env
 
 # Files every llama.cpp checkout has; a folder without them is not one.
 _TREE_MARKERS = ("CMakeLists.txt", "include/llama.h", "tools/server")
@@ -96,17 +96,11 @@ def check_tree(path: Path, what: str) -> None:
         )
 
 
-def git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, env=child_env()
-    )
-
-
 def git_head(path: Path) -> str | None:
     """Full commit hash of a checkout, or None when it is not a git tree (or git is missing)."""
     if shutil.which("git") is None:
         return None
-    res = git(["rev-parse", "--verify", "HEAD^{commit}"], path)
+    res = git.run(["rev-parse", "--verify", "HEAD^{commit}"], path)
     return res.stdout.strip() if res.returncode == 0 else None
 
 
@@ -160,7 +154,7 @@ def ensure_mirror(mirror: Path, repository: str) -> None:
     if (mirror / "HEAD").exists():
         return
     tmp = Path(tempfile.mkdtemp(prefix=".git-", dir=mirror.parent))
-    res = git(["clone", "--bare", "--quiet", repository, str(tmp)], mirror.parent)
+    res = git.run(["clone", "--bare", "--quiet", repository, str(tmp)], mirror.parent)
     if res.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(
@@ -174,12 +168,12 @@ def resolve_ref(mirror: Path, ref: str, repository: str, what: str = "LLAMA_CPP_
     """The full hash of ``ref`` in the mirror, fetching new upstream commits once when it is not there."""
 
     def lookup() -> str | None:
-        res = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], mirror)
+        res = git.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], mirror)
         return res.stdout.strip() if res.returncode == 0 else None
 
     commit = lookup()
     if commit is None:  # new upstream commits since the clone: fetch everything, then retry
-        res = git(
+        res = git.run(
             ["fetch", "--quiet", repository, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], mirror
         )
         if res.returncode != 0:
@@ -196,10 +190,10 @@ def resolve_ref(mirror: Path, ref: str, repository: str, what: str = "LLAMA_CPP_
 def add_worktree(mirror: Path, tree: Path, commit: str) -> None:
     tree.parent.mkdir(parents=True, exist_ok=True)
     if tree.exists():  # an interrupted earlier attempt
-        git(["worktree", "remove", "--force", str(tree)], mirror)
+        git.run(["worktree", "remove", "--force", str(tree)], mirror)
         shutil.rmtree(tree, ignore_errors=True)
-    git(["worktree", "prune"], mirror)
-    res = git(["worktree", "add", "--detach", "--force", str(tree), commit], mirror)
+    git.run(["worktree", "prune"], mirror)
+    res = git.run(["worktree", "add", "--detach", "--force", str(tree), commit], mirror)
     if res.returncode != 0:
         shutil.rmtree(tree, ignore_errors=True)
         raise UserError(f"could not check out llama.cpp {commit} into {tree}: {res.stderr.strip()[-400:]}")

@@ -23,6 +23,7 @@ from filelock import FileLock
 
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.common.procs import child_env
 
 MIN_CMAKE = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native and the FindCUDAToolkit llama.cpp relies on
 MIN_NINJA = (1, 10)
@@ -32,9 +33,6 @@ DEFAULT_CUDA_ARCHITECTURES = "80;86;89;90;120;121"
 # Oldest nvcc that knows each architecture; older toolkits get the list without them.
 _ARCH_MIN_NVCC = {"120": (12, 8), "121": (12, 9)}
 FALLBACK_NVCC = "/usr/local/cuda/bin/nvcc"
-# The Hub token's variables (hub.token reads them): never handed to build tools or servers (probe.child_env
-# builds on child_env), which run whatever code the llama.cpp commit under test (or a PyPI build) contains.
-TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -61,11 +59,6 @@ class Cublas:
     library: Path  # libcublas.so (or the versioned file when no dev symlink exists)
     lt_library: Path | None
     origin: str = "CUDA toolkit"
-
-
-def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a build subprocess (cmake, ninja, git, pip, compilers): ``env`` without tokens."""
-    return {k: v for k, v in (os.environ if env is None else env).items() if k not in TOKEN_VARS}
 
 
 def _run(cmd: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:

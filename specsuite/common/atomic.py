@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -24,18 +25,36 @@ def _open_temp(folder: Path, name: str) -> tuple[int, Path]:
     raise FileExistsError(f"could not create a temp file for {name} in {folder}")
 
 
-def write_text(path: Path, text: str) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
     """Write via a unique temp file in the same folder and ``os.replace``; a failure leaves no temp file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _open_temp(path.parent, path.name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def save_figure(fig: Any, path: Path, **savefig: Any) -> Path:
+    """A matplotlib figure as a PNG, written like every other file (rendered in memory, then replaced);
+    the figure is closed either way."""
+    import matplotlib.pyplot as plt  # optional dependency (the `plot` extra): only where a plot is drawn
+
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", **{"dpi": 110, **savefig})
+        write_bytes(path, buf.getvalue())
+    finally:
+        plt.close(fig)
+    return Path(path)
 
 
 def write_json(path: Path, data: Any, *, indent: int | None = 2, sort_keys: bool = False) -> None:

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsuite.build.toolchain import child_env
 from specsuite.common.errors import UserError
+from specsuite.common.procs import child_env
 
 _TAIL = 8  # pip's last lines in an error: the reason is at the end, after the resolver's notes
 

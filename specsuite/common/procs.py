@@ -23,6 +23,34 @@ from types import FrameType
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 _DEDUP_S = 1.0  # a terminal Ctrl-C reaches us twice (from the tty and from nox): pass it on once
+# The Hub token's variables (models.hub reads them): never handed to a child, since build tools, pip and
+# llama-server run whatever code the llama.cpp commit under test (or a PyPI build backend) contains.
+TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The one environment for a child (build tools, git, pip, llama-server): ``env`` (default: ours)
+    without the Hub token and without ``LLAMA_ARG_*`` (hidden llama.cpp configuration that would change a
+    server's command line behind the suite's back)."""
+    source = os.environ if env is None else env
+    return {k: v for k, v in source.items() if k not in TOKEN_VARS and not k.startswith("LLAMA_ARG_")}
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Send ``sig`` to the process group led by ``proc`` (a child started in its own session or group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 0.0, kill_wait_s: float = 30.0) -> int | None:
+    """The one process-group stopper: SIGTERM and ``grace_s`` to finish (none: SIGKILL at once), then
+    SIGKILL; returns the exit code, or None if even SIGKILL did not end it within ``kill_wait_s``."""
+    steps = ((signal.SIGTERM, grace_s),) if grace_s > 0 else ()
+    for sig, wait in (*steps, (signal.SIGKILL, kill_wait_s)):
+        signal_group(proc, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=wait)
+    return proc.poll()
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -113,8 +141,7 @@ def run_forwarding(
     def forward(signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
         if now - seen.get(signum, -_DEDUP_S) >= _DEDUP_S:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signum)
+            signal_group(proc, signum)
         seen[signum] = now
 
     old = {sig: signal.signal(sig, forward) for sig in FORWARDED}
@@ -124,9 +151,7 @@ def run_forwarding(
         for sig, handler in old.items():
             signal.signal(sig, handler)
         if proc.poll() is None:  # we are leaving on an exception: the group goes too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop_group(proc)
         if out:
             out.close()
     if seen:

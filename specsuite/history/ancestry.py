@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
+
+from specsuite.common import git
 
 GIT_TIMEOUT_S = 60
 _COMMIT = re.compile(r"[0-9a-fA-F]{4,40}")  # hex only: never a ref name or an option git would act on
@@ -21,12 +22,12 @@ def ancestors(mirror: Path, commit: str, limit: int = 5000) -> list[str] | None:
     mirror = Path(mirror)
     if not mirror.is_dir() or not _COMMIT.fullmatch(commit) or limit < 0:
         return None
-    # GIT_CEILING_DIRECTORIES: a folder that is not a repository must not resolve to one above it
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(mirror.resolve().parent), "LC_ALL": "C"}
-    cmd = ["git", "-C", str(mirror), "rev-list", "--topo-order", f"--max-count={limit + 1}", commit, "--"]
+    args = ["-C", str(mirror), "rev-list", "--topo-order", f"--max-count={limit + 1}", commit, "--"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT_S, check=True)
+        out = git.run(args, ceiling=mirror.resolve().parent, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
         return None
     shas = out.stdout.split()
     if not shas or not shas[0].startswith(commit.lower()):

@@ -32,8 +32,8 @@ from typing import Any
 from specsuite.common import paths
 from specsuite.common.envnum import env_number
 from specsuite.common.errors import UserError
-from specsuite.history.regress import finite, is_measured, pos0_rate, speed_samples
 from specsuite.results.document import device_name
+from specsuite.results.record import finite, is_measured, pos0_rate, speed_samples
 
 BUSY_TIMEOUT_S = 30.0  # another run's commit takes milliseconds; a lock held longer is a stuck process
 _HEX = re.compile(r"[0-9a-f]{7,40}")

@@ -22,14 +22,12 @@ from typing import Any
 import numpy as np
 
 from specsuite.common.errors import UserError
+from specsuite.results.record import finite, is_number, pos0_rate, speed_samples
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate")
 ALPHA = 0.05
 MIN_SAMPLES = 3
 EXACT_MAX_N = 60  # n + m up to this: exact distribution; beyond, the normal approximation
-# A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
-# numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
-MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "speed"})
 _EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
 
 
@@ -40,42 +38,6 @@ class Regression:
     baseline: float
     change: float  # (current - baseline) / baseline; NaN when current is missing
     message: str
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def finite(value: Any) -> float | None:
-    """A finite float, or None for null, NaN, infinities, booleans and non-numbers."""
-    return float(value) if is_number(value) and math.isfinite(value) else None
-
-
-def is_finite(value: Any) -> bool:
-    """True for a finite int or float (not a bool): a number a floor or a gate may compare."""
-    return finite(value) is not None
-
-
-def pos0_rate(record: dict[str, Any]) -> Any:
-    """pos0_rate, else per_position_rate[0] (schema-1 records have no pos0_rate)."""
-    value = record.get("pos0_rate")
-    if value is None:
-        rates = record.get("per_position_rate")
-        value = rates[0] if isinstance(rates, list) and rates else None
-    return value
-
-
-def is_measured(record: dict[str, Any]) -> bool:
-    """Whether a case record holds numbers to compare: passed, or failed only for a floor/regression."""
-    status, reason = record.get("status"), record.get("reason")
-    ok = status == "passed" or (status == "failed" and reason in MEASURED_FAIL_REASONS)
-    return ok and finite(record.get("accept_rate")) is not None
-
-
-def speed_samples(record: dict[str, Any]) -> list[Any] | None:
-    speed = record.get("speed")
-    samples = speed.get("speedups") if isinstance(speed, dict) else None
-    return samples if isinstance(samples, list) else None
 
 
 def _raw(record: dict[str, Any], metric: str) -> Any:

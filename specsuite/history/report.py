@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specsuite.common import table
+from specsuite.common import atomic, table
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 
@@ -135,20 +133,11 @@ def plot_trend(rows: Sequence[dict[str, Any]], out: Path) -> Path:
     fig.legend(
         handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), ncol=ncol, frameon=False
     )
-    return _save(fig, plt, out)
+    return _save(fig, out)
 
 
-def _save(fig: Any, plt: Any, out: Path) -> Path:
-    """Save via a temp file and os.replace: a failed save leaves no half-written PNG at ``out``."""
-    tmp = out.with_name(f".{out.name}.tmp.png")
+def _save(fig: Any, out: Path) -> Path:
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")  # the legend beside the axes is kept
-        os.replace(tmp, out)
+        return atomic.save_figure(fig, out, bbox_inches="tight")  # the legend beside the axes is kept
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write the plot to {out} ({exc}); give a writable .png path") from None
-    finally:
-        plt.close(fig)
-    return out

@@ -1,4 +1,4 @@
-"""Resumable, verified HTTP download of one file, and the retry policy every Hub request shares.
+"""Resumable, verified HTTP download of one file (its retries follow ``models.http``'s one policy).
 
 Hand-written on requests because no library does all of it: pooch cannot resume and re-hashes every call,
 huggingface_hub checks only the size and restarts from zero.
@@ -14,33 +14,35 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import email.utils
 import hashlib
 import queue
-import random
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from specsuite.common import filehash
-from specsuite.common.envnum import env_number
 from specsuite.common.errors import UserError
 from specsuite.models import store
+from specsuite.models.http import (
+    RETRY_STATUS,
+    Attempts,
+    Policy,
+    Retry,
+    http_hint,
+    retry_for_status,
+)
 from specsuite.models.store import Cancelled
 
 if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay fast
     import requests
 
-__all__ = ["Attempts", "Cancelled", "Policy", "Retry", "download"]
+__all__ = ["Cancelled", "download"]
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-FATAL_STATUS = frozenset({401, 403, 404})
 
 
 class Progress(Protocol):
@@ -58,98 +60,6 @@ class _Quiet:
 
     def note(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- the retry policy
-
-
-@dataclass
-class Policy:
-    """Retry and timing knobs, shared by every request; tests shrink them (also SPEC_FETCH_* variables)."""
-
-    attempts: int = 10  # retries after consecutive failures without new bytes, then give up
-    backoff: float = 1.0  # first delay; doubles per failure, with jitter, up to max_backoff
-    max_backoff: float = 60.0
-    max_retry_after: float = 900.0
-    stall: float = 60.0  # window of the throughput floor; also the socket timeout (connect aside)
-    stall_bytes: int = 1 << 20  # fewer bytes than this in the last `stall` seconds: stalled
-    connect: float = 20.0
-    chunk: int = 1 << 20  # largest piece read at once: big enough for speed, small enough to stop promptly
-    margin: int = 256 << 20  # free space kept on top of the missing bytes
-
-    @classmethod
-    def from_env(cls) -> Policy:
-        return cls(
-            attempts=int(env_number("SPEC_FETCH_ATTEMPTS", cls.attempts, integer=True)),
-            backoff=env_number("SPEC_FETCH_BACKOFF_S", cls.backoff),
-            stall=env_number("SPEC_FETCH_STALL_S", cls.stall),
-        )
-
-    def delay(self, failures: int) -> float:
-        base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))
-        return base / 2 + random.uniform(0, base / 2)  # jitter so parallel fetchers do not retry in step
-
-
-class Retry(Exception):
-    """A transient failure (connection, timeout, stall, 408/429/5xx): worth another attempt."""
-
-    def __init__(self, reason: str, wait: float | None = None) -> None:
-        super().__init__(reason)
-        self.wait = wait
-
-
-def retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    with contextlib.suppress(TypeError, ValueError):
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time())
-    return None
-
-
-def retry_for_status(code: int, headers: Any) -> Retry:
-    wait = retry_after(headers.get("Retry-After")) if code in (429, 503) else None
-    return Retry(f"HTTP {code}", wait)
-
-
-class Attempts:
-    """Counts one job's consecutive failed attempts and waits (backoff or Retry-After) before the next."""
-
-    def __init__(
-        self,
-        policy: Policy,
-        what: str,
-        note: Callable[[str], None],
-        cancel: threading.Event | None,
-        hint: str,
-    ) -> None:
-        self.policy, self.what, self.note, self.cancel, self.hint = policy, what, note, cancel, hint
-        self.failures = 0
-
-    def failed(self, exc: Retry, progressed: bool = False) -> None:
-        """Wait before the next attempt; UserError once ``policy.attempts`` attempts failed in a row."""
-        self.failures = 1 if progressed else self.failures + 1  # bytes arrived: the link works, reset
-        if self.failures > self.policy.attempts:
-            raise UserError(
-                f"giving up on {self.what} after {self.policy.attempts} retries (last: {exc}); {self.hint}"
-            )
-        wait = (
-            self.policy.delay(self.failures)
-            if exc.wait is None
-            else min(exc.wait, self.policy.max_retry_after)
-        )
-        self.note(f"{self.what}: {exc}; retry {self.failures}/{self.policy.attempts} in {wait:.1f} s")
-        sleep(wait, self.cancel)
-
-
-def sleep(seconds: float, cancel: threading.Event | None) -> None:
-    if cancel is None:
-        time.sleep(seconds)
-    elif cancel.wait(seconds):
-        raise Cancelled()
 
 
 # ---------------------------------------------------------------- one download
@@ -203,7 +113,6 @@ class _State:
 
 
 def _check_status(st: _State, r: requests.Response, asked: int) -> None:
-    from specsuite.models.hub import http_hint
 
     code = r.status_code
     if code == 416:

@@ -24,7 +24,8 @@ from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.table import render
 from specsuite.models import stamps, store
-from specsuite.models.download import Cancelled, Policy, download
+from specsuite.models.download import Cancelled, download
+from specsuite.models.http import Policy
 from specsuite.models.lock import Entry, Lock, load_lock
 from specsuite.models.progress import Board, FileProgress, human_size
 

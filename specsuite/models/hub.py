@@ -4,7 +4,7 @@
 ``HF_TOKEN`` is sent as a bearer token to that host only. requests itself drops ``Authorization`` when a
 redirect leaves the host (``Session.should_strip_auth``), so a signed CDN URL never sees the token.
 
-Every request goes through ``send``: the same retry policy as the body downloads (``download.Policy``).
+Every request goes through ``send``: the same retry policy as the body downloads (``models.http``).
 requests is imported on first use, so that checking the endpoint costs nothing on a warm run.
 """
 
@@ -20,9 +20,17 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from specsuite import __version__
-from specsuite.build.toolchain import TOKEN_VARS
 from specsuite.common.errors import UserError
-from specsuite.models.download import FATAL_STATUS, RETRY_STATUS, Attempts, Policy, Retry, retry_for_status
+from specsuite.common.procs import TOKEN_VARS
+from specsuite.models.http import (
+    FATAL_STATUS,
+    RETRY_STATUS,
+    Attempts,
+    Policy,
+    Retry,
+    http_hint,
+    retry_for_status,
+)
 
 if TYPE_CHECKING:
     import requests
@@ -95,18 +103,6 @@ class FileMeta:
     size: int
     sha256: str
     commit: str | None = None
-
-
-def http_hint(status: int, what: str) -> str:
-    """What to do about a refused request, for error messages."""
-    if status in (401, 403):
-        return (
-            f"HTTP {status} for {what}: the repository may be gated or private; "
-            "set HF_TOKEN to a token with access"
-        )
-    if status == 404:
-        return f"HTTP 404 for {what}: check repo, revision and path in models.lock (and HF_ENDPOINT)"
-    return f"HTTP {status} for {what}"
 
 
 def _stderr(msg: str) -> None:

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from specsuite.common.errors import UserError
 from specsuite.models import hub
-from specsuite.models.download import Policy
+from specsuite.models.http import Policy
 from specsuite.models.lock import Entry, load_lock, set_locked, write_lock
 
 

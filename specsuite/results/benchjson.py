@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic
-from specsuite.history.regress import finite, speed_samples
-from specsuite.results.document import CaseRecord, case_records
+from specsuite.results.document import case_records
+from specsuite.results.record import CaseRecord, finite, speed_samples
 
 UNITS = {"accept_rate": "accepted/drafted", "accept_len": "tokens/step", "speedup": "x"}
 

@@ -19,7 +19,9 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from specsuite.results.document import CaseRecord, case_records
+from specsuite.common import atomic
+from specsuite.results.document import case_records
+from specsuite.results.record import CaseRecord
 
 COLS = 3
 COLORS = ("#8c8c8c", "#1f77b4")  # A grey, B blue: the candidate stands out
@@ -88,12 +90,7 @@ def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path
     title = " vs ".join(f"{label} {run.get('run_id', '?')}" for label, run in runs)
     fig.suptitle(f"per-position acceptance: {title}", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return atomic.save_figure(fig, out)
 
 
 def plot_runs(run_paths: list[str]) -> Path:

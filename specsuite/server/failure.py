@@ -93,7 +93,7 @@ REASONS = {
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Diagnosis:
     reason: str
     evidence: str | None  # the log line that decided it, if any
 
@@ -116,21 +116,21 @@ def _first_match(log_text: str, needles: tuple[str | re.Pattern[str], ...]) -> s
     return None
 
 
-def diagnose(returncode: int | None, log_text: str, timed_out: bool = False) -> Verdict:
+def diagnose(returncode: int | None, log_text: str, timed_out: bool = False) -> Diagnosis:
     """Reason and the log line behind it. Log evidence first: a CUDA error also ends in SIGABRT."""
     for reason, needles in RULES:
         if (line := _first_match(log_text, needles)) is not None:
-            return Verdict(reason, line)
+            return Diagnosis(reason, line)
     if timed_out:
-        return Verdict("timeout", None)
+        return Diagnosis("timeout", None)
     # A clean exit, or a SIGKILL from outside (ours, the OOM killer), is not the MTP context's doing.
     died = returncode not in (None, 0, -signal.SIGKILL, 128 + signal.SIGKILL)
     if died and (line := _first_match(log_text, (MTP_FIT_WARNING,))) is not None:
-        return Verdict("spec_init_failed", line)
+        return Diagnosis("spec_init_failed", line)
     if returncode is not None and (returncode < 0 or returncode in _SHELL_SIGNALS):
         signum = -returncode if returncode < 0 else returncode - 128
-        return Verdict("crashed", f"killed by signal {_signal_name(signum)}")
-    return Verdict("server_exited", None if returncode is None else f"exit status {returncode}")
+        return Diagnosis("crashed", f"killed by signal {_signal_name(signum)}")
+    return Diagnosis("server_exited", None if returncode is None else f"exit status {returncode}")
 
 
 def _signal_name(signum: int) -> str:

@@ -13,17 +13,14 @@ No library parses that; the parser below is the smallest one that follows those 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsuite.build import toolchain
-from specsuite.common import paths, table
 from specsuite.common.errors import UserError
+from specsuite.common.procs import child_env, stop_group
 from specsuite.common.statcache import StatCache
 
 SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
@@ -218,27 +215,14 @@ def _run(binary: Path, arg: str) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
+        stop_group(proc)
         raise UserError(
             f"{binary} {arg} did not finish within {_TIMEOUT_S} s; is it a llama-server?"
         ) from None
     finally:
         if proc.poll() is None:  # KeyboardInterrupt while waiting
-            kill_group(proc)
+            stop_group(proc)
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def child_env() -> dict[str, str]:
-    """The environment for anything the suite runs of llama.cpp's: the build tools' (toolchain.child_env:
-    no Hugging Face token, an arbitrary commit's code never sees it), and no ``LLAMA_ARG_*`` (hidden config
-    that would change the command line)."""
-    return {k: v for k, v in toolchain.child_env().items() if not k.startswith("LLAMA_ARG_")}
 
 
 def _identity_problem(options: frozenset[str], version_text: str) -> str | None:
@@ -316,52 +300,3 @@ def probe(binary: Path) -> Capabilities:
     caps = _probe_uncached(binary)
     _CACHE.put(binary, _to_json(caps))
     return caps
-
-
-# --- table ---------------------------------------------------------------------------------------------
-
-
-def canonical_type(token: str) -> str:
-    """The pinned commit's name for a binary's own spec type token (``mtp`` -> ``draft-mtp``)."""
-    return next((canon for canon, old in LEGACY_TOKENS.items() if token in old), token)
-
-
-def _rows(caps: Capabilities, cases: list[Any]) -> list[tuple[str, str, str, str, str, str]]:
-    from specsuite.suite.command import missing_reason  # the command builder decides what a case needs
-
-    rows = []
-    for case in cases:
-        reason = missing_reason(caps, case)
-        tokens = ",".join(caps.spec_token(t) or "-" for t in case.spec_type) if case.spec_type else "-"
-        rows.append((case.name, case.tier, case.method, tokens, "no" if reason else "yes", reason or ""))
-    return rows
-
-
-def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
-    """Binary, commit and backend, then one row per case (or the spec types, without a cases file)."""
-    print(f"binary:  {caps.binary}")
-    first = caps.version_text.splitlines()[0] if caps.version_text else "?"
-    print(f"version: {first.removeprefix('version: ')}")
-    print(f"commit:  {caps.commit or '?'}")
-    gpus = f"; GPUs: {'; '.join(caps.gpus)}" if caps.gpus else "; no GPU visible"
-    print(
-        f"backend: {caps.backend or '?'}" + (f" ({'; '.join(caps.devices)})" if caps.devices else "") + gpus
-    )
-    print(f"spec types: {', '.join(sorted(caps.spec_types)) or '(none)'}")
-    if cases is None:
-        return
-    header = ("case", "tier", "method", "token", "runs", "why not")
-    body = _rows(caps, cases)
-    print(table.render(header, body))
-    if any(row[4] == "no" for row in body):
-        print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
-
-
-def probe_command(binary: str | None = None) -> int:
-    """``invoke probe`` / ``specsuite probe [BINARY]``: print what the binary can run."""
-    from specsuite.cases.schema import load_cases
-
-    path = Path(binary) if binary else paths.server_binary()
-    cases = load_cases() if paths.CASES_FILE.is_file() else None
-    print_table(probe(path), cases)
-    return 0

@@ -24,8 +24,8 @@ import requests
 
 from specsuite.common import procs
 from specsuite.common.envnum import env_number
+from specsuite.common.procs import child_env
 from specsuite.server import metrics, portowner
-from specsuite.server.probe import child_env
 
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
 START_TIMEOUT_S = 1800.0  # upstream's test_spec_methods: server.start(timeout_seconds=1800)
@@ -134,7 +134,7 @@ class LlamaServer:
         proc, self.proc = self.proc, None
         rc = None
         if proc is not None:
-            rc = _terminate_group(proc)
+            rc = procs.stop_group(proc)
         _LIVE.discard(self)
         self._http.close()
         if self._config_home:
@@ -215,15 +215,6 @@ class LlamaServer:
             self.stop()  # a hung server is stopped before its log is read, so the log is complete
         reason = reason or classify(rc, self.log_text(), timed_out=timed_out and rc is None)
         return ServerFailed(reason, f"{message} [{reason}]", self.log_tail())
-
-
-def _terminate_group(proc: subprocess.Popen[bytes]) -> int | None:
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 30.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return proc.wait(timeout=wait)
-    return proc.poll()
 
 
 @atexit.register

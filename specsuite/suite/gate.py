@@ -20,7 +20,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history import regress
 from specsuite.history.ancestry import ancestors
-from specsuite.results.document import CaseRecord
+from specsuite.results.record import CaseRecord
 from specsuite.suite.expect import Failure
 from specsuite.suite.runner import Session
 

@@ -21,7 +21,8 @@ from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.models.gguf import check_models
-from specsuite.results.document import CaseRecord, RunResults
+from specsuite.results.document import RunResults
+from specsuite.results.record import CaseRecord
 from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag

@@ -17,7 +17,7 @@ from specsuite import __version__
 from specsuite.build import info as buildinfo
 from specsuite.build import source
 from specsuite.cases.schema import TIERS, Case, is_gpu_selection
-from specsuite.common import paths
+from specsuite.common import git, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.results.document import RunResults, default_results_dir, verdict, write_summary
@@ -91,7 +91,7 @@ def harness_info(folder: Path) -> dict[str, Any]:
     """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
     prompts or code) must not pass for one of that commit."""
     commit = source.git_head(folder)
-    status = source.git(["status", "--porcelain", "--untracked-files=no"], folder) if commit else None
+    status = git.run(["status", "--porcelain", "--untracked-files=no"], folder) if commit else None
     dirty = None if status is None or status.returncode else bool(status.stdout.strip())
     return {"commit": commit, "dirty": dirty, "version": __version__}
 

@@ -24,9 +24,8 @@ from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
-from specsuite.history.regress import finite as finite_value
-from specsuite.history.regress import is_finite as finite
-from specsuite.results.document import CaseRecord, case_records, device_name, load_run
+from specsuite.results.document import case_records, device_name, load_run
+from specsuite.results.record import CaseRecord, finite, is_finite
 
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
@@ -103,7 +102,7 @@ def _unusable_reason(rec: CaseRecord) -> str | None:
     if rec.status != "passed" and not (rec.status == "failed" and rec.reason in _USABLE_FAILURES):
         first_line = (rec.message or "").strip().splitlines()[:1]
         return f"{rec.status} ({rec.reason or 'no reason'}): {''.join(first_line)}".rstrip(": ")
-    if not finite(rec.accept_rate) or not finite(rec.accept_len):
+    if not is_finite(rec.accept_rate) or not is_finite(rec.accept_len):
         return "no accept rate/len recorded (nothing drafted?)"
     return None
 
@@ -123,9 +122,9 @@ def collect(
                 cal.excluded.append(f"{run.get('run_id', '?')}: {why}")
                 continue
             cal.run_ids.append(str(run.get("run_id", "?")))
-            cal.rates.append(finite_value(rec.accept_rate) or 0.0)  # finite: _unusable_reason checked
-            cal.lens.append(finite_value(rec.accept_len) or 0.0)
-            if (speedup := finite_value(rec.speedup)) is not None:
+            cal.rates.append(finite(rec.accept_rate) or 0.0)  # finite: _unusable_reason checked
+            cal.lens.append(finite(rec.accept_len) or 0.0)
+            if (speedup := finite(rec.speedup)) is not None:
                 cal.speedups.append(speedup)
     for name in names or []:
         tier = (tiers or {}).get(name, "")

@@ -17,8 +17,8 @@ from typing import Any
 from specsuite.common import table
 from specsuite.common.errors import UserError
 from specsuite.history import regress
-from specsuite.history.regress import is_finite as finite
-from specsuite.results.document import CaseRecord, case_records, device_name, load_run, results_file
+from specsuite.results.document import case_records, device_name, load_run, results_file
+from specsuite.results.record import CaseRecord, is_finite
 
 # (record field, label, floor key or None, number format)
 METRICS = (
@@ -50,13 +50,13 @@ class Row:
             floor = (self.b.floors or {}).get(floor_key)
             if floor is None or self.b.uncalibrated:
                 continue
-            if not finite(floor):
+            if not is_finite(floor):
                 out.append(f"{label} floor {floor!r} is not a number")
                 continue
             value = getattr(self.b, key)
-            if self.b.status in ("passed", "failed") and not finite(value):
+            if self.b.status in ("passed", "failed") and not is_finite(value):
                 out.append(f"{label} is {value!r}, not a number, against floor {floor:.4f}")
-            elif finite(value) and value < floor:
+            elif is_finite(value) and value < floor:
                 out.append(f"{label} {value:.4f} < {floor:.4f}")
         return out
 
@@ -79,11 +79,11 @@ def rows(a: dict[str, CaseRecord], b: dict[str, CaseRecord], a_commit: str = "A"
 
 
 def _num(value: Any, fmt: str) -> str:
-    return format(value, fmt) if finite(value) else "—" if value is None else str(value)
+    return format(value, fmt) if is_finite(value) else "—" if value is None else str(value)
 
 
 def _delta(a: Any, b: Any, fmt: str) -> str:
-    return format(b - a, "+" + fmt) if finite(a) and finite(b) else "—"
+    return format(b - a, "+" + fmt) if is_finite(a) and is_finite(b) else "—"
 
 
 def _status(res: CaseRecord | None) -> str:
