@@ -32,9 +32,9 @@ _DIR_HELP = "model folder (default: SPEC_MODEL_DIR, else <cache>/models)"
 
 
 def _build(argv: list[str]) -> int:
-    from specsuite.build.cmake import build_command
+    from specsuite.build.cmake import main
 
-    return build_command(argv)
+    return main(argv)
 
 
 def _run_tier(argv: list[str]) -> int:
@@ -188,7 +188,7 @@ def _resolve(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from specsuite.common import paths
     from specsuite.server.probe import probe
-    from specsuite.server.resolver import caps_from_probe, describe, resolve_for_model
+    from specsuite.server.resolver import caps_from_probe, explain, resolve_for_model
 
     caps = probe(Path(a.binary) if a.binary else paths.server_binary())
     gpu = (a.device == "gpu") if a.device else caps.backend != "cpu" and bool(caps.gpus)
@@ -196,7 +196,7 @@ def _resolve(argv: list[str]) -> int:
         a.mode, caps=caps_from_probe(caps), model_path=a.model, gpu=gpu, mtp_draft_path=a.mtp_drafter
     )
     print(f"binary: {caps.binary} ({caps.commit}, {caps.backend}); device: {'gpu' if gpu else 'cpu'}")
-    print(describe(res))
+    print(explain(res))
     return 0
 
 

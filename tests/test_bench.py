@@ -312,7 +312,7 @@ def test_real_build_benches_the_synthetic_mtp_target(bench, env: Path) -> None:
         assert len(m["tps"]) == 2 and all(t > 0 for t in m["tps"])
     assert b.mode("off")["drafted"] == 0 and b.mode("off")["speedup"] == 1.0
     assert (b.out / "bench.png").is_file() and (b.out / "bench.md").is_file()
-    assert "--poll 0" in " ".join(auto["command"])  # build_command's CPU rule, as the suite runs it
+    assert "--poll 0" in " ".join(auto["command"])  # server_command's CPU rule, as the suite runs it
 
 
 @pytest.mark.integration

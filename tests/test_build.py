@@ -279,7 +279,9 @@ def test_cmake_and_ninja_run_without_the_hub_token(isolated: Path, monkeypatch: 
     plan.build_dir.mkdir()
     build.configure(plan, str(cmake), str(ninja))
     with pytest.raises(UserError, match=r"ninja succeeded but .* does not exist"):
-        build.publish(plan, build.compile_target(plan, str(ninja)))  # no binary: the stand-in built nothing
+        build.publish_binary(
+            plan, build.compile_target(plan, str(ninja))
+        )  # no binary: the stand-in built nothing
     for tool in ("cmake", "ninja"):
         seen = (record / tool).read_text()
         assert "PATH=" in seen and "hf_secret" not in seen, tool
@@ -295,7 +297,7 @@ def test_build_publish_noop_and_failure(
     monkeypatch.setenv("LLAMA_CPP_DIR", str(tree))
     binary, info_file = isolated / "build" / "bin" / "llama-server", isolated / "build" / "build-info.json"
 
-    assert build.build_command(["--cpu", "-k", "smoke"]) == 0
+    assert build.main(["--cpu", "-k", "smoke"]) == 0
     out = capfd.readouterr().out
     assert "build: ignoring arguments for other sessions: -k smoke" in out
     assert "build: configuring" in out and "spec types: draft-simple, ngram-mod, none" in out
@@ -313,7 +315,7 @@ def test_build_publish_noop_and_failure(
     assert info["build_dir"] == str(plan.build_dir) and (plan.build_dir / "bin" / "llama-server").is_file()
 
     # Same inputs: the configured folder is reused, ninja has nothing to do.
-    assert build.build_command(["--cpu"]) == 0
+    assert build.main(["--cpu"]) == 0
     out = capfd.readouterr().out
     assert "build: configuring" not in out and "ninja: no work to do." in out
 
@@ -322,21 +324,21 @@ def test_build_publish_noop_and_failure(
     with pytest.raises(
         UserError, match=r"building llama-server failed \(ninja exit 1\) in .*Removed build/bin"
     ):
-        build.build_command(["--cpu"])
+        build.main(["--cpu"])
     assert not binary.exists() and not info_file.exists() and buildinfo.load() is None
 
 
 def test_failed_configure_leaves_nothing_published(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = fake_tree(isolated / "llama.cpp")
     monkeypatch.setenv("LLAMA_CPP_DIR", str(tree))
-    assert build.build_command(["--cpu"]) == 0
+    assert build.main(["--cpu"]) == 0
     (tree / "CMakeLists.txt").write_text('message(FATAL_ERROR "broken tree")\n')
     with pytest.raises(UserError, match="building llama-server failed"):  # ninja re-runs CMake itself
-        build.build_command(["--cpu"])
+        build.main(["--cpu"])
     assert not (isolated / "build" / "bin" / "llama-server").exists()
     plan = build.make_plan(parse(["--cpu", "-DX=1"]), os.environ)  # a new folder: configure runs first
     with pytest.raises(UserError, match=r"CMake configure failed \(exit 1\) for .*llama.cpp"):
-        build.build_command(["--cpu", "-DX=1"])
+        build.main(["--cpu", "-DX=1"])
     assert not build.is_configured(plan.build_dir)
 
 
@@ -344,7 +346,7 @@ def test_configure_only_publishes_nothing(
     isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("LLAMA_CPP_DIR", str(fake_tree(isolated / "llama.cpp")))
-    assert build.build_command(["--cpu", "--configure-only"]) == 0
+    assert build.main(["--cpu", "--configure-only"]) == 0
     assert "(--configure-only: not building)" in capsys.readouterr().out
     assert not (isolated / "build").exists()
 
@@ -367,7 +369,7 @@ def test_real_cpu_build_from_the_pinned_sdist(monkeypatch: pytest.MonkeyPatch) -
     """Builds the pinned llama-server into build/bin (a no-op when the per-user cache already has it)."""
     for var in ("LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_CMAKE_ARGS"):
         monkeypatch.delenv(var, raising=False)
-    assert build.build_command(["--cpu"]) == 0
+    assert build.main(["--cpu"]) == 0
     pin = source.load_pin()
     binary = paths.BUILD_DIR / "bin" / "llama-server"
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
@@ -393,7 +395,7 @@ def test_cuda_configure_with_cublas_from_the_wheel(
         monkeypatch.delenv(var, raising=False)
     published = paths.BUILD_DIR / "bin" / "llama-server"
     before = published.stat().st_mtime_ns if published.exists() else None
-    assert build.build_command(["--cuda", "--cublas-from-wheel", "--configure-only"]) == 0
+    assert build.main(["--cuda", "--cublas-from-wheel", "--configure-only"]) == 0
     out = capsys.readouterr().out
     assert "cuBLAS taken from the PyPI wheel (nvidia_cublas-" in out
     assert "GGML_CUDA_NO_VMM=ON: linking without the libcuda driver library" in out

@@ -14,7 +14,7 @@ from casetext import HEAD
 
 from specsuite.cases.schema import parse_case_file
 from specsuite.server.probe import Capabilities, MissingFlag, parse_help
-from specsuite.suite.command import build_command, missing_reason
+from specsuite.suite.command import missing_reason, server_command
 
 HELP = Path(__file__).parent / "data" / "help" / "current.txt"
 
@@ -37,7 +37,7 @@ def test_command_cpu_build_omits_ngl_and_polls_not(monkeypatch) -> None:
         'spec_type = "draft-simple"\ndraft = "t.gguf"\nn_max = 3\nsynth_rates = [0.0, 0.0, 0.0]\n'
         "min_accept_rate = 0.0\nmin_accept_len = 1.0\n"
     )
-    cmd = build_command(_caps("cpu"), Path("/m/t.gguf"), 8111, case, Path("/m/t.gguf"))
+    cmd = server_command(_caps("cpu"), Path("/m/t.gguf"), 8111, case, Path("/m/t.gguf"))
     assert "--n-gpu-layers" not in cmd and "--spec-draft-ngl" not in cmd
     s = " ".join(cmd)
     for part in (
@@ -57,7 +57,7 @@ def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
         'spec_type = "draft-dflash"\ndraft = "d.gguf"\nn_max = 7\nmin_accept_rate = 0.1\n'
         'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["--x", "1"]\n'
     )
-    cmd = build_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
+    cmd = server_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
     s = " ".join(cmd)
     assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s and "--poll" not in s
     assert s.endswith("--spec-draft-n-max 7 --spec-draft-p-min 0 --x 1")
@@ -67,18 +67,18 @@ def test_command_ngram_length_goes_to_its_own_flags_and_baseline_has_no_spec() -
     case = _case(
         'spec_type = "ngram-mod"\nn_max = 16\nn_min = 4\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n'
     )
-    s = " ".join(build_command(_caps("cpu"), Path("/m/t.gguf"), 1, case))
+    s = " ".join(server_command(_caps("cpu"), Path("/m/t.gguf"), 1, case))
     assert "--spec-ngram-mod-n-max 16 --spec-ngram-mod-n-min 4" in s and "--spec-draft-n-max" not in s
-    base = build_command(_caps("cpu"), Path("/m/t.gguf"), 1)
+    base = server_command(_caps("cpu"), Path("/m/t.gguf"), 1)
     assert not [a for a in base if a.startswith("--spec")]
 
 
 def test_gpu_build_offloads_the_draft_of_every_speculative_case_as_upstream(monkeypatch) -> None:
     monkeypatch.delenv("N_GPU_LAYERS", raising=False)
     mtp = _case('spec_type = "draft-mtp"\nn_max = 3\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n')
-    s = " ".join(build_command(_caps("cuda"), Path("/m/t.gguf"), 1, mtp))
+    s = " ".join(server_command(_caps("cuda"), Path("/m/t.gguf"), 1, mtp))
     assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s  # no draft file: the MTP head is the "draft"
-    base = " ".join(build_command(_caps("cuda"), Path("/m/t.gguf"), 1))
+    base = " ".join(server_command(_caps("cuda"), Path("/m/t.gguf"), 1))
     assert "--n-gpu-layers 99" in base and "--spec-draft-ngl" not in base
 
 
@@ -86,15 +86,15 @@ def test_chain_spec_default_and_detect() -> None:
     chain = _case(
         'spec_type = ["ngram-mod", "draft-mtp"]\nn_max = 3\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n'
     )
-    s = " ".join(build_command(_caps("cpu"), Path("/m/t.gguf"), 1, chain))
+    s = " ".join(server_command(_caps("cpu"), Path("/m/t.gguf"), 1, chain))
     assert "--spec-type ngram-mod,draft-mtp --spec-draft-n-max 3" in s  # a chain's n_max is the draft's
     default = _case("spec_default = true\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n")
-    s = " ".join(build_command(_caps("cpu"), Path("/m/t.gguf"), 1, default))
+    s = " ".join(server_command(_caps("cpu"), Path("/m/t.gguf"), 1, default))
     assert s.endswith("--spec-default") and "--spec-type" not in s
     detect = _case(
         'spec_type = "detect"\ndraft = "d.gguf"\nn_max = 3\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n'
     )
-    s = " ".join(build_command(_caps("cpu"), Path("/m/t.gguf"), 1, detect, Path("/m/d.gguf")))
+    s = " ".join(server_command(_caps("cpu"), Path("/m/t.gguf"), 1, detect, Path("/m/d.gguf")))
     assert "--spec-type" not in s and "--spec-draft-model /m/d.gguf --spec-draft-n-max 3" in s
 
 
@@ -134,7 +134,7 @@ def test_missing_flag_is_the_reason(body, drop, backend, reason) -> None:
     case = _case(body + "\nmin_accept_rate = 0.1\nmin_accept_len = 1.0\n")
     caps = _caps(backend, drop)
     with pytest.raises(MissingFlag) as exc:
-        build_command(caps, Path("/m/t.gguf"), 1, case, Path("/m/d.gguf") if case.draft else None)
+        server_command(caps, Path("/m/t.gguf"), 1, case, Path("/m/d.gguf") if case.draft else None)
     assert exc.value.reason == reason
     assert missing_reason(caps, case) == reason
     assert missing_reason(_caps(backend), case) is None
@@ -143,6 +143,6 @@ def test_missing_flag_is_the_reason(body, drop, backend, reason) -> None:
 def test_resolved_flags_are_checked_against_the_binary() -> None:
     mode = _case('mode = "auto"\nuncalibrated = true\n')
     flags = ("--spec-default",)
-    assert build_command(_caps("cpu"), Path("/m/t.gguf"), 1, mode, None, flags)[-1] == "--spec-default"
+    assert server_command(_caps("cpu"), Path("/m/t.gguf"), 1, mode, None, flags)[-1] == "--spec-default"
     with pytest.raises(MissingFlag, match="binary_no_spec_default"):
-        build_command(_caps("cpu", ("--spec-default",)), Path("/m/t.gguf"), 1, mode, None, flags)
+        server_command(_caps("cpu", ("--spec-default",)), Path("/m/t.gguf"), 1, mode, None, flags)

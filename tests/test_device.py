@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.server.device import cpu_info, describe, slug, vector_isa
+from specsuite.server.device import cpu_info, device_info, slug, vector_isa
 from specsuite.server.probe import Capabilities
 
 XEON = """processor	: 0
@@ -56,7 +56,7 @@ def test_a_cpu_build_is_named_by_its_model_and_classed_by_machine_and_isa() -> N
     )
     model, flags = cpu_info()
     isa = vector_isa(flags)
-    assert describe(caps) == {
+    assert device_info(caps) == {
         "name": model or "cpu",
         "class": f"cpu-{slug(platform.machine())}" + (f"-{isa}" if isa else ""),
         "driver": None,

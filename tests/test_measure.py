@@ -7,7 +7,7 @@ import pytest
 from specsuite.server.metrics import Delta
 from specsuite.suite.measure import (
     Completion,
-    Outcome,
+    RequestOutcome,
     Speed,
     abba,
     decode_tps,
@@ -53,7 +53,9 @@ def test_decode_tps_from_server_timings() -> None:
 
 def test_outcome_numbers_and_result_line() -> None:
     comps = [_c("fib", [1, 2], 120, 1000.0)]
-    out = Outcome(Delta(90, 60, 30, (25, 20, 15)), comps, divergence(comps, comps), Speed([120.0], [60.0]))
+    out = RequestOutcome(
+        Delta(90, 60, 30, (25, 20, 15)), comps, divergence(comps, comps), Speed([120.0], [60.0])
+    )
     n = out.numbers()
     assert (n["accept_rate"], n["accept_len"], n["speedup"]) == (0.6667, 3.0, 2.0)
     assert n["per_position_rate"] == [0.8333, 0.6667, 0.5] and n["pos0_rate"] == 0.8333
@@ -124,5 +126,5 @@ def test_usage_problem(body, problem) -> None:
 def test_no_per_position_block_gives_no_rates_and_a_warning() -> None:
     d = Delta(12, 9, 4, (), per_position_exported=False)
     assert d.sanity_errors() == [] and "exports no" in d.warnings()[0]
-    n = Outcome(d, [], []).numbers()
+    n = RequestOutcome(d, [], []).numbers()
     assert n["per_position_rate"] == [] and n["pos0_rate"] is None

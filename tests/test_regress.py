@@ -11,7 +11,7 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.history import regress
-from specsuite.history.regress import check, mann_whitney_less
+from specsuite.history.regress import mann_whitney_less, regressions
 from specsuite.results.record import is_measured
 
 BASE = {"accept_rate": 0.6301, "accept_len": 3.2, "pos0_rate": 0.81, "status": "passed", "reason": None}
@@ -27,7 +27,7 @@ def _speed(samples: list[float]) -> dict:
 
 
 def test_the_message_names_metric_numbers_drop_baseline_and_rtol() -> None:
-    [reg] = check(_with(BASE, accept_rate=0.5406), BASE, baseline_commit=AT)
+    [reg] = regressions(_with(BASE, accept_rate=0.5406), BASE, baseline_commit=AT)
     assert reg.message == "accept_rate 0.5406 is 14.2 % below 0.6301 at baseline 0c1e570 (rtol 5 %)"
     assert (reg.metric, reg.current, reg.baseline) == ("accept_rate", 0.5406, 0.6301)
     assert reg.change == pytest.approx((0.5406 - 0.6301) / 0.6301)
@@ -43,44 +43,44 @@ def test_the_message_names_metric_numbers_drop_baseline_and_rtol() -> None:
     ],
 )
 def test_noise_level_changes_pass(changes: dict) -> None:
-    assert check(_with(BASE, **changes), BASE, baseline_commit=AT) == []
+    assert regressions(_with(BASE, **changes), BASE, baseline_commit=AT) == []
 
 
 @pytest.mark.parametrize("metric", ["accept_rate", "accept_len", "pos0_rate"])
 def test_a_real_drop_fails_on_each_metric(metric: str) -> None:
     current = _with(BASE, **{metric: BASE[metric] * 0.90})
-    [reg] = check(current, BASE, baseline_commit=AT)
+    [reg] = regressions(current, BASE, baseline_commit=AT)
     assert reg.metric == metric and reg.change == pytest.approx(-0.10)
     assert "10.0 % below" in reg.message and "0c1e570" in reg.message
     # the same drop is noise under a looser tolerance
-    assert check(current, BASE, rtol=0.15, baseline_commit=AT) == []
+    assert regressions(current, BASE, rtol=0.15, baseline_commit=AT) == []
 
 
 def test_improvements_never_fail() -> None:
     better = {"accept_rate": 0.99, "accept_len": 7.5, "pos0_rate": 1.0, **_speed([3.0, 3.1, 3.2, 3.3, 3.4])}
     worse = {**BASE, **_speed([1.0, 1.1, 1.2, 1.3, 1.4])}
-    assert check(better, worse, baseline_commit=AT) == []
-    assert len(check(worse, better, baseline_commit=AT)) == 4  # and the reverse fails every metric
+    assert regressions(better, worse, baseline_commit=AT) == []
+    assert len(regressions(worse, better, baseline_commit=AT)) == 4  # and the reverse fails every metric
 
 
 @pytest.mark.parametrize("missing", [math.nan, None, "0.63", True, math.inf])
 def test_a_lost_number_never_passes(missing) -> None:
-    [reg] = check(_with(BASE, accept_rate=missing), BASE, baseline_commit=AT)
+    [reg] = regressions(_with(BASE, accept_rate=missing), BASE, baseline_commit=AT)
     assert reg.metric == "accept_rate" and reg.current is None and math.isnan(reg.change)
     assert "missing" in reg.message and "0.6301 at baseline 0c1e570" in reg.message
     absent = {k: v for k, v in BASE.items() if k != "accept_len"}
-    assert [r.metric for r in check(absent, BASE, baseline_commit=AT)] == ["accept_len"]
+    assert [r.metric for r in regressions(absent, BASE, baseline_commit=AT)] == ["accept_len"]
 
 
 def test_nothing_to_compare_is_skipped() -> None:
     both_null = _with(BASE, pos0_rate=None)
-    assert check(both_null, both_null, baseline_commit=AT) == []
+    assert regressions(both_null, both_null, baseline_commit=AT) == []
     # the baseline had no number: the current one cannot have dropped from it
-    assert check(BASE, _with(BASE, accept_len=math.nan), baseline_commit=AT) == []
+    assert regressions(BASE, _with(BASE, accept_len=math.nan), baseline_commit=AT) == []
     # a zero baseline cannot drop, but losing the number still fails
     zero = _with(BASE, accept_rate=0.0)
-    assert check(zero, zero, baseline_commit=AT) == []
-    assert [r.metric for r in check(_with(zero, accept_rate=None), zero, baseline_commit=AT)] == [
+    assert regressions(zero, zero, baseline_commit=AT) == []
+    assert [r.metric for r in regressions(_with(zero, accept_rate=None), zero, baseline_commit=AT)] == [
         "accept_rate"
     ]
 
@@ -88,24 +88,24 @@ def test_nothing_to_compare_is_skipped() -> None:
 def test_pos0_falls_back_to_the_first_per_position_rate() -> None:
     base = {"accept_rate": 0.6, "per_position_rate": [0.8, 0.5]}
     current = {"accept_rate": 0.6, "per_position_rate": [0.6, 0.5]}
-    [reg] = check(current, base, baseline_commit=AT)
+    [reg] = regressions(current, base, baseline_commit=AT)
     assert (reg.metric, reg.current, reg.baseline) == ("pos0_rate", 0.6, 0.8)
     assert [
         r.metric
-        for r in check({"accept_rate": 0.6, "per_position_rate": [math.nan]}, base, baseline_commit=AT)
+        for r in regressions({"accept_rate": 0.6, "per_position_rate": [math.nan]}, base, baseline_commit=AT)
     ] == ["pos0_rate"]
 
 
 def test_speed_noise_passes() -> None:
     base = _with(BASE, **_speed([1.50, 1.55, 1.48, 1.52, 1.53]))
     noisy = _with(BASE, **_speed([1.47, 1.54, 1.46, 1.51, 1.49]))  # overlapping, median -2 %
-    assert check(noisy, base, baseline_commit=AT) == []
+    assert regressions(noisy, base, baseline_commit=AT) == []
 
 
 def test_a_significant_speed_drop_fails() -> None:
     base = _with(BASE, **_speed([1.50, 1.55, 1.48, 1.52, 1.53]))
     slow = _with(BASE, **_speed([1.20, 1.25, 1.22, 1.18, 1.21]))
-    [reg] = check(slow, base, baseline_commit=AT)
+    [reg] = regressions(slow, base, baseline_commit=AT)
     assert reg.metric == "speedup" and reg.current == 1.21 and reg.baseline == 1.52
     assert reg.change == pytest.approx((1.21 - 1.52) / 1.52)
     assert f"p = {1 / 252:.3g}" in reg.message and "n = 5/5" in reg.message and "0c1e570" in reg.message
@@ -114,32 +114,33 @@ def test_a_significant_speed_drop_fails() -> None:
 def test_speed_needs_both_significance_and_size() -> None:
     base = _with(BASE, **_speed([1.50, 1.51, 1.52, 1.53, 1.54]))
     small = _with(BASE, **_speed([1.45, 1.46, 1.47, 1.48, 1.49]))  # significant (p = 1/252) but -3 %
-    assert check(small, base, baseline_commit=AT) == []
+    assert regressions(small, base, baseline_commit=AT) == []
     # -33 % but 3 samples a side: complete separation gives p = 1/20, not below 0.05
     three = _with(BASE, **_speed([1.0, 1.01, 1.02])), _with(BASE, **_speed([1.5, 1.51, 1.52]))
-    assert check(*three, baseline_commit=AT) == []
+    assert regressions(*three, baseline_commit=AT) == []
     four = _with(BASE, **_speed([1.0, 1.01, 1.02, 1.03])), _with(BASE, **_speed([1.5, 1.51, 1.52, 1.53]))
-    assert [r.metric for r in check(*four, baseline_commit=AT)] == ["speedup"]  # p = 1/70
+    assert [r.metric for r in regressions(*four, baseline_commit=AT)] == ["speedup"]  # p = 1/70
 
 
 def test_speed_is_gated_only_with_enough_samples_on_both_sides() -> None:
     base = _with(BASE, **_speed([1.5, 1.5, 1.5, 1.5]))
-    assert check(_with(BASE, **_speed([0.5, 0.5])), base, baseline_commit=AT) == []
-    assert check(_with(BASE, speed=None, speedup=0.5), base, baseline_commit=AT) == []
+    assert regressions(_with(BASE, **_speed([0.5, 0.5])), base, baseline_commit=AT) == []
+    assert regressions(_with(BASE, speed=None, speedup=0.5), base, baseline_commit=AT) == []
     assert (
-        check(_with(BASE, **_speed([0.5] * 4)), _with(BASE, **_speed([1.5, 1.5])), baseline_commit=AT) == []
+        regressions(_with(BASE, **_speed([0.5] * 4)), _with(BASE, **_speed([1.5, 1.5])), baseline_commit=AT)
+        == []
     )
 
 
 def test_nan_speed_samples_never_pass() -> None:
     base = _with(BASE, **_speed([1.5, 1.5, 1.5, 1.5]))
-    [reg] = check(_with(BASE, **_speed([1.6, math.nan, 1.6, 1.6])), base, baseline_commit=AT)
+    [reg] = regressions(_with(BASE, **_speed([1.6, math.nan, 1.6, 1.6])), base, baseline_commit=AT)
     assert reg.metric == "speedup" and reg.current is None and "null/NaN" in reg.message
 
 
 def test_rtol_must_be_a_fraction() -> None:
     with pytest.raises(UserError, match="rtol 5 is not a fraction"):
-        check(BASE, BASE, rtol=5, baseline_commit=AT)
+        regressions(BASE, BASE, rtol=5, baseline_commit=AT)
 
 
 def test_is_measured() -> None:
@@ -171,7 +172,7 @@ def test_mann_whitney_known_values(x: list[float], y: list[float], p: Fraction) 
 
 
 def _brute_force_p(x: list[float], y: list[float]) -> Fraction:
-    """Independent check: enumerate every split of the pooled values and count pairs, not ranks."""
+    """Independent regressions: enumerate every split of the pooled values and count pairs, not ranks."""
 
     def u(a: tuple[float, ...], b: list[float]) -> Fraction:
         return sum(

@@ -26,10 +26,9 @@ from specsuite.server.resolver import (
     Resolution,
     ResolverCaps,
     auto_mode_drops_mtp,
-    backfill_usage_from_timings,
     canonicalize_spec_mode,
     caps_from_probe,
-    describe,
+    explain,
     extra_args_set_spec_type,
     extract_model_size_b,
     ngram_mod_flags,
@@ -438,38 +437,6 @@ def test_ngram_mod_flags_respects_custom_values():
     ]
 
 
-# --- usage backfill -----------------------------------------------------------------------------------------
-
-
-def test_backfill_usage_fills_when_completion_tokens_zero():
-    out = backfill_usage_from_timings(
-        {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        {"prompt_n": 42, "predicted_n": 128, "predicted_per_second": 100.0},
-    )
-    assert out == {"prompt_tokens": 42, "completion_tokens": 128, "total_tokens": 170}
-
-
-def test_backfill_usage_fills_when_usage_missing():
-    out = backfill_usage_from_timings(
-        None, {"prompt_n": 42, "predicted_n": 128, "predicted_per_second": 100.0}
-    )
-    assert out == {"prompt_tokens": 42, "completion_tokens": 128, "total_tokens": 170}
-
-
-def test_backfill_usage_preserves_real_usage():
-    real = {"prompt_tokens": 50, "completion_tokens": 200, "total_tokens": 250}
-    out = backfill_usage_from_timings(real, {"predicted_n": 999, "prompt_n": 999})
-    assert out is real
-    assert out == {"prompt_tokens": 50, "completion_tokens": 200, "total_tokens": 250}
-
-
-def test_backfill_usage_passthrough_when_timings_empty():
-    assert backfill_usage_from_timings(None, None) is None
-    assert backfill_usage_from_timings(None, {}) is None
-    usage = {"completion_tokens": 0}
-    assert backfill_usage_from_timings(usage, {"prompt_ms": 5.0}) is usage
-
-
 # --- caps_from_probe on recorded --help texts ---------------------------------------------------------------
 
 
@@ -573,13 +540,13 @@ def test_legacy_knobs_repeat_draft_max_and_why_says_so():
     assert "keeps the last, 64" in res.why
 
 
-# --- describe -----------------------------------------------------------------------------------------------
+# --- explain -----------------------------------------------------------------------------------------------
 
 
 def test_describe_quotes_flags_and_says_why():
     drafter = "/models/my drafts/mtp-gemma-4-E2B-it.gguf"
     res = run("auto", "unsloth/gemma-4-E2B-it-GGUF", mtp_draft_path=drafter)
-    text = describe(res)
+    text = explain(res)
     flags_line = next(line for line in text.splitlines() if line.startswith("flags: "))
     assert shlex.split(flags_line.removeprefix("flags: ")) == list(res.flags)
     assert shlex.quote(drafter) in flags_line
@@ -588,7 +555,7 @@ def test_describe_quotes_flags_and_says_why():
 
 
 def test_describe_names_fallback_and_empty_flags():
-    text = describe(run("mtp", caps=NO_MTP))
+    text = explain(run("mtp", caps=NO_MTP))
     assert "flags: (none)" in text.splitlines()
     assert "fallback: binary_no_mtp" in text.splitlines()
 

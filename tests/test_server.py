@@ -15,7 +15,7 @@ from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s
-from specsuite.suite.command import build_command
+from specsuite.suite.command import server_command
 from specsuite.suite.measure import request_body
 
 SMOKE = "gemma-3-270m-q4_k_m.gguf"
@@ -78,7 +78,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.slow
 def test_start_request_metrics_stop(real, tmp_path) -> None:
     caps, model = real
-    srv = LlamaServer(build_command(caps, model, free_port()), tmp_path / "s.log", start_timeout=120)
+    srv = LlamaServer(server_command(caps, model, free_port()), tmp_path / "s.log", start_timeout=120)
     with srv:
         pid = srv.proc.pid
         body = srv.post("/completion", request_body("What is the capital of France?", 8))
@@ -95,7 +95,7 @@ def test_bad_model_fails_with_reason_and_no_process(real, tmp_path) -> None:
     caps, _ = real
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    srv = LlamaServer(build_command(caps, bad, free_port()), tmp_path / "bad.log", start_timeout=60)
+    srv = LlamaServer(server_command(caps, bad, free_port()), tmp_path / "bad.log", start_timeout=60)
     with pytest.raises(ServerFailed) as exc:
         srv.start()
     assert exc.value.reason == "runtime_error"  # failure.classify: "failed to load model"
@@ -108,7 +108,7 @@ def test_bad_model_fails_with_reason_and_no_process(real, tmp_path) -> None:
 def test_request_timeout_stops_the_server(real, tmp_path) -> None:
     caps, model = real
     srv = LlamaServer(
-        build_command(caps, model, free_port()), tmp_path / "t.log", start_timeout=120, request_timeout=0.05
+        server_command(caps, model, free_port()), tmp_path / "t.log", start_timeout=120, request_timeout=0.05
     )
     srv.start()
     pid = srv.proc.pid
@@ -126,7 +126,7 @@ def test_server_dies_with_a_killed_test_process(real, tmp_path) -> None:
         import os, signal
         from pathlib import Path
         from specsuite.server.process import LlamaServer
-        srv = LlamaServer({build_command(caps, model, free_port())!r}, Path({str(tmp_path / "k.log")!r}),
+        srv = LlamaServer({server_command(caps, model, free_port())!r}, Path({str(tmp_path / "k.log")!r}),
                           start_timeout=120)
         srv.start()
         print(srv.proc.pid, flush=True)

@@ -277,7 +277,7 @@ def test_pip_download_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
     dest = tmp_path / "dl"
     dest.mkdir()
     with pytest.raises(UserError) as exc:
-        source.pip_download(pin, dest)
+        source.download_sdist(pin, dest)
     msg = str(exc.value)
     assert msg.startswith("pip could not download pkg==1.0 (exit 1):\n  ")
     assert "No matching distribution found for pkg==1.0" in msg

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specsuite.bench.measure import ModeRun, Workload, measure_modes, resolve_modes
 from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
-from specsuite.bench.report import Context, document, markdown
+from specsuite.bench.report import BenchContext, document, markdown
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
 from specsuite.models.store import StoredModel
@@ -34,7 +34,7 @@ HUB_OR_PYPI = ("seed", 128)
 
 
 @dataclass(frozen=True)
-class Options:
+class BenchOptions:
     model: str
     modes: list[str]
     repeat: int
@@ -80,14 +80,14 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
-def options(argv: list[str]) -> Options:
+def options(argv: list[str]) -> BenchOptions:
     from specsuite.suite.tier import split_posargs
 
     rest, dropped = split_posargs(argv)  # nox hands the build flags to every session
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; ignored here")
     a = parser().parse_args(rest)
-    return Options(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out, a.mtp_drafter)
+    return BenchOptions(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out, a.mtp_drafter)
 
 
 def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
@@ -134,7 +134,7 @@ def bench_command(argv: list[str]) -> int:
     work = Workload(
         caps, target, prompts, opts.n_predict or n_predict, opts.repeat, out / "logs", drafter_path
     )
-    ctx = Context(
+    ctx = BenchContext(
         run_id=run_id,
         model=opts.model,
         sha256=stored.sha256,
@@ -179,7 +179,7 @@ def _check_drafter(target: Path, drafter: StoredModel) -> None:
         raise UserError(f"--mtp-drafter {drafter.name}: {exc}") from None
 
 
-def write_reports(ctx: Context, runs: list[ModeRun], out: Path, started: str) -> None:
+def write_reports(ctx: BenchContext, runs: list[ModeRun], out: Path, started: str) -> None:
     """bench.md (also printed), bench.json, bench.png; without matplotlib one note instead of the PNG."""
     from specsuite.results.document import utc_now
 

@@ -21,7 +21,7 @@ from specsuite.server import metrics
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import LlamaServer, ServerFailed
 from specsuite.server.resolver import Resolution, caps_from_probe, resolve_for_model
-from specsuite.suite.command import build_command
+from specsuite.suite.command import server_command
 from specsuite.suite.measure import Prompts, decode_tps, run_prompts, warm_up
 from specsuite.suite.runner import start_server
 
@@ -126,7 +126,7 @@ def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
     no-polling rule), no flags is the suite's speculation-off baseline, exactly."""
     case = Case(name="bench", tier="bench", target=work.target.name, mode="auto") if flags else None
     draft = work.drafter if DRAFT_FLAG in flags else None
-    return build_command(work.caps, work.target, port, case, draft, flags)
+    return server_command(work.caps, work.target, port, case, draft, flags)
 
 
 def measure_modes(plans: list[tuple[str, Resolution]], work: Workload, say: Say) -> list[ModeRun]:

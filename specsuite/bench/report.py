@@ -28,7 +28,7 @@ HEADER = (
 
 
 @dataclass(frozen=True)
-class Context:
+class BenchContext:
     """The facts of the run every report repeats: what ran, on what, and how."""
 
     run_id: str
@@ -134,7 +134,7 @@ def auto_verdict(runs: list[ModeRun]) -> str:
     return text
 
 
-def markdown(ctx: Context, runs: list[ModeRun]) -> str:
+def markdown(ctx: BenchContext, runs: list[ModeRun]) -> str:
     device = "GPU" if ctx.gpu else "CPU"
     lines = [
         f"### specsuite bench `{ctx.run_id}`: {ctx.model}"
@@ -150,7 +150,7 @@ def markdown(ctx: Context, runs: list[ModeRun]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def document(ctx: Context, runs: list[ModeRun], started: str, finished: str) -> dict[str, Any]:
+def document(ctx: BenchContext, runs: list[ModeRun], started: str, finished: str) -> dict[str, Any]:
     """bench.json: every number, the exact commands, the logs."""
     base = off_median(runs)
     return {

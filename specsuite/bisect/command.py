@@ -112,8 +112,8 @@ def run_bisect(args: argparse.Namespace, build_argv: list[str]) -> int:
     load_builder(args.builder)
     repo, cache = repository(), paths.cache_dir()
     mirror = bisect_git.mirror(cache, repo)
-    good = bisect_git.resolve(mirror, args.good, repo, "--good")
-    bad = bisect_git.resolve(mirror, args.bad, repo, "--bad")
+    good = bisect_git.resolve_commit(mirror, args.good, repo, "--good")
+    bad = bisect_git.resolve_commit(mirror, args.bad, repo, "--bad")
     n_commits = bisect_git.check_range(mirror, good, bad)
     tree = bisect_git.tree_path(cache, repo)
     with bisect_git.exclusive(tree):
@@ -231,7 +231,7 @@ def _git_run(report: Report, tree: Path) -> None:
         state = str(report.out / "bisect.json")
         pythonpath = [str(paths.REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
-        code = bisect_git.run(tree, [sys.executable, "-c", STEP_BOOT, state], env)
+        code = bisect_git.bisect_run(tree, [sys.executable, "-c", STEP_BOOT, state], env)
         outcome = bisect_git.outcome(bisect_git.log(tree))
         if outcome.first_bad is None and not outcome.candidates:
             report.status = "failed"

@@ -28,7 +28,7 @@ _POSSIBLE = re.compile(r"^# possible first bad commit: \[([0-9a-f]{40})\] ?(.*)$
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BisectEnd:
     """What ``git bisect log`` says at the end: the first bad commit, or the candidates skips left open."""
 
     first_bad: str | None
@@ -47,7 +47,7 @@ def mirror(cache: Path, repository: str) -> Path:
     return path
 
 
-def resolve(mirror_dir: Path, ref: str, repository: str, flag: str) -> str:
+def resolve_commit(mirror_dir: Path, ref: str, repository: str, flag: str) -> str:
     """The full hash of ``--good``/``--bad``; fetches the mirror when the commit is not there yet."""
     source.check_ref(ref, f"{flag} ")
     with FileLock(str(mirror_dir.parent / "git.lock")):
@@ -106,7 +106,7 @@ def exclusive(tree: Path) -> Iterator[None]:
 
 def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
     """The stable worktree (added on first use, or again when the mirror was re-cloned), at ``commit``,
-    with no bisect left over from a run that was killed."""
+    with no bisect left over from a bisect_run that was killed."""
     ok = (tree / ".git").is_file() and git.run(["rev-parse", "--git-dir"], tree).returncode == 0
     if not ok:
         with FileLock(str(mirror_dir.parent / "git.lock")):
@@ -140,12 +140,12 @@ def log(tree: Path) -> str:
     return res.stdout if res.returncode == 0 else ""
 
 
-def outcome(log_text: str) -> Outcome:
+def outcome(log_text: str) -> BisectEnd:
     found = _FIRST_BAD.search(log_text)
-    return Outcome(found.group(1) if found else None, [m.group(1) for m in _POSSIBLE.finditer(log_text)])
+    return BisectEnd(found.group(1) if found else None, [m.group(1) for m in _POSSIBLE.finditer(log_text)])
 
 
-def run(tree: Path, step_cmd: list[str], env: Mapping[str, str]) -> int:
-    """``git bisect run STEP``: git checks out each commit to test and reads the step's exit status."""
-    cmd = ["git", "bisect", "run", *step_cmd]
+def bisect_run(tree: Path, step_cmd: list[str], env: Mapping[str, str]) -> int:
+    """``git bisect bisect_run STEP``: git checks out each commit to test and reads the step's exit status."""
+    cmd = ["git", "bisect", "bisect_run", *step_cmd]
     return run_forwarding(cmd, env=env, cwd=tree)

@@ -1,7 +1,7 @@
 """Good, bad or skip for one bisect step, from the case's record at that commit. Pure.
 
 bad: the case failed its floor or speed floor, or the metric dropped more than rtol below the good commit's
-value (regress.check, the history gate's rule: for speedup a drop must also be significant over repeats).
+value (``regress.regressions``, the history gate's rule: a speedup drop must also be significant).
 skip: the binary lacks the method (``binary_no_*``), or the case failed or errored for anything that is not
 a measurement (a crash, divergence, a timeout): such a commit says nothing about the metric.
 good: the case passed and the metric is within rtol of the good commit's.
@@ -70,7 +70,7 @@ def judge(
         return Judgement("bad", rec.reason, value, floor_detail(rec))
     measured = rec.status == "passed" and value is not None
     if measured and reference is not None:
-        found = regress.check(rec.to_dict(), reference, rtol=rtol, baseline_commit=reference_commit)
+        found = regress.regressions(rec.to_dict(), reference, rtol=rtol, baseline_commit=reference_commit)
         drop = next((r for r in found if r.metric == metric), None)
         if drop is not None:
             return Judgement("bad", "relative", value, drop.message)

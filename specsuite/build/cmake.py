@@ -1,4 +1,4 @@
-"""``python -m specsuite build``: configure and build ``llama-server``, publish it to ``build/bin``.
+"""``python -m specsuite build``: configure and build ``llama-server``, publish_binary it to ``build/bin``.
 
 Each (source, backend, flags, compiler) combination gets its own CMake build folder under
 ``<cache>/builds/<key>``, so CPU and CUDA builds coexist and a repeated build is ninja's no-op. The binary is
@@ -83,7 +83,7 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     args, unknown = make_parser().parse_known_args(argv)
     if unknown:
         print(f"build: ignoring arguments for other sessions: {shlex.join(unknown)}", flush=True)
@@ -101,7 +101,7 @@ def build_command(argv: list[str]) -> int:
             )
             return 0
         seconds = compile_target(plan, ninja.path)
-        published = publish(plan, seconds)
+        published = publish_binary(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
     print(f"build: spec types: {', '.join(sorted(probe(published).spec_types))} (`specsuite probe`: each case)")
     other = os.environ.get("LLAMA_SERVER_BIN_PATH")
@@ -263,7 +263,7 @@ def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# --- configure, build, publish --------------------------------------------------------------------------
+# --- configure, build, publish_binary --------------------------------------------------------------------------
 
 
 def is_configured(build_dir: Path) -> bool:
@@ -319,7 +319,7 @@ def unpublish() -> None:
         path.unlink(missing_ok=True)
 
 
-def publish(plan: Plan, seconds: float) -> Path:
+def publish_binary(plan: Plan, seconds: float) -> Path:
     """Atomically copy the binary to build/bin, then write build-info.json describing it."""
     built = plan.build_dir / "bin" / TARGET
     if not built.is_file():

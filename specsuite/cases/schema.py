@@ -304,13 +304,7 @@ def parse_cases(text: str, lock_names: set[str] | None = None) -> list[Case]:
 
 
 def read_text(path: str | Path = paths.CASES_FILE) -> str:
-    path = Path(path)
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"cases file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UserError(f"cannot read cases file {path}: {exc.strerror}") from None
+    return tomldata.read_text(Path(path), "cases file", "--cases PATH")
 
 
 def load_cases(path: str | Path = paths.CASES_FILE, lock_names: set[str] | None = None) -> list[Case]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tomlkit
 import tomlkit.exceptions
 from tomlkit.toml_document import TOMLDocument
 
 from specsuite.common.errors import UserError
+
+MAX_BYTES = 4 << 20  # the real data files are a few KiB; anything this big is the wrong file
 
 
 def parse_versioned(text: str, label: str, array: str, *more_arrays: str) -> TOMLDocument:
@@ -23,3 +27,22 @@ def parse_versioned(text: str, label: str, array: str, *more_arrays: str) -> TOM
     if doc.get("version") != 1:
         raise UserError(f"{label}: `version = 1` is required at the top, got {doc.get('version')!r}")
     return doc
+
+
+def read_text(path: Path, what: str, flag: str) -> str:
+    # what: "lock file", "cases file"; flag: the option that names another file
+    """A small UTF-8 text file, or one UserError saying why not (unreadable, too big, not UTF-8)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}; pass {flag}") from None
+    if len(data) > MAX_BYTES:
+        raise UserError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB: not a {what}; pass {flag}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x}); "
+            f"save it as UTF-8 or pass {flag}"
+        ) from None

@@ -1,7 +1,7 @@
 """The relative regression gate: one case record against the same case at a baseline commit. Pure.
 
 Floors catch a method that broke; this gate catches a commit that made a method worse: a 14 % relative
-drop in acceptance still clears a floor calibrated with margin. Every check is one-sided (an improvement
+drop in acceptance still clears a floor calibrated with margin. Every regressions is one-sided (an improvement
 never fails), and a number the current run lost (null or NaN) while the baseline had one is a regression,
 never a pass.
 
@@ -96,7 +96,7 @@ def _check_speed(
     return Regression("speedup", cur_med, base_med, change, message)
 
 
-def check(
+def regressions(
     current: dict[str, Any], baseline: dict[str, Any], *, rtol: float = 0.05, baseline_commit: str
 ) -> list[Regression]:
     """The regressions of ``current`` against ``baseline`` (two case records); empty when none."""

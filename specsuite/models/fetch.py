@@ -37,7 +37,7 @@ _CANCELLED = "cancelled"
 
 
 @dataclass
-class Outcome:
+class FileOutcome:
     entry: Entry
     path: Path
     status: str
@@ -192,12 +192,12 @@ def _fast_cached(entry: Entry, final: Path) -> bool:
     )
 
 
-def _ensure(entry: Entry, ctx: _Ctx) -> Outcome:
+def _ensure(entry: Entry, ctx: _Ctx) -> FileOutcome:
     final = ctx.folder / entry.name
     start = time.monotonic()
     store.check_layout(final)
     if _fast_cached(entry, final):
-        return Outcome(entry, final, "cached", entry.size or 0, 0.0)
+        return FileOutcome(entry, final, "cached", entry.size or 0, 0.0)
     progress = ctx.board.file(entry.name, entry.size or 0)
     try:
         with store.file_lock(final, timeout=ctx.lock_timeout, note=progress.note, cancel=ctx.cancel):
@@ -211,7 +211,7 @@ def _ensure(entry: Entry, ctx: _Ctx) -> Outcome:
         progress.close()
     if not entry.locked:
         status += ", unlocked"
-    return Outcome(entry, final, status, size, time.monotonic() - start)
+    return FileOutcome(entry, final, status, size, time.monotonic() - start)
 
 
 # ---------------------------------------------------------------- many files
@@ -228,7 +228,7 @@ def _missing_bytes(entries: list[Entry], folder: Path) -> int:
     return total
 
 
-def _summary(outcomes: list[Outcome], failures: dict[str, str]) -> str:
+def _summary(outcomes: list[FileOutcome], failures: dict[str, str]) -> str:
     rows = [
         [o.entry.name, human_size(o.size), o.entry.source, o.status, f"{o.seconds:.1f} s"] for o in outcomes
     ]
@@ -239,8 +239,8 @@ def _summary(outcomes: list[Outcome], failures: dict[str, str]) -> str:
     return render(("file", "size", "source", "status", "time"), rows)
 
 
-def _run_all(entries: list[Entry], ctx: _Ctx, jobs: int) -> tuple[list[Outcome], dict[str, str]]:
-    outcomes: dict[str, Outcome] = {}
+def _run_all(entries: list[Entry], ctx: _Ctx, jobs: int) -> tuple[list[FileOutcome], dict[str, str]]:
+    outcomes: dict[str, FileOutcome] = {}
     failures: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(_ensure, e, ctx): e for e in entries}

@@ -189,31 +189,10 @@ def parse_lock(text: str, path: Path | str = "models.lock") -> Lock:
     return Lock(path=path, entries=entries, doc=doc)
 
 
-MAX_BYTES = 4 << 20  # the real lock is a few KiB; anything this big is the wrong file
-
-
-def read_text(path: Path, what: str = "lock file", flag: str = "--lock PATH") -> str:
-    """A small UTF-8 text file, or one UserError saying why not (unreadable, too big, not UTF-8)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; pass {flag}") from None
-    if len(data) > MAX_BYTES:
-        raise UserError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB: not a lock file; pass {flag}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(
-            f"{what} {path} is not UTF-8 text (byte {exc.start}: {data[exc.start]:#04x}); "
-            f"save it as UTF-8 or pass {flag}"
-        ) from None
-
-
 def load_lock(path: str | os.PathLike[str] | None = None) -> Lock:
     """Read and validate a lock file (default: models.lock at the repository root)."""
     path = Path(path) if path else paths.MODELS_LOCK
-    return parse_lock(read_text(path), path)
+    return parse_lock(tomldata.read_text(path, "lock file", "--lock PATH"), path)
 
 
 def set_locked(lock: Lock, name: str, size: int, sha256: str) -> None:

@@ -40,7 +40,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
-def describe(caps: Capabilities) -> dict[str, str | None]:
+def device_info(caps: Capabilities) -> dict[str, str | None]:
     """{name, class, driver, cuda} for results.json and the history database."""
     if caps.backend in _GPU_BACKENDS and caps.gpus:
         name = gpu_device_name(caps.gpus[0])

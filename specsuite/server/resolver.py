@@ -15,7 +15,6 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.models.gguf import has_mtp_marker, read_info
@@ -139,27 +138,6 @@ def ngram_mod_flags(
 def extra_args_set_spec_type(extra_args: Iterable[str] | None) -> bool:
     """True when the user's extra args carry ``--spec-type`` (``=`` form too) or ``--spec-default``."""
     return any(str(arg).split("=", 1)[0] in _USER_SPEC_FLAGS for arg in extra_args or ())
-
-
-def backfill_usage_from_timings(
-    usage: dict[str, Any] | None, timings: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Fill a missing or zero ``usage`` from llama-server's ``timings`` (predicted_n, prompt_n).
-
-    Real usage (non-zero completion_tokens) comes back as the same object; with nothing to fill, usage
-    comes back as it was (None stays None)."""
-    if not timings or (usage and usage.get("completion_tokens")):
-        return usage
-    predicted_n, prompt_n = timings.get("predicted_n"), timings.get("prompt_n")
-    if predicted_n is None and prompt_n is None:
-        return usage
-    out = dict(usage or {})
-    if not out.get("completion_tokens") and predicted_n is not None:
-        out["completion_tokens"] = predicted_n
-    if not out.get("prompt_tokens") and prompt_n is not None:
-        out["prompt_tokens"] = prompt_n
-    out["total_tokens"] = int(out.get("prompt_tokens") or 0) + int(out.get("completion_tokens") or 0)
-    return out
 
 
 # --- capabilities -------------------------------------------------------------------------------------------
@@ -312,7 +290,7 @@ def resolve_for_model(
     )
 
 
-def describe(res: Resolution) -> str:
+def explain(res: Resolution) -> str:
     """A few terminal lines: mode -> emission, the flags (shell-quoted), why, and any fallback."""
     mode = res.requested_mode or "(set by the extra args)"
     lines = [

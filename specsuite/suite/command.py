@@ -65,7 +65,7 @@ def spec_args(caps: Capabilities, case: Case, draft: Path | None) -> list[str]:
     return args + list(case.server_args)
 
 
-def build_command(
+def server_command(
     caps: Capabilities,
     target: Path,
     port: int,
@@ -123,7 +123,7 @@ def missing_reason(caps: Capabilities, case: Case) -> str | None:
     model's metadata, so here it needs just a command line without speculation."""
     placeholder = Path("/nonexistent")
     try:
-        build_command(
+        server_command(
             caps, placeholder, 0, case, placeholder if case.draft else None, () if case.mode else None
         )
     except MissingFlag as exc:

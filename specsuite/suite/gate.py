@@ -4,8 +4,8 @@ The baseline of a case is the nearest earlier measured llama.cpp commit on the s
 with the same cases.toml (history.find_baseline): nearest in ancestry when the binary came from a git
 checkout (the llama.cpp mirror, or LLAMA_CPP_DIR), else the latest earlier run; always a run that started
 before the one judged. A drop beyond ``rtol`` fails the case with reason ``regressed`` naming that commit
-(regress.check). A history that cannot be read or written never decides a run: it is one warning, and the
-summary says so.
+(``regress.regressions``). A history that cannot be read or written never decides a run: it is one
+warning, and the summary says so.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from specsuite.suite.runner import Session
 
 
 @dataclass
-class Context:
+class GateContext:
     """What every case's lookup shares: the run's setup, read once from its results document."""
 
     device_class: str
@@ -41,13 +41,13 @@ class Context:
     problem: str | None = None
 
 
-def _context(doc: dict[str, Any], rtol: float) -> Context | str:
+def _context(doc: dict[str, Any], rtol: float) -> GateContext | str:
     binary, device = doc.get("binary") or {}, doc.get("device") or {}
     commit = binary.get("commit")
     if not commit:
         return "the binary names no llama.cpp commit: no baseline lookup, no record"
     mirror = (binary.get("source") or {}).get("mirror")
-    return Context(
+    return GateContext(
         device_class=str(device.get("class") or "unknown"),
         backend=str(binary.get("backend") or "unknown"),
         cases_sha256=str(doc.get("cases_sha256")),
@@ -58,7 +58,7 @@ def _context(doc: dict[str, Any], rtol: float) -> Context | str:
     )
 
 
-def _lookup(ctx: Context, name: str) -> history.Baseline | None:
+def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
     return history.find_baseline(
         None,
         case=name,
@@ -71,7 +71,7 @@ def _lookup(ctx: Context, name: str) -> history.Baseline | None:
     )
 
 
-def _gate(ctx: Context, case: Case, rec: CaseRecord) -> list[Failure]:
+def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
     try:
         base = _lookup(ctx, case.name)
     except UserError as exc:
@@ -80,7 +80,7 @@ def _gate(ctx: Context, case: Case, rec: CaseRecord) -> list[Failure]:
     if base is None:
         ctx.missing.append(case.name)
         return []
-    regs = regress.check(rec.to_dict(), base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
+    regs = regress.regressions(rec.to_dict(), base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
     rec.baseline = {
         "commit": base.commit,
         "run_id": base.run_id,
@@ -109,7 +109,7 @@ def install(session: Session) -> None:
     doc["history"] = {"line": _line(ctx)}
 
 
-def _line(ctx: Context) -> str:
+def _line(ctx: GateContext) -> str:
     if ctx.problem:
         return f"history unreadable, no relative gate: {ctx.problem}"
     parts = [f"{base} for {', '.join(names)}" for base, names in ctx.used.items()]

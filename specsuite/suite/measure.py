@@ -174,7 +174,7 @@ def chat_body(prompt: str, max_tokens: int = 16) -> dict[str, Any]:
 
 
 @dataclass
-class Outcome:
+class RequestOutcome:
     """Everything one case measured; ``numbers()`` is what results.json and the SPEC_RESULT line show."""
 
     delta: Delta

@@ -28,11 +28,11 @@ from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import LlamaServer, ServerFailed, free_port
 from specsuite.suite import expect
-from specsuite.suite.command import build_command
+from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
-    Outcome,
     Prompts,
+    RequestOutcome,
     Speed,
     abba,
     chat_body,
@@ -50,7 +50,7 @@ Command = Callable[[int], list[str]]  # port -> argv
 
 @dataclass
 class Measured:
-    outcome: Outcome
+    outcome: RequestOutcome
     log_text: str
     usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
 
@@ -119,7 +119,7 @@ class Session:
         self.close()
         name = target.name.replace("/", "_")
         srv = start_server(
-            lambda port: build_command(self.caps, target, port), self.results.logs / f"baseline-{name}.log"
+            lambda port: server_command(self.caps, target, port), self.results.logs / f"baseline-{name}.log"
         )
         self._base = (target, srv)
         self.results.add_baseline(name, {"command": srv.command, "log": self.results.rel(srv.log_path)})
@@ -209,10 +209,10 @@ def _resolve(
 def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Command:
     resolved = _resolve(session, case, rec, target, draft) if case.mode else None
     try:
-        build_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
+        server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
     except MissingFlag as exc:
         raise _missing(session, exc.what, exc.reason) from None
-    return lambda port: build_command(session.caps, target, port, case, draft, resolved)
+    return lambda port: server_command(session.caps, target, port, case, draft, resolved)
 
 
 def _check_models(rec: CaseRecord, target: Path, draft: Path | None) -> None:
@@ -281,7 +281,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
     ref = session.baseline_tokens(target, case, base_comps)
-    return Measured(Outcome(delta, comps, divergence(ref, comps), speed), spec.log_text(), usage)
+    return Measured(RequestOutcome(delta, comps, divergence(ref, comps), speed), spec.log_text(), usage)
 
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:

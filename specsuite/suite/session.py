@@ -21,7 +21,7 @@ from specsuite.common import git, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.results.document import RunResults, default_results_dir, verdict, write_summary
-from specsuite.server.device import describe
+from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
 from specsuite.suite.runner import Options, Session
 
@@ -121,7 +121,7 @@ def header(caps: Capabilities, options: Options) -> dict[str, Any]:
         "harness": harness_info(paths.REPO_ROOT),
         "cases_sha256": sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
         "binary": binary_info(caps),
-        "device": describe(caps),
+        "device": device_info(caps),
         "options": options.as_dict(),
     }
 

@@ -68,7 +68,9 @@ class Row:
             current = self.b.to_dict()
             out += [
                 r.message
-                for r in regress.check(current, self.a.to_dict(), rtol=rtol, baseline_commit=self.a_commit)
+                for r in regress.regressions(
+                    current, self.a.to_dict(), rtol=rtol, baseline_commit=self.a_commit
+                )
             ]
         return out
 
