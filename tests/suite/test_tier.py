@@ -179,7 +179,7 @@ def test_spec_methods_selection() -> None:
 
 def test_unset_spec_methods_keeps_the_projects_parametrized_tests() -> None:
     """The suite's deselection hook sees the whole session: it must drop only tests/spec items."""
-    both = _collect(None, "tests/test_probe.py")
+    both = _collect(None, "tests/server/test_probe.py")
     assert "test_speculative" not in both.stdout
     assert "test_every_variant_parses_its_own_spec_flag[current]" in both.stdout, both.stdout
     assert "1 deselected" in both.stdout, both.stdout

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from fakellama import fake_llama
+from testdata import DATA_ROOT
 
 from specsuite import cli
 from specsuite.bench.command import parse_modes
@@ -35,7 +36,7 @@ TRUNK_TARGET = "synth-target-glm4moe-fixed.gguf"  # no MTP heads: drafts only th
 DRAFTER = "synth-draft-glm4moe-mtp-fixed.gguf"  # a separate MTP drafter (its NextN block alone)
 NO_HEADS_DRAFT = "synth-draft-llama-fixed.gguf"  # a plain draft model: no MTP heads to draft with
 CPU_CHAIN = "ngram-mod,draft-mtp"
-FAILURES = Path(__file__).resolve().parent / "data" / "failures"
+FAILURES = DATA_ROOT / "failures"
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,14 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from matplotlib import image
+from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import load_run
 from specsuite.results.plot import plot_per_position, plot_runs, position_rates
 from specsuite.results.record import CaseRecord
 
-DATA = Path(__file__).parent / "data" / "results"
+DATA = DATA_ROOT / "results"
 
 
 def test_position_rates_from_counts_when_rates_absent() -> None:

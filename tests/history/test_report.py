@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.db import record_run
 from specsuite.history.report import history_command
 
-REAL = Path(__file__).parent / "data" / "results"
+REAL = DATA_ROOT / "results"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 import tomlkit
 from casetext import HEAD
+from testdata import DATA_ROOT
 
 from specsuite.cases.schema import load_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.tools.calibrate import calibrate_command
 
-DATA = Path(__file__).parent / "data" / "results"
+DATA = DATA_ROOT / "results"
 CAL_RUNS = [DATA / f"fixture-cal-{i}" for i in (1, 2, 3)]
 
 CASES = (

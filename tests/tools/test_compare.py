@@ -7,12 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import case_records, load_run
 from specsuite.tools.compare import compare_command, rows
 
-DATA = Path(__file__).parent / "data" / "results"
+DATA = DATA_ROOT / "results"
 BASE, REGRESSED, IMPROVED = (DATA / n for n in ("fixture-base", "fixture-regressed", "fixture-improved"))
 
 

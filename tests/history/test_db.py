@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.db import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
 
-REAL = Path(__file__).parent / "data" / "results" / "smoke-real-1" / "results.json"
+REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
 H200 = {"name": "NVIDIA H200", "class": "nvidia-h200", "driver": "580.82.07", "cuda": "13.0"}
 CASES_SHA = "c" * 64
 
@@ -347,6 +348,7 @@ WRITER = """
 import json, os, sys, time
 from pathlib import Path
 from specsuite.history.db import record_run
+from testdata import DATA_ROOT
 db, doc = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
 ready, go = Path(sys.argv[3]), Path(sys.argv[4])
 ready.touch()

@@ -6,9 +6,11 @@ import json
 import math
 from pathlib import Path
 
+from testdata import DATA_ROOT
+
 from specsuite.results.benchjson import entries, write_bench_json
 
-REAL = Path(__file__).parent / "data" / "results" / "smoke-real-1" / "results.json"
+REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
 
 
 def _strict(text: str) -> object:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import (
@@ -207,7 +208,7 @@ def test_nulls_take_the_defaults() -> None:
 
 
 def test_schema1_records_are_read() -> None:
-    doc = load_run(Path(__file__).parent / "data" / "results" / "smoke-real-1")
+    doc = load_run(DATA_ROOT / "results" / "smoke-real-1")
     rec = CaseRecord.from_dict("ngram-mod", doc["cases"]["ngram-mod"])
     assert rec.accept_rate == 1.0 and rec.pos0_rate == rec.per_position_rate[0]
 

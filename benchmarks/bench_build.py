@@ -2,7 +2,7 @@
 """Build-time benchmark: ``python -m specsuite build --cpu`` from an empty build folder against plain
 ``cmake`` + ``ninja`` of the same tree with the same flags, side by side in one run, then the no-op rebuild.
 
-    python bench/bench_build.py [--repeats N] [--noop-runs M]
+    python benchmarks/bench_build.py [--repeats N] [--noop-runs M]
 
 Goals (issue 2): full-build ratio specsuite / plain <= 1.05; no-op rebuild < 10 s. ccache is disabled for
 both sides (CCACHE_DISABLE=1) so that neither reuses the other's objects, and the builds go to a

@@ -37,7 +37,8 @@ from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.results.record import CaseRecord
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # the steps load this module as test_bisect
 CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0
 MODELS = ["synth-target-llama-random.gguf", "synth-draft-llama-random.gguf"]
 GOOD = {"accepted": 11}  # per request of the fake: 12 drafted in 4 drafts -> accept_rate 0.9167
@@ -110,7 +111,8 @@ def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS)]))
+    monkeypatch.syspath_prepend(str(HERE))  # in-process steps load the builder too
     for var in UNSET:
         monkeypatch.delenv(var, raising=False)
     return tmp_path

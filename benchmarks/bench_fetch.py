@@ -7,7 +7,8 @@
 2. Warm ``fetch-models`` on an already-verified cache of several GiB against ``sha256sum`` of the same files.
    Goal: under 1 s and at least 50x faster.
 
-Usage: python bench/bench_fetch.py [--cold-gib 2] [--warm-gib 6] [--runs 5] [--warm-runs 3] [--workdir DIR]
+Usage: python benchmarks/bench_fetch.py [--cold-gib 2] [--warm-gib 6] [--runs 5] [--warm-runs 3]
+       [--workdir DIR]
 Needs about cold + warm GiB (+ cold again while a fetch runs) of free disk under --workdir; removes it after.
 """
 

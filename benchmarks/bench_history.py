@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the run history costs: recording a run, and the ``history`` command over a long history.
 
-    python bench/bench_history.py [--runs 10000] [--repeats 20] [--command-repeats 5] [--workdir DIR]
+    python benchmarks/bench_history.py [--runs 10000] [--repeats 20] [--command-repeats 5] [--workdir DIR]
 
 1. ``record_run`` of a real smoke-tier document (tests/data/results/smoke-real-cal-1, the current tier's
    results.json, schema 2) into a history that already holds ``--runs`` runs, and into

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from casetext import HEAD
+from testdata import DATA_ROOT
 
 from specsuite.cases.schema import parse_case_file
 from specsuite.server.probe import Capabilities, MissingFlag, parse_help
 from specsuite.suite.command import missing_reason, server_command
 
-HELP = Path(__file__).parent / "data" / "help" / "current.txt"
+HELP = DATA_ROOT / "help" / "current.txt"
 
 
 def _caps(backend: str, drop: tuple[str, ...] = ()) -> Capabilities:

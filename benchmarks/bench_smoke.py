@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Smoke tier wall time vs a plain script that starts the same servers and sends the same requests.
 
-    python bench/bench_smoke.py [--results DIR]
+    python benchmarks/bench_smoke.py [--results DIR]
 
 Runs ``specsuite run-tier smoke --no-history`` (probe, fetch check, pytest, every case, results, summary),
 then replays the exact server command lines recorded in its results.json with nothing but subprocess and
