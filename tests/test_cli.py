@@ -94,8 +94,8 @@ def test_invoke_tasks_use_the_same_checks() -> None:
 
 
 def test_ctrl_c_under_invoke_says_so(tmp_path: Path) -> None:
-    hang = tmp_path / "llama-server"
-    hang.write_text("#!/bin/sh\nexec sleep 60\n")  # a probe that never answers
+    hang, started = tmp_path / "llama-server", tmp_path / "started"
+    hang.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")  # a probe that never answers
     hang.chmod(0o755)
     exe = BIN / "invoke"
     if not exe.exists():
@@ -103,7 +103,9 @@ def test_ctrl_c_under_invoke_says_so(tmp_path: Path) -> None:
     env = {**os.environ, "SPEC_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen([str(exe), "probe", "--binary", str(hang)], cwd=paths.REPO_ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(3)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:  # the probe runs: invoke's handler is set
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err

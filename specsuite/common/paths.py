@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specsuite.common import settings
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_LOCK = REPO_ROOT / "models.lock"
 CASES_FILE = REPO_ROOT / "cases.toml"
@@ -15,7 +17,7 @@ RESULTS_DIR = REPO_ROOT / "results"
 
 def cache_dir() -> Path:
     """Per-user cache: ``SPEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/specsuite``, else ``~/.cache/specsuite``."""
-    if env := os.environ.get("SPEC_CACHE_DIR"):
+    if env := settings.load().cache_dir:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "specsuite"
@@ -26,7 +28,8 @@ def model_dir(override: str | os.PathLike[str] | None = None) -> Path:
     (upstream's name for it), else ``<cache>/models``."""
     if override:
         return Path(override).expanduser()
-    if env := os.environ.get("SPEC_MODEL_DIR") or os.environ.get("SPEC_METHOD_MODEL_DIR"):
+    s = settings.load()
+    if env := s.model_dir or s.method_model_dir:
         return Path(env).expanduser()
     return cache_dir() / "models"
 

@@ -17,7 +17,6 @@ import contextlib
 import datetime as dt
 import json
 import math
-import os
 import platform
 import random
 import re
@@ -29,13 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsuite.common import paths
-from specsuite.common.envnum import env_number
+from specsuite.common import paths, settings
 from specsuite.common.errors import UserError
 from specsuite.results.document import device_name
 from specsuite.results.record import finite, is_measured, pos0_rate, speed_samples
 
-BUSY_TIMEOUT_S = 30.0  # another run's commit takes milliseconds; a lock held longer is a stuck process
 _HEX = re.compile(r"[0-9a-f]{7,40}")
 
 # v1. Times are ISO 8601 text as results.json has them; JSON columns hold lists and tables.
@@ -133,14 +130,15 @@ class Baseline:
 
 def default_path() -> Path:
     """``$SPEC_HISTORY``, else ``<cache>/history.sqlite``."""
-    if env := os.environ.get("SPEC_HISTORY"):
+    if env := settings.load().history_path:
         return Path(env).expanduser()
     return paths.cache_dir() / "history.sqlite"
 
 
 def busy_timeout_s() -> float:
-    """``$SPEC_HISTORY_TIMEOUT_S``, else BUSY_TIMEOUT_S: how long to wait for another process's lock."""
-    return env_number("SPEC_HISTORY_TIMEOUT_S", BUSY_TIMEOUT_S)
+    """``$SPEC_HISTORY_TIMEOUT_S`` (30 s: another run's commit takes milliseconds; a lock held longer is a
+    stuck process): how long to wait for another process's lock."""
+    return settings.load().history_timeout_s
 
 
 # --- opening and migrating --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specsuite.common.envnum import env_number
+from specsuite.common import settings
 from specsuite.common.errors import UserError
 from specsuite.models.store import Cancelled
 
@@ -37,11 +37,8 @@ class Policy:
 
     @classmethod
     def from_env(cls) -> Policy:
-        return cls(
-            attempts=int(env_number("SPEC_FETCH_ATTEMPTS", cls.attempts, integer=True)),
-            backoff=env_number("SPEC_FETCH_BACKOFF_S", cls.backoff),
-            stall=env_number("SPEC_FETCH_STALL_S", cls.stall),
-        )
+        s = settings.load()
+        return cls(attempts=s.fetch_attempts, backoff=s.fetch_backoff_s, stall=s.fetch_stall_s)
 
     def delay(self, failures: int) -> float:
         base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))

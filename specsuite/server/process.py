@@ -22,13 +22,11 @@ from typing import Any
 
 import requests
 
-from specsuite.common import procs
-from specsuite.common.envnum import env_number
+from specsuite.common import procs, settings
 from specsuite.common.procs import child_env
 from specsuite.server import metrics, portowner
 
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
-START_TIMEOUT_S = 1800.0  # upstream's test_spec_methods: server.start(timeout_seconds=1800)
 STOP_GRACE_S = 10.0
 _LIVE: set[LlamaServer] = set()
 
@@ -49,8 +47,9 @@ def free_port() -> int:
 
 
 def start_timeout_s() -> float:
-    """``SPEC_START_TIMEOUT_S``, else 1800 s: a 41 GiB target on a cold page cache loads for minutes."""
-    return env_number("SPEC_START_TIMEOUT_S", START_TIMEOUT_S)
+    """``SPEC_START_TIMEOUT_S``, else 1800 s (upstream's ``server.start(timeout_seconds=1800)``): a 41 GiB
+    target on a cold page cache loads for minutes."""
+    return settings.load().start_timeout_s
 
 
 def _child_env(config_home: str) -> dict[str, str]:

@@ -8,14 +8,13 @@ built with. Nothing is left to server defaults that move between commits.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from specsuite.cases.schema import DETECT, Case
+from specsuite.common import settings
 from specsuite.server.probe import Capabilities, MissingFlag
 
-DEFAULT_NGL = "99"
 CTX_SIZE = "1024"
 SEED = "42"  # upstream's ServerProcess passes --seed 42; requests carry the same seed
 # ngram methods take their draft length (and ngram-mod its minimum) from their own flags, not from
@@ -33,7 +32,7 @@ def gpu_layers(caps: Capabilities) -> str | None:
     """-ngl value from N_GPU_LAYERS (default 99); None on a CPU-only build, where offload means nothing."""
     if caps.backend == "cpu":
         return None
-    return os.environ.get("N_GPU_LAYERS", DEFAULT_NGL)
+    return str(settings.load().n_gpu_layers)
 
 
 def _own_flag(caps: Capabilities, flag: str, fallback: str) -> str:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.common.settings import Settings
 from specsuite.models.gguf import check_models
 from specsuite.results.document import RunResults
 from specsuite.results.record import CaseRecord
@@ -63,20 +63,6 @@ class CaseEnd(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-@dataclass
-class Options:
-    """How a run judges its cases (run-tier's options; results.json records them)."""
-
-    strict: bool = True  # a method or flag the binary lacks fails the case; False: skipped, said loudly
-    repeat: int = 1  # A-B-B-A rounds of speed measurement
-    allow_cpu: bool = False
-    history: bool = True
-    rtol: float = 0.05
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 # A relative gate against history: (case, record) -> failures; the session installs it when it has one.
 Gate = Callable[[Case, CaseRecord], list[expect.Failure]]
 
@@ -87,7 +73,7 @@ class Session:
 
     caps: Capabilities
     results: RunResults
-    options: Options = field(default_factory=Options)
+    options: Settings = field(default_factory=Settings)  # how the run judges (strict, repeat, rtol, ...)
     gate: Gate | None = None
     result_lines: list[str] = field(default_factory=list)
     _base: tuple[Path, LlamaServer] | None = None

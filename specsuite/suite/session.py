@@ -8,8 +8,6 @@ The pytest suite (tests/spec) and ``specsuite run-tier`` both go through here.
 
 from __future__ import annotations
 
-import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,56 +15,15 @@ from specsuite import __version__
 from specsuite.build import info as buildinfo
 from specsuite.build import source
 from specsuite.cases.schema import TIERS, Case, is_gpu_selection
-from specsuite.common import git, paths
+from specsuite.common import git, paths, settings
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
+from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import RunResults, default_results_dir, verdict, write_summary
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite.runner import Options, Session
-
-TRUE = {"1", "true", "yes", "on"}
-FALSE = {"0", "false", "no", "off"}
-
-
-def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value in TRUE | FALSE:
-        return value in TRUE
-    raise UserError(f"{name}={os.environ[name]!r}: use 1 or 0")
-
-
-def _number(name: str, default: float, *, integer: bool = False) -> float:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        x = int(value) if integer else float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or x <= 0 or (not integer and x >= 1 and name == "SPEC_RTOL"):
-        kind = (
-            "a positive integer"
-            if integer
-            else "a number in (0, 1)"
-            if name == "SPEC_RTOL"
-            else "a positive number"
-        )
-        raise UserError(f"{name}={value!r} is not {kind}")
-    return x
-
-
-def options_from_env() -> Options:
-    """SPEC_STRICT (default 1), SPEC_REPEAT (1), SPEC_ALLOW_CPU (0), SPEC_NO_HISTORY (0), SPEC_RTOL (0.05)."""
-    return Options(
-        strict=_flag("SPEC_STRICT", True),
-        repeat=int(_number("SPEC_REPEAT", 1, integer=True)),
-        allow_cpu=_flag("SPEC_ALLOW_CPU", False),
-        history=not _flag("SPEC_NO_HISTORY", False),
-        rtol=_number("SPEC_RTOL", 0.05),
-    )
+from specsuite.suite import gate
+from specsuite.suite.runner import Session
 
 
 def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None:
@@ -116,29 +73,27 @@ def binary_info(caps: Capabilities) -> dict[str, Any]:
     }
 
 
-def header(caps: Capabilities, options: Options) -> dict[str, Any]:
+def header(caps: Capabilities, options: settings.Settings) -> dict[str, Any]:
     return {
         "harness": harness_info(paths.REPO_ROOT),
         "cases_sha256": sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
         "binary": binary_info(caps),
         "device": device_info(caps),
-        "options": options.as_dict(),
+        "options": options.run_options(),
     }
 
 
 def open_session(selector: str, cases: list[Case], results_dir: Path | None = None) -> Session:
     """Probe the binary, refuse what cannot give a meaningful answer, and start the results document."""
-    options = options_from_env()
+    options = settings.load()
     caps = probe(paths.server_binary())
     check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
-    out = Path(results_dir or os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(selector))
+    out = Path(results_dir or options.results_dir or default_results_dir(selector))
     results = RunResults(out, tier=tier, selector=selector, header=header(caps, options))
     session = Session(caps, results, options)
-    if options.history:
-        from specsuite.suite.gate import install
-
-        install(session)
+    if not options.no_history:
+        gate.install(session)
     results.save()
     return session
 
@@ -149,13 +104,9 @@ def finish_session(session: Session) -> bool:
     doc = session.results.doc
     doc["verdict"] = verdict(doc).headline
     session.results.save()
-    if session.options.history:
-        from specsuite.suite.gate import record
-
-        record(session)
+    if not session.options.no_history:
+        gate.record(session)
         session.results.save()
-    from specsuite.results.benchjson import write_bench_json
-
     write_bench_json(doc, session.results.dir / "bench.json")
     write_summary(session.results.dir)
     return verdict(doc).green

@@ -15,8 +15,10 @@ import os
 import sys
 from pathlib import Path
 
+import msgspec
+
 from specsuite.cases.schema import TIERS, load_cases, select_cases
-from specsuite.common import paths, procs
+from specsuite.common import paths, procs, settings
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
 
@@ -85,22 +87,17 @@ def split_posargs(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "SPEC_METHODS": tier,
-        "SPEC_RESULTS_DIR": str(results_dir),
-        "LLAMA_SERVER_BIN_PATH": str(binary),
+    """The pytest child's environment: ours, with the run's settings (the command line's over SPEC_*)."""
+    given = {
+        "strict": False if args.allow_missing else None,
+        "allow_cpu": True if args.allow_cpu else None,
+        "repeat": args.repeat,
+        "no_history": True if args.no_history else None,
+        "rtol": args.rtol,
     }
-    if args.allow_missing:
-        env["SPEC_STRICT"] = "0"
-    if args.allow_cpu:
-        env["SPEC_ALLOW_CPU"] = "1"
-    if args.repeat:
-        env["SPEC_REPEAT"] = str(args.repeat)
-    if args.no_history:
-        env["SPEC_NO_HISTORY"] = "1"
-    if args.rtol:
-        env["SPEC_RTOL"] = str(args.rtol)
+    options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
+    env = {**os.environ, **options.to_env()}
+    env.update(SPEC_METHODS=tier, SPEC_RESULTS_DIR=str(results_dir), LLAMA_SERVER_BIN_PATH=str(binary))
     return env
 
 
@@ -128,8 +125,7 @@ def preflight(tier: str, env: dict[str, str]) -> Path:
             "(or point LLAMA_SERVER_BIN_PATH at one)"
         )
     caps = probe(binary)
-    allow_cpu = env.get("SPEC_ALLOW_CPU", "").strip().lower() in ("1", "true", "yes", "on")
-    check_device(caps, cases, allow_cpu)
+    check_device(caps, cases, settings.load(env).allow_cpu)
     return binary
 
 
@@ -162,7 +158,7 @@ def run_tier_command(argv: list[str]) -> int:
     args, pytest_args = parser().parse_known_args(rest)
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
-    results_dir = Path(os.environ.get("SPEC_RESULTS_DIR") or default_results_dir(args.tier))
+    results_dir = Path(settings.load().results_dir or default_results_dir(args.tier))
     code = run_tier(args, results_dir, pytest_args)
     summary = results_dir / "summary.md"  # written by the suite when its session ends
     if summary.is_file():

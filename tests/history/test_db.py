@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from testdata import DATA_ROOT
 
+from specsuite.common import settings
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.db import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
@@ -269,7 +270,7 @@ def test_the_lock_wait_comes_from_the_environment(
     finally:
         holder.communicate("")
     assert "database is locked" in warned(capsys, db)
-    assert waited < history.BUSY_TIMEOUT_S / 2  # gave up after 0.3 s, not after the default wait
+    assert waited < settings.Settings().history_timeout_s / 2  # gave up after 0.3 s, not the default wait
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf"])

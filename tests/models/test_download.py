@@ -286,9 +286,9 @@ def test_planted_partial_link_is_refused_and_never_written_through(tmp_path, fak
         ("SPEC_FETCH_STALL_S", "inf", "must be a finite number > 0"),
         ("SPEC_FETCH_STALL_S", "-5", "must be a finite number > 0"),
         ("SPEC_FETCH_BACKOFF_S", "0", "must be a finite number > 0"),
-        ("SPEC_FETCH_BACKOFF_S", "soon", "is not a finite number > 0"),
-        ("SPEC_FETCH_ATTEMPTS", "0", "must be a whole number >= 1"),
-        ("SPEC_FETCH_ATTEMPTS", "2.5", "is not a whole number >= 1"),
+        ("SPEC_FETCH_BACKOFF_S", "soon", "must be a finite number > 0"),
+        ("SPEC_FETCH_ATTEMPTS", "0", "must be a whole number from 1"),
+        ("SPEC_FETCH_ATTEMPTS", "2.5", "must be a whole number from 1"),
     ],
 )
 def test_bad_fetch_variables_are_one_clear_error(monkeypatch, name, value, message):
