@@ -66,11 +66,11 @@ def test_numeric_options_are_checked(argv: list[str], needle: str, capsys) -> No
     ("content", "named"),
     [
         (b"\xff\xfe junk", "cannot read it as a JSON results file"),
-        (b'{"cases": {"x": {"floors": [1]}}}', "case 'x': field 'floors' must be an object"),
+        (b'{"cases": {"x": {"floors": [1]}}}', "case 'x': floors must be an object"),
         (b'{"cases": []}', "no 'cases' table"),
-        (b'{"cases": {"x": {"per_position_rate": 5}}}', "'per_position_rate' must be a list of numbers"),
-        (b'{"cases": {"x": {"status": "passed"}}, "binary": 5}', "field 'binary' must be an object"),
-        (b'{"cases": {"x": {"speed": [2.0]}}}', "field 'speed' must be an object or null"),
+        (b'{"cases": {"x": {"per_position_rate": 5}}}', "case 'x': per_position_rate must be a list"),
+        (b'{"cases": {"x": {"status": "passed"}}, "binary": 5}', "binary must be an object"),
+        (b'{"cases": {"x": {"speed": [2.0]}}}', "case 'x': speed must be an object or null"),
     ],
 )
 def test_compare_on_junk_is_one_line(tmp_path: Path, content: bytes, named: str) -> None:

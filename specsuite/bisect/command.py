@@ -14,7 +14,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+import msgspec
 from filelock import FileLock, Timeout
 
 from specsuite.bisect import git as bisect_git
@@ -25,8 +27,8 @@ from specsuite.bisect.step import Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.results.document import new_run_id
-from specsuite.suite.tier import append_step_summary
+from specsuite.results.document import load_run, new_run_id
+from specsuite.results.summary import append_step_summary
 
 # `git bisect run` runs the step in the worktree: `python -m` would put that llama.cpp checkout first on
 # sys.path, so the step drops it before importing anything of ours.
@@ -219,10 +221,9 @@ def _endpoints(report: Report, tree: Path) -> None:
         )
 
 
-def _record(folder: Path, case: str) -> dict[str, object]:
-    from specsuite.results.document import case_records, load_run
-
-    return case_records(load_run(folder / "run"))[case].to_dict()
+def _record(folder: Path, case: str) -> dict[str, Any]:
+    """The good commit's record, as bisect.json keeps it for every step to judge against."""
+    return msgspec.to_builtins(load_run(folder / "run").cases[case])
 
 
 def _git_run(report: Report, tree: Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsuite.history import regress
-from specsuite.results.record import CaseRecord, finite
+from specsuite.results.record import CaseRecord, decode_record, finite
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")
 EXIT = {"good": 0, "bad": 1, "skip": 125}  # what `git bisect run` reads
@@ -69,25 +69,24 @@ def judge(
     if rec.status == "failed" and rec.reason in ("floor", "speed"):
         return Judgement("bad", rec.reason, value, floor_detail(rec))
     measured = rec.status == "passed" and value is not None
-    if measured and reference is not None:
-        found = regress.regressions(rec.to_dict(), reference, rtol=rtol, baseline_commit=reference_commit)
+    ref = decode_record(rec.name, reference, "the good commit's record") if reference is not None else None
+    if measured and ref is not None:
+        found = regress.regressions(rec, ref, rtol=rtol, baseline_commit=reference_commit)
         drop = next((r for r in found if r.metric == metric), None)
         if drop is not None:
             return Judgement("bad", "relative", value, drop.message)
     if measured:
-        detail = _good_detail(metric, value, reference, reference_commit, rtol)
-        return Judgement("good", "passed" if reference is None else "within_rtol", value, detail)
+        detail = _good_detail(metric, value, ref, reference_commit, rtol)
+        return Judgement("good", "passed" if ref is None else "within_rtol", value, detail)
     first = (rec.message or "").strip().splitlines()[:1]
     why = f"{rec.status} ({rec.reason}){': ' + first[0] if first else ''}"
     return Judgement("skip", rec.reason or rec.status or "unknown", value, f"not a measurement: {why}")
 
 
-def _good_detail(
-    metric: str, value: float | None, reference: dict[str, Any] | None, at: str, rtol: float
-) -> str:
+def _good_detail(metric: str, value: float | None, reference: CaseRecord | None, at: str, rtol: float) -> str:
     if reference is None:
         return f"{metric} {_fmt(value)}; the case passed its floors"
-    ref = metric_value(CaseRecord.from_dict("reference", reference), metric)
+    ref = metric_value(reference, metric)
     if ref is None or value is None or ref == 0:
         return f"{metric} {_fmt(value)} vs {_fmt(ref)} at good {at[:7]}"
     change = (value - ref) / ref * 100

@@ -27,7 +27,7 @@ from specsuite.bisect.judge import Judgement, judge
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
 from specsuite.common.procs import last_line, run_forwarding
-from specsuite.results.document import case_records, load_run
+from specsuite.results.document import load_run
 
 STEP_FILE = "step.json"
 ABORT = 128  # `git bisect run` stops on a status of 128 or more
@@ -116,10 +116,10 @@ def _run(params: Params, folder: Path, label: str, commit: str, binary: Path) ->
     def beat() -> None:
         _progress(label, commit, last_line(log)[:120])
 
-    code = run_forwarding(cmd, env=env, cwd=paths.REPO_ROOT, log=log, heartbeat=beat)
+    code = run_forwarding(cmd, env=env, cwd=paths.WORK_DIR, log=log, heartbeat=beat)
     seconds = time.monotonic() - t0
     try:
-        rec = case_records(load_run(folder / "run")).get(params.case)
+        rec = load_run(folder / "run").cases.get(params.case)
     except UserError:  # run-tier stopped before the suite wrote anything (its last line says why)
         why = f"run-tier exited {code} without a result: {last_line(log)[:300]}"
         return Judgement("skip", "no_result", None, why), seconds

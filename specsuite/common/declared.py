@@ -185,11 +185,21 @@ def _say(msg: str, field: str, value: Any, declared: Any) -> str:
         must = _choices(declared)
     elif m := re.match(r"Expected `(.*?)`(?:, got `[^`]*`)?(.*)$", msg):
         must = _described(declared) or _choices(declared, unions=False)
-        must = must or m.group(1).replace(" | null", "") + m.group(2)
+        must = must or _plain(m.group(1)) + m.group(2)
     if must is None:  # a rule of the type (its __post_init__) or anything else: its text as written
         return f"{field}: {msg}" if field else msg
     got = "" if value is _MISSING else f", got {_short(value)}"
     return f"{field} must be {must}{got}".lstrip()
+
+
+# msgspec's names of JSON types, as a person reads them
+_PLAIN = {"object": "an object", "array": "a list", "str": "a string", "int": "a whole number",
+          "float": "a number", "bool": "true or false"}  # fmt: skip
+
+
+def _plain(expected: str) -> str:
+    """``float | null`` -> ``a number or null``."""
+    return " or ".join(_PLAIN.get(part, part) for part in expected.split(" | "))
 
 
 def _unknown(raw: Any, type_: Any, first: str) -> str:

@@ -1,4 +1,4 @@
-"""Where things live: the repository, the per-user cache, the built binary, the model folder."""
+"""Where things live: the data files, the per-user cache, the built binary, the model folder, results."""
 
 from __future__ import annotations
 
@@ -7,12 +7,18 @@ from pathlib import Path
 
 from specsuite.common import settings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODELS_LOCK = REPO_ROOT / "models.lock"
-CASES_FILE = REPO_ROOT / "cases.toml"
-LLAMA_PIN = REPO_ROOT / "llama.cpp.pin.toml"
-BUILD_DIR = REPO_ROOT / "build"
-RESULTS_DIR = REPO_ROOT / "results"
+_PACKAGE = Path(__file__).resolve().parents[1]
+REPO_ROOT = _PACKAGE.parent  # the checkout, when specsuite runs from one (an editable install)
+# From a checkout the data files are the repository's own; an installed wheel carries copies in
+# specsuite/data, and builds and results go to the current folder.
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "cases.toml").is_file()
+DATA_DIR = REPO_ROOT if IN_CHECKOUT else _PACKAGE / "data"
+MODELS_LOCK = DATA_DIR / "models.lock"
+CASES_FILE = DATA_DIR / "cases.toml"
+LLAMA_PIN = DATA_DIR / "llama.cpp.pin.toml"
+WORK_DIR = REPO_ROOT if IN_CHECKOUT else Path.cwd()
+BUILD_DIR = WORK_DIR / "build"
+RESULTS_DIR = WORK_DIR / "results"
 
 
 def cache_dir() -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import math
 import platform
 import random
 import re
@@ -28,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from specsuite.common import paths, settings
 from specsuite.common.errors import UserError
-from specsuite.results.document import device_name
-from specsuite.results.record import finite, is_measured, pos0_rate, speed_samples
+from specsuite.results.document import Device, Harness, Run
+from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")
 
@@ -125,7 +126,7 @@ class Baseline:
     run_id: str
     commit: str
     started: str  # the run's start time (its record time when the run had none)
-    record: dict[str, Any]  # the case record at that run
+    record: CaseRecord  # the case record at that run
 
 
 def default_path() -> Path:
@@ -214,41 +215,17 @@ def connect(path: Path, *, timeout_s: float | None = None) -> sqlite3.Connection
 # --- recording -------------------------------------------------------------------------------------------
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str | None:
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return None if value is None else str(value)
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become null (strict JSON has neither), unknown objects their str."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
-
-
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(_clean(value), separators=(",", ":"))
+    """Compact JSON of a typed value; NaN and infinities become null (strict JSON has neither)."""
+    return None if value is None else msgspec.json.encode(value).decode()
 
 
-def _commit(doc: dict[str, Any]) -> tuple[str | None, str | None]:
+def _commit(run: Run) -> tuple[str | None, str | None]:
     """(the llama.cpp commit, None) or (None, why the run cannot be placed in history)."""
-    raw = _dict(doc.get("binary")).get("commit")
+    raw = run.binary.commit
     if raw is None:
         return None, "binary.commit is null: a run without its llama.cpp commit has no place in history"
-    commit = str(raw).strip().lower()
+    commit = raw.strip().lower()
     if not _HEX.fullmatch(commit):
         return None, f"binary.commit {raw!r} is not a git commit (7 to 40 hex digits)"
     return commit, None
@@ -264,61 +241,64 @@ def device_class(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
-def _run_row(doc: dict[str, Any], commit: str) -> dict[str, Any]:
-    binary, device = _dict(doc.get("binary")), _dict(doc.get("device"))
-    harness = _dict(doc.get("harness"))
-    name = _text(device.get("name")) or device_name(doc)
+def _run_row(run: Run, commit: str) -> dict[str, Any]:
+    device, harness, name = run.device or Device(), run.harness or Harness(), run.device_name
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     return {
-        "run_id": _text(doc.get("run_id")) or f"unnamed-{now}",
+        "run_id": run.run_id or f"unnamed-{now}",
         "llama_commit": commit,
-        "harness_commit": _text(harness.get("commit")),
-        "harness_version": _text(harness.get("version")),
-        "results_schema": _int(doc.get("schema")),
-        "tier": _text(doc.get("tier")),
-        "selector": _text(doc.get("selector")),
+        "harness_commit": harness.commit,
+        "harness_version": harness.version,
+        "results_schema": run.schema,
+        "tier": run.tier,
+        "selector": run.selector,
         "device_name": name,
-        "device_class": _text(device.get("class")) or device_class(name),
-        "backend": _text(binary.get("backend")) or "unknown",
-        "driver": _text(device.get("driver")),
-        "cuda": _text(device.get("cuda")),
-        "cases_sha256": _text(doc.get("cases_sha256")),
-        "binary_sha256": _text(binary.get("sha256")),
-        "source_kind": _text(_dict(binary.get("source")).get("kind")),
-        "host": _text(doc.get("host")),
-        "started": _text(doc.get("started")) or now,
-        "finished": _text(doc.get("finished")),
-        "wall_s": finite(doc.get("wall_s")),
+        "device_class": device.device_class or device_class(name),
+        "backend": run.binary.backend or "unknown",
+        "driver": device.driver,
+        "cuda": device.cuda,
+        "cases_sha256": run.cases_sha256,
+        "binary_sha256": run.binary.sha256,
+        "source_kind": run.binary.source.kind,
+        "host": run.host,
+        "started": run.started or now,
+        "finished": run.finished,
+        "wall_s": finite(run.wall_s),
         "recorded": now,
-        "models": _json(_dict(doc.get("models"))),
-        "options": _json(doc.get("options")),
+        "models": _json(run.models),
+        "options": _json(run.options),
     }
 
 
-def _case_row(name: str, rec: dict[str, Any]) -> dict[str, Any]:
-    speed = _dict(rec.get("speed"))
+def _case_row(rec: CaseRecord) -> dict[str, Any]:
+    speed = rec.speed or SpeedSamples()
     return {
-        "name": name,
-        "status": _text(rec.get("status")),
-        "reason": _text(rec.get("reason")),
-        "measured": int(is_measured(rec)),
-        "spec_type": _text(rec.get("spec_type")),
-        "n_max": _int(rec.get("n_max")),
-        "target": _text(rec.get("target")),
-        "draft": _text(rec.get("draft")),
-        **{k: _int(rec.get(k)) for k in ("drafted", "accepted", "drafts")},
-        **{k: finite(rec.get(k)) for k in ("accept_rate", "accept_len")},
-        "pos0_rate": finite(pos0_rate(rec)),
-        "per_position_rate": _json(rec.get("per_position_rate")),
-        **{k: finite(rec.get(k)) for k in ("decode_tps", "baseline_decode_tps", "speedup")},
-        "speedup_median": finite(speed.get("speedup_median")),
-        "speedup_spread": finite(speed.get("speedup_spread")),
-        "speed_repeat": _int(speed.get("repeat")),
-        "spec_tps": _json(speed.get("spec_tps")),
-        "base_tps": _json(speed.get("base_tps")),
-        "speedups": _json(speed_samples(rec)),
-        "identical_fraction": finite(rec.get("identical_fraction")),
-        "wall_s": finite(rec.get("wall_s")),
+        "name": rec.name,
+        "status": rec.status,
+        "reason": rec.reason,
+        "measured": int(rec.measured),
+        "spec_type": rec.spec_type,
+        "n_max": rec.n_max,
+        "target": rec.target,
+        "draft": rec.draft,
+        "drafted": rec.drafted,
+        "accepted": rec.accepted,
+        "drafts": rec.drafts,
+        "accept_rate": finite(rec.accept_rate),
+        "accept_len": finite(rec.accept_len),
+        "pos0_rate": finite(rec.pos0),
+        "per_position_rate": _json(rec.per_position_rate),
+        "decode_tps": finite(rec.decode_tps),
+        "baseline_decode_tps": finite(rec.baseline_decode_tps),
+        "speedup": finite(rec.speedup),
+        "speedup_median": finite(speed.speedup_median),
+        "speedup_spread": finite(speed.speedup_spread),
+        "speed_repeat": speed.repeat,
+        "spec_tps": _json(speed.spec_tps) if rec.speed else None,
+        "base_tps": _json(speed.base_tps) if rec.speed else None,
+        "speedups": _json(rec.speed_samples),
+        "identical_fraction": finite(rec.identical_fraction),
+        "wall_s": finite(rec.wall_s),
     }
 
 
@@ -329,23 +309,19 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
     return int(cur.lastrowid or 0)
 
 
-def insert_run(conn: sqlite3.Connection, doc: dict[str, Any]) -> int:
+def insert_run(conn: sqlite3.Connection, run: Run) -> int:
     """Write one run and its cases inside the caller's transaction; the run's row id.
 
     The same run recorded again (same run_id and start time) replaces the earlier record."""
-    commit, why = _commit(doc)
+    commit, why = _commit(run)
     if commit is None:
         raise ValueError(why)
-    cases = doc.get("cases")
-    if not isinstance(cases, dict):
-        raise ValueError("not a specsuite results document (no 'cases' table)")
-    run = _run_row(doc, commit)
-    conn.execute("DELETE FROM runs WHERE run_id = ? AND started = ?", (run["run_id"], run["started"]))
-    run_pk = _insert(conn, "runs", run)
-    for name, rec in cases.items():
-        rec = _dict(rec)
-        _insert(conn, "cases", {"run": run_pk, **_case_row(str(name), rec)})
-        text = {"run": run_pk, "name": str(name), "message": _text(rec.get("message")), "record": _json(rec)}
+    row = _run_row(run, commit)
+    conn.execute("DELETE FROM runs WHERE run_id = ? AND started = ?", (row["run_id"], row["started"]))
+    run_pk = _insert(conn, "runs", row)
+    for rec in run.cases.values():
+        _insert(conn, "cases", {"run": run_pk, **_case_row(rec)})
+        text = {"run": run_pk, "name": rec.name, "message": rec.message, "record": _json(rec)}
         _insert(conn, "case_texts", text)
     return run_pk
 
@@ -356,25 +332,21 @@ def _problem(why: str, path: Path) -> str:
 
 
 def try_record(
-    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
+    run: Run, path: Path | None = None, *, timeout_s: float | None = None
 ) -> tuple[int | None, str | None]:
-    """Record one finished run (a results.json document) in one transaction: (its row id, None), or
-    (None, ``<why> (<path>)``) when nothing of it could be written.
+    """Record one finished run in one transaction: (its row id, None), or (None, ``<why> (<path>)``)
+    when nothing of it could be written.
 
     Never raises for the history's sake: a refused document (no llama.cpp commit, no cases) or a
     database that cannot be opened, is corrupt, locked for ``timeout_s`` (default ``busy_timeout_s()``)
     or newer than this code is the second element."""
     target = Path(path) if path is not None else default_path()
-    if not isinstance(doc, dict):
-        return None, _problem(
-            f"expected a results document (a JSON object), got {type(doc).__name__}", target
-        )
-    commit, why = _commit(doc)
-    if commit is None or not isinstance(doc.get("cases"), dict):
-        return None, _problem(why or "not a specsuite results document (no 'cases' table)", target)
+    commit, why = _commit(run)
+    if commit is None:
+        return None, _problem(str(why), target)
     try:
         with contextlib.closing(connect(target, timeout_s=timeout_s)) as conn, transaction(conn):
-            return insert_run(conn, doc), None
+            return insert_run(conn, run), None
     except UserError as exc:  # a bad SPEC_HISTORY_TIMEOUT_S: its own message says what to do
         return None, _problem(str(exc), target)
     except Exception as exc:  # history is auxiliary: whatever went wrong, the run itself must go on
@@ -382,11 +354,9 @@ def try_record(
         return None, _problem(f"{kind}{exc}", target)
 
 
-def record_run(
-    doc: dict[str, Any], path: Path | None = None, *, timeout_s: float | None = None
-) -> int | None:
+def record_run(run: Run, path: Path | None = None, *, timeout_s: float | None = None) -> int | None:
     """``try_record``, its problem printed as one ``warning: history not recorded: ...`` line on stderr."""
-    row, problem = try_record(doc, path, timeout_s=timeout_s)
+    row, problem = try_record(run, path, timeout_s=timeout_s)
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)
     return row
@@ -512,16 +482,29 @@ def _same_commit(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def _nearest_ancestor(rows: list[sqlite3.Row], ancestors: list[str]) -> sqlite3.Row | None:
+def _by_ancestry(rows: list[sqlite3.Row], ancestors: list[str]) -> list[sqlite3.Row]:
+    """The rows of ancestor commits, nearest ancestor first (a commit's latest run first)."""
     by_prefix: dict[str, list[sqlite3.Row]] = {}
     for row in rows:  # newest first, so the first row of a commit is its latest run
         by_prefix.setdefault(row["llama_commit"][:7], []).append(row)
+    out = []
     for anc in ancestors:
         anc = anc.lower()
-        for row in by_prefix.get(anc[:7], ()):
-            if _same_commit(anc, row["llama_commit"]):
-                return row
-    return None
+        out += [row for row in by_prefix.get(anc[:7], ()) if _same_commit(anc, row["llama_commit"])]
+    return out
+
+
+def _stored_record(conn: sqlite3.Connection, row: sqlite3.Row, case: str) -> CaseRecord | None:
+    """The case's stored record at ``row``'s run; None (and a warning naming the run) when it is broken."""
+    found = conn.execute("SELECT record FROM case_texts WHERE run = ? AND name = ?", (row["run"], case))
+    (text,) = found.fetchone() or ("null",)
+    try:
+        return decode_record(case, json.loads(str(text)), f"history run {row['run_id']}")
+    except (TypeError, ValueError, RecursionError, UserError) as exc:
+        why = " ".join(str(exc).split())[:300]
+        print(f"warning: skipping a broken history record of {case!r} in run {row['run_id']}: {why}",
+              file=sys.stderr)  # fmt: skip
+        return None
 
 
 def _check_time(conn: sqlite3.Connection, when: str | None) -> None:
@@ -555,8 +538,9 @@ def find_baseline(
 
     A run of ``commit`` itself is never its baseline: a rerun of a bad commit would otherwise compare
     with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
-    prefix, so a short recorded sha equals its full spelling. None when there is no candidate (or no
-    history yet); a history that cannot be read is a UserError.
+    prefix, so a short recorded sha equals its full spelling. A candidate whose stored record is broken
+    (not JSON, the wrong shape) is skipped with a warning: the next one is the baseline. None when there is
+    no candidate (or no history yet); a history that cannot be read is a UserError.
     """
     commit = commit.strip().lower()
     # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
@@ -574,9 +558,7 @@ def find_baseline(
         conn.row_factory = sqlite3.Row
         found = conn.execute(sql, {**args, "before": before}).fetchall()
         rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
-        row = _nearest_ancestor(rows, ancestors) if ancestors is not None else (rows[0] if rows else None)
-        if row is None:
-            return None
-        text = conn.execute("SELECT record FROM case_texts WHERE run = ? AND name = ?", (row["run"], case))
-        (record,) = text.fetchone()
-    return Baseline(row["run_id"], row["llama_commit"], row["t"], json.loads(record))
+        for row in _by_ancestry(rows, ancestors) if ancestors is not None else rows:
+            if (record := _stored_record(conn, row, case)) is not None:  # a broken row: the next one
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record)
+    return None

@@ -17,12 +17,11 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from specsuite.common.errors import UserError
-from specsuite.results.record import finite, is_number, pos0_rate, speed_samples
+from specsuite.results.record import CaseRecord, finite, is_number
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate")
 ALPHA = 0.05
@@ -40,23 +39,19 @@ class Regression:
     message: str
 
 
-def _raw(record: dict[str, Any], metric: str) -> Any:
-    return pos0_rate(record) if metric == "pos0_rate" else record.get(metric)
-
-
 def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
 def _check_metric(
-    metric: str, current: dict[str, Any], baseline: dict[str, Any], rtol: float, at: str
+    metric: str, current: CaseRecord, baseline: CaseRecord, rtol: float, at: str
 ) -> Regression | None:
-    base = finite(_raw(baseline, metric))
+    base = finite(baseline.metric(metric))
     if base is None:
         return None  # nothing to compare against (also when both sides are null)
-    cur = finite(_raw(current, metric))
+    cur = finite(current.metric(metric))
     if cur is None:
-        shown = _raw(current, metric)
+        shown = current.metric(metric)
         what = "null" if shown is None else repr(shown)
         message = f"{metric} is missing ({what}) here but {base:.4f} at baseline {at}"
         return Regression(metric, None, base, math.nan, message)
@@ -71,10 +66,8 @@ def _check_metric(
     return Regression(metric, cur, base, change, message)
 
 
-def _check_speed(
-    current: dict[str, Any], baseline: dict[str, Any], rtol: float, at: str
-) -> Regression | None:
-    base_raw, cur_raw = speed_samples(baseline), speed_samples(current)
+def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
+    base_raw, cur_raw = baseline.speed_samples, current.speed_samples
     base = [v for v in (finite(x) for x in base_raw or []) if v is not None]
     if len(base) < MIN_SAMPLES or cur_raw is None or len(cur_raw) < MIN_SAMPLES:
         return None  # speed is gated only where both runs repeated it enough to judge noise
@@ -97,9 +90,9 @@ def _check_speed(
 
 
 def regressions(
-    current: dict[str, Any], baseline: dict[str, Any], *, rtol: float = 0.05, baseline_commit: str
+    current: CaseRecord, baseline: CaseRecord, *, rtol: float = 0.05, baseline_commit: str
 ) -> list[Regression]:
-    """The regressions of ``current`` against ``baseline`` (two case records); empty when none."""
+    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: []."""
     if not (is_number(rtol) and 0 <= rtol < 1):
         raise UserError(f"rtol {rtol!r} is not a fraction in [0, 1): give e.g. 0.05 for 5 %")
     at = baseline_commit[:7]

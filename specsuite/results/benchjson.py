@@ -12,39 +12,33 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic
-from specsuite.results.document import case_records
-from specsuite.results.record import CaseRecord, finite, speed_samples
+from specsuite.results.document import Run
+from specsuite.results.record import CaseRecord, finite
 
 UNITS = {"accept_rate": "accepted/drafted", "accept_len": "tokens/step", "speedup": "x"}
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _speedup(rec: CaseRecord) -> tuple[float | None, str | None]:
     """(speedup, its range): the median of the repeats where the run repeated, else the single value."""
-    speed = _dict(rec.speed)
-    samples = [v for v in (finite(x) for x in speed_samples({"speed": speed}) or []) if v is not None]
-    median = finite(speed.get("speedup_median"))
+    samples = [v for v in (finite(x) for x in rec.speed_samples or []) if v is not None]
+    median = finite(rec.speed.speedup_median) if rec.speed is not None else None
     if median is not None and samples:
         return median, f"{min(samples):.3f} to {max(samples):.3f} over {len(samples)} repeats"
     return finite(rec.speedup), None
 
 
-def _extra(doc: dict[str, Any], rec: CaseRecord) -> str:
-    binary, device = _dict(doc.get("binary")), _dict(doc.get("device"))
-    where = device.get("name") or binary.get("backend") or "?"
-    return f"llama.cpp {str(binary.get('commit') or '?')[:7]} on {where}; {rec.status}"
+def _extra(run: Run, rec: CaseRecord) -> str:
+    where = (run.device.name if run.device else None) or run.binary.backend or "?"
+    return f"llama.cpp {(run.binary.commit or '?')[:7]} on {where}; {rec.status}"
 
 
-def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The customBiggerIsBetter entries of one results.json document, in case order."""
+def entries(run: Run) -> list[dict[str, Any]]:
+    """The customBiggerIsBetter entries of one run, in case order."""
     out: list[dict[str, Any]] = []
-    for name, rec in case_records(doc).items():
+    for name, rec in run.cases.items():
         if not rec.measured:
             continue
-        extra = _extra(doc, rec)
+        extra = _extra(run, rec)
         speedup, spread = _speedup(rec)
         values = {"accept_rate": finite(rec.accept_rate), "accept_len": finite(rec.accept_len)}
         for metric, value in [*values.items(), ("speedup", speedup)]:
@@ -58,8 +52,8 @@ def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def write_bench_json(doc: dict[str, Any], path: Path) -> Path:
-    """Write ``entries(doc)`` to ``path`` atomically (readers see the old file or the whole new one)."""
+def write_bench_json(run: Run, path: Path) -> Path:
+    """Write ``entries(run)`` to ``path`` atomically (readers see the old file or the whole new one)."""
     path = Path(path)
-    atomic.write_json(path, entries(doc))
+    atomic.write_json(path, entries(run))
     return path

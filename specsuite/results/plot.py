@@ -20,7 +20,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from specsuite.common import atomic
-from specsuite.results.document import case_records
+from specsuite.results.document import Run, load_run, results_file
 from specsuite.results.record import CaseRecord
 
 COLS = 3
@@ -30,7 +30,7 @@ COLORS = ("#8c8c8c", "#1f77b4")  # A grey, B blue: the candidate stands out
 def position_rates(rec: CaseRecord) -> list[float]:
     """Per-position acceptance: the record's per_position_rate, else accepted-at-k / drafts."""
     if rec.per_position_rate:
-        return [float(r) for r in rec.per_position_rate]
+        return [r if r is not None else math.nan for r in rec.per_position_rate]
     if rec.per_position and rec.drafts and rec.drafts > 0:
         return [c / rec.drafts for c in rec.per_position]
     return []
@@ -74,9 +74,9 @@ def _absent(rec: CaseRecord | None) -> str:
     return f"{rec.status} ({rec.reason})" if rec.reason else str(rec.status)
 
 
-def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path:
-    """Draw every case of the given runs (label, results.json dict) into one PNG at ``out``."""
-    records = [(label, case_records(run)) for label, run in runs]
+def plot_per_position(runs: list[tuple[str, Run]], out: Path) -> Path:
+    """Draw every case of the given runs (label, run) into one PNG at ``out``."""
+    records = [(label, run.cases) for label, run in runs]
     names = list(dict.fromkeys(n for _, recs in reversed(records) for n in recs))
     cols = min(COLS, max(1, len(names)))
     nrows = max(1, math.ceil(len(names) / cols))
@@ -87,7 +87,7 @@ def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel("accepted fraction of drafts")
-    title = " vs ".join(f"{label} {run.get('run_id', '?')}" for label, run in runs)
+    title = " vs ".join(f"{label} {run.run_id or '?'}" for label, run in runs)
     fig.suptitle(f"per-position acceptance: {title}", fontsize=10)
     fig.tight_layout()
     return atomic.save_figure(fig, out)
@@ -95,8 +95,6 @@ def plot_per_position(runs: list[tuple[str, dict[str, Any]]], out: Path) -> Path
 
 def plot_runs(run_paths: list[str]) -> Path:
     """One run, or A against B: ``per_position.png`` next to the last run's results.json."""
-    from specsuite.results.document import load_run, results_file
-
     runs = [load_run(p) for p in run_paths]
     labels = ["A", "B"] if len(runs) == 2 else ["run"]
     return plot_per_position(

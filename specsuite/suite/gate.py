@@ -13,14 +13,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history import regress
 from specsuite.history.ancestry import ancestors
-from specsuite.results.record import CaseRecord
+from specsuite.results.document import HistoryNote, Run
+from specsuite.results.record import BaselineRef, CaseRecord
 from specsuite.suite.expect import Failure
 from specsuite.suite.runner import Session
 
@@ -41,20 +41,18 @@ class GateContext:
     problem: str | None = None
 
 
-def _context(doc: dict[str, Any], rtol: float) -> GateContext | str:
-    binary, device = doc.get("binary") or {}, doc.get("device") or {}
-    commit = binary.get("commit")
+def _context(run: Run, rtol: float) -> GateContext | str:
+    commit, mirror = run.binary.commit, run.binary.source.mirror
     if not commit:
         return "the binary names no llama.cpp commit: no baseline lookup, no record"
-    mirror = (binary.get("source") or {}).get("mirror")
     return GateContext(
-        device_class=str(device.get("class") or "unknown"),
-        backend=str(binary.get("backend") or "unknown"),
-        cases_sha256=str(doc.get("cases_sha256")),
-        commit=str(commit),
-        ancestors=ancestors(Path(mirror), str(commit)) if mirror else None,
+        device_class=run.device_class or "unknown",
+        backend=run.binary.backend or "unknown",
+        cases_sha256=str(run.cases_sha256),
+        commit=commit,
+        ancestors=ancestors(Path(mirror), commit) if mirror else None,
         rtol=rtol,
-        started=str(doc["started"]) if doc.get("started") else None,
+        started=run.started,
     )
 
 
@@ -80,33 +78,33 @@ def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
     if base is None:
         ctx.missing.append(case.name)
         return []
-    regs = regress.regressions(rec.to_dict(), base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
-    rec.baseline = {
-        "commit": base.commit,
-        "run_id": base.run_id,
-        "started": base.started,
-        "rtol": ctx.rtol,
-        "regressions": [r.message for r in regs],
-    }
+    regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
+    rec.baseline = BaselineRef(
+        commit=base.commit,
+        run_id=base.run_id,
+        started=base.started,
+        rtol=ctx.rtol,
+        regressions=[r.message for r in regs],
+    )
     ctx.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(case.name)
     return [Failure("regressed", r.message) for r in regs]
 
 
 def install(session: Session) -> None:
     """Give the session its relative gate; the summary line is written as cases use it."""
-    doc = session.results.doc
-    ctx = _context(doc, session.options.rtol)
+    run = session.results.run
+    ctx = _context(run, session.options.rtol)
     if isinstance(ctx, str):
-        doc["history"] = {"line": f"no relative gate: {ctx}"}
+        run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
+    note = run.history = HistoryNote(line=_line(ctx))
 
     def gate(case: Case, rec: CaseRecord) -> list[Failure]:
         failures = _gate(ctx, case, rec)
-        doc["history"] = {"line": _line(ctx)}
+        note.line = _line(ctx)
         return failures
 
     session.gate = gate
-    doc["history"] = {"line": _line(ctx)}
 
 
 def _line(ctx: GateContext) -> str:
@@ -125,23 +123,23 @@ def record(session: Session) -> None:
 
     The reason goes into the document (history.warning, and the summary's history line) as well as to
     stderr: pytest keeps a passing session's teardown output to itself, so stderr alone would lose it."""
-    doc = session.results.doc
-    row, problem = history.try_record(doc)
-    note = doc.setdefault("history", {})
-    note["recorded"] = row is not None
+    run = session.results.run
+    note = run.history = run.history or HistoryNote()
+    row, problem = history.try_record(session.results.run)
+    note.recorded = row is not None
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)
-        note["warning"] = problem
-        note["line"] = f"{note.get('line') or 'history'} (this run was NOT recorded: {problem})"
+        note.warning = problem
+        note.line = f"{note.line or 'history'} (this run was NOT recorded: {problem})"
 
 
-def baselines_for(run: dict[str, Any], rtol: float = 0.05) -> dict[str, history.Baseline]:
+def baselines_for(run: Run, rtol: float = 0.05) -> dict[str, history.Baseline]:
     """``compare --against auto``: each case's baseline by the gate's rule, for a finished run."""
     ctx = _context(run, rtol)
     if isinstance(ctx, str):
-        raise UserError(f"{run.get('run_id')}: {ctx}")
+        raise UserError(f"{run.run_id}: {ctx}")
     found = {}
-    for name in run.get("cases", {}):
+    for name in run.cases:
         try:
             base = _lookup(ctx, name)
         except UserError as exc:

@@ -12,6 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from specsuite.results.record import CaseRecord, PromptCheck, SpeedSamples
 from specsuite.server.metrics import Delta
 
 SEED = 42
@@ -208,6 +211,13 @@ class RequestOutcome:
             "identical_fraction": _r(identical_fraction(self.divergences)),
             "prompts": [dv.as_dict() for dv in self.divergences],
         }
+
+    def fill(self, rec: CaseRecord) -> None:
+        """Put ``numbers()`` into the case's typed record."""
+        n = self.numbers()
+        typed = {"speed": SpeedSamples, "prompts": list[PromptCheck]}
+        for key, value in n.items():
+            setattr(rec, key, msgspec.convert(value, typed[key]) if key in typed else value)
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:

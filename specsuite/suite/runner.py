@@ -22,7 +22,8 @@ from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
 from specsuite.models.gguf import check_models
 from specsuite.results.document import RunResults
-from specsuite.results.record import CaseRecord
+from specsuite.results.record import CaseRecord, Resolved
+from specsuite.results.verdict import Verdict
 from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
@@ -76,6 +77,7 @@ class Session:
     options: Settings = field(default_factory=Settings)  # how the run judges (strict, repeat, rtol, ...)
     gate: Gate | None = None
     result_lines: list[str] = field(default_factory=list)
+    verdict: Verdict | None = None  # set once, when the run ends
     _base: tuple[Path, LlamaServer] | None = None
     _base_tokens: dict[tuple[Path, str, int], list[Completion]] = field(default_factory=dict)
 
@@ -108,7 +110,7 @@ class Session:
             lambda port: server_command(self.caps, target, port), self.results.logs / f"baseline-{name}.log"
         )
         self._base = (target, srv)
-        self.results.add_baseline(name, {"command": srv.command, "log": self.results.rel(srv.log_path)})
+        self.results.add_baseline(name, srv.command, self.results.rel(srv.log_path))
         try:
             warm_up(srv.post, prompts)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
@@ -180,12 +182,9 @@ def _resolve(
         mtp_draft_path=str(draft) if draft else None,
         spec_draft_n_max=case.n_max,
     )
-    rec.resolved = {
-        "flags": list(res.flags),
-        "spec_type": res.spec_type,
-        "why": res.why,
-        "fallback_reason": res.fallback_reason,
-    }
+    rec.resolved = Resolved(
+        flags=list(res.flags), spec_type=res.spec_type, why=res.why, fallback_reason=res.fallback_reason
+    )
     rec.spec_type = res.spec_type
     if res.fallback_reason:
         raise _missing(session, f"support for {case.mode!r} as resolved ({res.why})", res.fallback_reason)
@@ -272,8 +271,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     n = m.outcome.numbers()
-    for key, value in n.items():
-        setattr(rec, key, value)
+    m.outcome.fill(rec)
     rec.warnings += m.outcome.delta.warnings()
     line = spec_result_line(case.name, n)
     print(line, flush=True)

@@ -2,14 +2,17 @@
 
 open: options from the environment, the binary's probe (a binary that is not a speculative llama-server is
 refused), the GPU gate (GPU tiers refuse a CPU build or a machine without a GPU), the results header.
-finish: results.json, summary.md (its first lines say what weakens a green), the history record, bench.json.
-The pytest suite (tests/spec) and ``specsuite run-tier`` both go through here.
+finish: the verdict (once), results.json, the history record, bench.json, summary.md (its first lines say
+what weakens a green).
+The suite's pytest plugin (``plugin``), which ``specsuite run-tier`` runs, goes through here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from specsuite import __version__
 from specsuite.build import info as buildinfo
@@ -19,7 +22,18 @@ from specsuite.common import git, paths, settings
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.results.benchjson import write_bench_json
-from specsuite.results.document import RunResults, default_results_dir, verdict, write_summary
+from specsuite.results.document import (
+    Binary,
+    BinarySource,
+    Device,
+    Harness,
+    Run,
+    RunOptions,
+    RunResults,
+    default_results_dir,
+)
+from specsuite.results.summary import write_summary
+from specsuite.results.verdict import Verdict, verdict
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
 from specsuite.suite import gate
@@ -46,14 +60,14 @@ def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None
 
 def harness_info(folder: Path) -> dict[str, Any]:
     """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
-    prompts or code) must not pass for one of that commit."""
-    commit = source.git_head(folder)
+    prompts or code) must not pass for one of that commit. An installed wheel has no commit: its version."""
+    commit = source.git_head(folder) if paths.IN_CHECKOUT else None
     status = git.run(["status", "--porcelain", "--untracked-files=no"], folder) if commit else None
     dirty = None if status is None or status.returncode else bool(status.stdout.strip())
     return {"commit": commit, "dirty": dirty, "version": __version__}
 
 
-def binary_info(caps: Capabilities) -> dict[str, Any]:
+def binary_info(caps: Capabilities) -> Binary:
     """The binary's identity; the build's own record (build-info.json) only when it describes this binary."""
     info = buildinfo.load() or {}
     sha = sha256_file(Path(caps.binary))
@@ -63,24 +77,27 @@ def binary_info(caps: Capabilities) -> dict[str, Any]:
     mirror = paths.cache_dir() / "llama.cpp" / "git" if source.get("kind") == "ref" else None
     if source.get("kind") == "dir":
         mirror = Path(source["path"]) if source.get("path") else None
-    return {
-        "path": caps.binary,
-        "sha256": sha,
-        "commit": info.get("commit") or caps.commit,
-        "backend": info.get("backend") or caps.backend,
-        "version_text": caps.version_text,
-        "source": {"kind": source.get("kind"), "mirror": str(mirror) if mirror else None},
-    }
+    return Binary(
+        path=caps.binary,
+        sha256=sha,
+        commit=info.get("commit") or caps.commit,
+        backend=info.get("backend") or caps.backend,
+        version_text=caps.version_text,
+        source=BinarySource(kind=source.get("kind"), mirror=str(mirror) if mirror else None),
+    )
 
 
-def header(caps: Capabilities, options: settings.Settings) -> dict[str, Any]:
-    return {
-        "harness": harness_info(paths.REPO_ROOT),
-        "cases_sha256": sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
-        "binary": binary_info(caps),
-        "device": device_info(caps),
-        "options": options.run_options(),
-    }
+def new_run(caps: Capabilities, options: settings.Settings, *, tier: str, selector: str) -> Run:
+    """The run's header: what was measured, with what, on what, and how it is judged."""
+    return Run(
+        tier=tier,
+        selector=selector,
+        harness=msgspec.convert(harness_info(paths.REPO_ROOT), Harness),
+        cases_sha256=sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
+        binary=binary_info(caps),
+        device=msgspec.convert(device_info(caps), Device),
+        options=msgspec.convert(options.run_options(), RunOptions),
+    )
 
 
 def open_session(selector: str, cases: list[Case], results_dir: Path | None = None) -> Session:
@@ -90,7 +107,7 @@ def open_session(selector: str, cases: list[Case], results_dir: Path | None = No
     check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
     out = Path(results_dir or options.results_dir or default_results_dir(selector))
-    results = RunResults(out, tier=tier, selector=selector, header=header(caps, options))
+    results = RunResults(out, new_run(caps, options, tier=tier, selector=selector))
     session = Session(caps, results, options)
     if not options.no_history:
         gate.install(session)
@@ -98,15 +115,16 @@ def open_session(selector: str, cases: list[Case], results_dir: Path | None = No
     return session
 
 
-def finish_session(session: Session) -> bool:
-    """Stop the baseline server, write results.json and summary.md, record history; True when green."""
+def finish_session(session: Session) -> Verdict:
+    """Stop the baseline server; judge the run once; write results.json, the history record, bench.json
+    and summary.md."""
     session.close()
-    doc = session.results.doc
-    doc["verdict"] = verdict(doc).headline
-    session.results.save()
+    run = session.results.run
     if not session.options.no_history:
-        gate.record(session)
-        session.results.save()
-    write_bench_json(doc, session.results.dir / "bench.json")
-    write_summary(session.results.dir)
-    return verdict(doc).green
+        gate.record(session)  # first: whether it was recorded is part of the verdict's attention lines
+    session.verdict = verdict(run)
+    run.verdict = session.verdict.headline
+    session.results.save()
+    write_bench_json(run, session.results.dir / "bench.json")
+    write_summary(run, session.verdict, session.results.dir)
+    return session.verdict

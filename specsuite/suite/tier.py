@@ -21,6 +21,8 @@ from specsuite.cases.schema import TIERS, load_cases, select_cases
 from specsuite.common import paths, procs, settings
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
+from specsuite.results.summary import append_step_summary
+from specsuite.suite import test_speculative
 
 
 def parser() -> argparse.ArgumentParser:
@@ -102,11 +104,17 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
 
 
 def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
+    """pytest over the suite's module with the suite's own settings (this package's pytest.ini)."""
+    here = Path(test_speculative.__file__).parent
     return [
         sys.executable,
         "-m",
         "pytest",
-        str(paths.REPO_ROOT / "tests" / "spec"),
+        "-c",
+        str(here / "pytest.ini"),
+        "--rootdir",
+        str(here),
+        str(here / "test_speculative.py"),
         f"--junitxml={results_dir / 'junit.xml'}",
         *pytest_args,
     ]
@@ -143,14 +151,7 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
         fetch_models(methods=[c.name for c in select_cases(load_cases(), args.tier)])
     env["LLAMA_SERVER_BIN_PATH"] = str(binary)
     print(f"running the {args.tier} tier with {binary}; results in {results_dir}", flush=True)
-    return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.REPO_ROOT)
-
-
-def append_step_summary(summary: Path) -> None:
-    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions)."""
-    if target := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(summary.read_text(encoding="utf-8") + "\n")
+    return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.WORK_DIR)
 
 
 def run_tier_command(argv: list[str]) -> int:

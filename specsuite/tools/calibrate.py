@@ -24,7 +24,7 @@ from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
-from specsuite.results.document import case_records, device_name, load_run
+from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
 
 RATE_MARGIN = 0.03
@@ -108,20 +108,20 @@ def _unusable_reason(rec: CaseRecord) -> str | None:
 
 
 def collect(
-    runs: list[dict[str, Any]], names: list[str] | None = None, tiers: dict[str, str] | None = None
+    runs: list[Run], names: list[str] | None = None, tiers: dict[str, str] | None = None
 ) -> dict[str, CaseCalibration]:
     """Gather each case's observations over the runs; ``names`` limits (and orders) the cases; ``tiers``
     (the cases file's, by name) overrides the tier a run recorded."""
     out: dict[str, CaseCalibration] = {}
     for run in runs:
-        for name, rec in case_records(run).items():
+        for name, rec in run.cases.items():
             if names is not None and name not in names:
                 continue
             cal = out.setdefault(name, CaseCalibration(name, tier=(tiers or {}).get(name, rec.tier)))
             if why := _unusable_reason(rec):
-                cal.excluded.append(f"{run.get('run_id', '?')}: {why}")
+                cal.excluded.append(f"{run.run_id or '?'}: {why}")
                 continue
-            cal.run_ids.append(str(run.get("run_id", "?")))
+            cal.run_ids.append(run.run_id or "?")
             cal.rates.append(finite(rec.accept_rate) or 0.0)  # finite: _unusable_reason checked
             cal.lens.append(finite(rec.accept_len) or 0.0)
             if (speedup := finite(rec.speedup)) is not None:
@@ -132,7 +132,7 @@ def collect(
     return out
 
 
-def provenance(runs: list[dict[str, Any]], across_machines: bool = False) -> dict[str, str]:
+def provenance(runs: list[Run], across_machines: bool = False) -> dict[str, str]:
     """The commit and device every run shares; calibrating across binaries or devices is refused.
 
     A binary's sha256 identifies it; the commit is compared by prefix because the recorded form may be
@@ -140,9 +140,9 @@ def provenance(runs: list[dict[str, Any]], across_machines: bool = False) -> dic
     on several machines (a CPU tier's numbers depend on the CPU's vector ISA), so that the floors hold on
     each; the commit must still be one, and every machine is named.
     """
-    commits = sorted({(r.get("binary") or {}).get("commit") or "unknown" for r in runs}, key=len)
-    shas = {(r.get("binary") or {}).get("sha256") for r in runs} - {None}
-    devices = {device_name(r) for r in runs}
+    commits = sorted({r.binary.commit or "unknown" for r in runs}, key=len)
+    shas = {r.binary.sha256 for r in runs} - {None}
+    devices = {r.device_name for r in runs}
     shas_text = sorted(str(s) for s in shas)
     same_commit = all(commits[-1].startswith(c) for c in commits)
     if not same_commit:
@@ -221,11 +221,11 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
     return tomlkit.dumps(doc)
 
 
-def machine_groups(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def machine_groups(runs: list[Run]) -> list[list[Run]]:
     """The runs per machine (device and binary): a floor must be stable on each machine, not across them."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
-        groups.setdefault((device_name(r), str((r.get("binary") or {}).get("sha256"))), []).append(r)
+        groups.setdefault((r.device_name, str(r.binary.sha256)), []).append(r)
     return list(groups.values())
 
 
@@ -373,7 +373,7 @@ def calibrate_command(argv: list[str]) -> int:
     runs = [load_run(d) for d in run_dirs]
     if names is None:  # --from-results without --tier: the cases the runs hold
         known = _case_names(cases, None)
-        names = [n for n in dict.fromkeys(k for r in runs for k in case_records(r)) if n in known]
+        names = [n for n in dict.fromkeys(k for r in runs for k in r.cases) if n in known]
     if not names:
         raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
 

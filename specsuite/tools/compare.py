@@ -17,8 +17,9 @@ from typing import Any
 from specsuite.common import table
 from specsuite.common.errors import UserError
 from specsuite.history import regress
-from specsuite.results.document import case_records, device_name, load_run, results_file
+from specsuite.results.document import Run, load_run, results_file
 from specsuite.results.record import CaseRecord, is_finite
+from specsuite.suite.gate import baselines_for
 
 # (record field, label, floor key or None, number format)
 METRICS = (
@@ -65,13 +66,8 @@ class Row:
         if self.b is not None and self.b.status in _FAILED:
             out.append(f"{self.b.status}: {self.b.reason or self.b.message or '?'}")
         if self.a is not None and self.b is not None and self.a.measured:
-            current = self.b.to_dict()
-            out += [
-                r.message
-                for r in regress.regressions(
-                    current, self.a.to_dict(), rtol=rtol, baseline_commit=self.a_commit
-                )
-            ]
+            found = regress.regressions(self.b, self.a, rtol=rtol, baseline_commit=self.a_commit)
+            out += [r.message for r in found]
         return out
 
 
@@ -111,18 +107,15 @@ def table_rows(all_rows: list[Row], rtol: float) -> tuple[list[str], list[list[s
     return header, body
 
 
-def _run_line(label: str, run: dict[str, Any], where: str) -> str:
-    binary = run.get("binary") or {}
+def _run_line(label: str, run: Run, where: str) -> str:
     return (
-        f"{label}: {run.get('run_id', '?')} ({where}); llama.cpp {binary.get('commit') or '?'} "
-        f"({binary.get('backend') or '?'} build) on {device_name(run)}"
+        f"{label}: {run.run_id or '?'} ({where}); llama.cpp {run.binary.commit or '?'} "
+        f"({run.binary.backend or '?'} build) on {run.device_name}"
     )
 
 
-def _against_history(run_b: dict[str, Any]) -> tuple[dict[str, CaseRecord], str]:
+def _against_history(run_b: Run) -> tuple[dict[str, CaseRecord], str]:
     """A built from the history: for each case of B, its baseline (the gate's rule), and a description."""
-    from specsuite.suite.gate import baselines_for
-
     found = baselines_for(run_b)
     if not found:
         raise UserError(
@@ -130,7 +123,7 @@ def _against_history(run_b: dict[str, Any]) -> tuple[dict[str, CaseRecord], str]
             "earlier llama.cpp commit); run the tier on an earlier commit first, or compare two runs A B"
         )
     commits = sorted({b.commit[:12] for b in found.values()})
-    recs = {name: CaseRecord.from_dict(name, b.record) for name, b in found.items()}
+    recs = {name: b.record for name, b in found.items()}
     return recs, f"history baseline, commit(s) {', '.join(commits)}"
 
 
@@ -145,19 +138,19 @@ def compare_command(
 ) -> int:
     """Print the comparison table; 1 when B regresses (floors, failures, relative drops), else 0."""
     run_b = load_run(b)
-    recs_b = case_records(run_b)
+    recs_b = run_b.cases
     if against == "auto":
         recs_a, where_a = _against_history(run_b)
-        run_a: dict[str, Any] = {"run_id": "history", "cases": {n: r.to_dict() for n, r in recs_a.items()}}
+        run_a = Run(run_id="history", cases=recs_a)
         a_commit = "history"
     else:
         assert a is not None
         run_a, where_a = load_run(a), str(a)
-        recs_a = case_records(run_a)
-        a_commit = str((run_a.get("binary") or {}).get("commit") or run_a.get("run_id") or "A")[:12]
+        recs_a = run_a.cases
+        a_commit = (run_a.binary.commit or run_a.run_id or "A")[:12]
     if not set(recs_a) & set(recs_b):
         raise UserError(
-            f"A ({run_a.get('tier')}) and B ({run_b.get('tier')}) have no case in common: nothing to "
+            f"A ({run_a.tier}) and B ({run_b.tier}) have no case in common: nothing to "
             "compare; compare runs of the same tier"
         )
     all_rows = rows(recs_a, recs_b, a_commit)
@@ -181,7 +174,7 @@ def compare_command(
     return 1 if failing else 0
 
 
-def _plot(run_a: dict[str, Any], run_b: dict[str, Any], out_dir: Path) -> None:
+def _plot(run_a: Run, run_b: Run, out_dir: Path) -> None:
     """Best effort: a missing matplotlib or an unwritable folder is a note, not a regression."""
     try:
         from specsuite.results.plot import plot_per_position

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from fakellama import fake_llama
 
@@ -371,16 +372,28 @@ def _rec(
     ("rec", "reference", "expected"),
     [
         (_rec(), None, ("good", "passed")),
-        (_rec(rate=0.86), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # -4.4 %
-        (_rec(rate=0.855), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # exactly -5 %: not more
-        (_rec(rate=0.85), _rec(rate=0.9).to_dict(), ("bad", "relative")),  # -5.6 %
-        (_rec(rate=0.99), _rec(rate=0.9).to_dict(), ("good", "within_rtol")),  # better is never bad
+        (_rec(rate=0.86), msgspec.to_builtins(_rec(rate=0.9)), ("good", "within_rtol")),  # -4.4 %
+        (
+            _rec(rate=0.855),
+            msgspec.to_builtins(_rec(rate=0.9)),
+            ("good", "within_rtol"),
+        ),  # exactly -5 %: not more
+        (_rec(rate=0.85), msgspec.to_builtins(_rec(rate=0.9)), ("bad", "relative")),  # -5.6 %
+        (
+            _rec(rate=0.99),
+            msgspec.to_builtins(_rec(rate=0.9)),
+            ("good", "within_rtol"),
+        ),  # better is never bad
         (_rec("failed", "floor", rate=0.7, message="c: 1 check(s) failed"), None, ("bad", "floor")),
         (_rec("failed", "speed", speedup=0.8), None, ("bad", "speed")),
         (_rec("skipped", "binary_no_mtp", rate=None), None, ("skip", "binary_no_mtp")),
         (_rec("failed", "binary_no_mtp", rate=None), None, ("skip", "binary_no_mtp")),  # strict run
         (_rec("failed", "crashed", rate=None, message="killed by SIGSEGV"), None, ("skip", "crashed")),
-        (_rec("failed", "diverged"), _rec().to_dict(), ("skip", "diverged")),  # numbers, but not clean
+        (
+            _rec("failed", "diverged"),
+            msgspec.to_builtins(_rec()),
+            ("skip", "diverged"),
+        ),  # numbers, but not clean
         (_rec("error", "timeout", rate=None), None, ("skip", "timeout")),
         (None, None, ("skip", "no_result")),
     ],
@@ -394,9 +407,9 @@ def test_judge(rec, reference, expected) -> None:
 def test_judge_says_the_numbers() -> None:
     j = judge(_rec("failed", "floor", rate=0.7), "accept_rate", 0.05)
     assert j.detail == "accept_rate 0.7000 < floor 0.8000"
-    j = judge(_rec(rate=0.85), "accept_rate", 0.05, _rec(rate=0.9).to_dict(), "abcdef0123")
+    j = judge(_rec(rate=0.85), "accept_rate", 0.05, msgspec.to_builtins(_rec(rate=0.9)), "abcdef0123")
     assert j.detail == "accept_rate 0.8500 is 5.6 % below 0.9000 at baseline abcdef0 (rtol 5 %)"
-    j = judge(_rec(rate=0.9), "pos0_rate", 0.05, _rec().to_dict(), "abcdef0123")
+    j = judge(_rec(rate=0.9), "pos0_rate", 0.05, msgspec.to_builtins(_rec()), "abcdef0123")
     assert (j.value, j.detail) == (0.95, "pos0_rate 0.9500 vs 0.9500 at good abcdef0 (+0.0 %, rtol 5 %)")
     j = judge(_rec("failed", "crashed", rate=None, message="killed by SIGSEGV\nlog..."), "accept_rate", 0.05)
     assert j.detail == "not a measurement: failed (crashed): killed by SIGSEGV"

@@ -58,9 +58,9 @@ def test_good_data_converts_to_the_declared_type() -> None:
     ("change", "expected"),
     [
         # a wrong type: the field, msgspec's expected type (no "null" for an optional key) and the value
-        ({"size": "big"}, "m.lock: [[model]] 'a': size must be int, got 'big'"),
-        ({"size": True}, "m.lock: [[model]] 'a': size must be int, got True"),
-        ({"size": 0}, "m.lock: [[model]] 'a': size must be int >= 1, got 0"),
+        ({"size": "big"}, "m.lock: [[model]] 'a': size must be a whole number or null, got 'big'"),
+        ({"size": True}, "m.lock: [[model]] 'a': size must be a whole number or null, got True"),
+        ({"size": 0}, "m.lock: [[model]] 'a': size must be a whole number >= 1, got 0"),
         # a constraint with a description says it in words
         ({"repo": "x"}, "m.lock: [[model]] 'a': repo must be of the form 'owner/name', got 'x'"),
         # an unknown key: every unknown one, and the valid keys for this source
@@ -95,9 +95,9 @@ def test_literal_and_rule_of_the_type() -> None:
 
 
 def test_outside_any_entry() -> None:
-    assert _error(data={"version": "1"}) == "m.lock: version must be int, got '1'"
-    assert _error(data={"version": 1, "model": 3}) == "m.lock: model must be array, got 3"
-    assert _error(data={"version": 1, "model": [3]}) == "m.lock: [[model]] #1: must be object, got 3"
+    assert _error(data={"version": "1"}) == "m.lock: version must be a whole number, got '1'"
+    assert _error(data={"version": 1, "model": 3}) == "m.lock: model must be a list, got 3"
+    assert _error(data={"version": 1, "model": [3]}) == "m.lock: [[model]] #1: must be an object, got 3"
     long = "x" * 200
     assert _error(data={"version": long}).endswith("got '" + "x" * 76 + "...")
 
@@ -120,7 +120,7 @@ def test_a_dict_key_is_found_and_the_namer_is_the_callers() -> None:
     data = {"cases": {"ok": {"rate": 0.5}, "mtp": {"rate": 0.5, "tags": ["a", 7]}}}
     with pytest.raises(UserError) as exc:
         convert(data, Results, "results.json", entry=_by_case)
-    assert str(exc.value) == "results.json: case 'mtp': tags[1] must be str, got 7"
+    assert str(exc.value) == "results.json: case 'mtp': tags[1] must be a string, got 7"
     data = {"cases": {"ok": {"rate": 0.5}, "mtp": {"rate": 1.5}}}
     with pytest.raises(UserError) as exc:
         convert(data, Results, "results.json", entry=_by_case)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from testdata import DATA_ROOT
 
@@ -21,6 +22,8 @@ from specsuite.common import settings
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.db import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
+from specsuite.results.document import Run, decode_run, load_run
+from specsuite.results.record import decode_record
 
 REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
 H200 = {"name": "NVIDIA H200", "class": "nvidia-h200", "driver": "580.82.07", "cuda": "13.0"}
@@ -75,8 +78,23 @@ def doc(
     backend: str = "cuda",
     cases_sha256: str = CASES_SHA,
     run_id: str | None = None,
+) -> Run:
+    """A schema-2 run, as results.json stores it."""
+    return decode_run(raw(commit, started, cases=cases, device=device, backend=backend,
+                          cases_sha256=cases_sha256, run_id=run_id), "test")  # fmt: skip
+
+
+def raw(
+    commit: str | None,
+    started: str = "2026-12-01T10:00:00+00:00",
+    *,
+    cases: dict[str, dict] | None = None,
+    device: dict | None = None,
+    backend: str = "cuda",
+    cases_sha256: str = CASES_SHA,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """A schema-2 results.json document, as a run writes it."""
+    """The same run as the JSON document."""
     return {
         "schema": 2,
         "run_id": run_id or f"{started[:19].replace('-', '').replace(':', '')}Z-compact-{commit}",
@@ -128,7 +146,7 @@ def test_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     run = json.loads(REAL.read_text())
-    assert record_run(run, db) == 1
+    assert record_run(load_run(REAL), db) == 1
     [r] = runs(db)
     assert (r["run_id"], r["llama_commit"], r["backend"]) == (run["run_id"], run["binary"]["commit"], "cpu")
     assert (r["device_name"], r["device_class"]) == ("cpu", f"cpu-{platform.machine()}")  # no 'device' in v1
@@ -140,7 +158,7 @@ def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> Non
     assert set(got) == set(run["cases"])
     for name, c in run["cases"].items():
         row = got[name]
-        assert json.loads(row["record"]) == c
+        assert decode_record(name, json.loads(row["record"])) == decode_record(name, c)
         assert row["pos0_rate"] == c["per_position_rate"][0]  # schema 1 has no pos0_rate
         assert json.loads(row["per_position_rate"]) == c["per_position_rate"]
         assert row["measured"] == (c["status"] == "passed")
@@ -160,13 +178,18 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     assert r["llama_commit"] == "abcdef0123456"  # lower-cased, as ancestry prints it
     assert (r["device_name"], r["device_class"], r["driver"], r["cuda"]) == tuple(H200.values())
     assert (r["harness_commit"], r["harness_version"], r["cases_sha256"]) == ("1" * 40, "0.1.0", CASES_SHA)
-    assert r["options"] == d["options"] and r["source_kind"] == "ref" and r["results_schema"] == 2
+    assert r["options"] == msgspec.to_builtins(d.options) and r["source_kind"] == "ref"
+    assert r["results_schema"] == 2
     cols = "speedups, spec_tps, speedup_median, speed_repeat, accept_len, record"
     [(speedups, spec_tps, median, repeat, length, record)] = rows(
         db, f"SELECT {cols} FROM cases c JOIN case_texts t USING (run, name) WHERE name='mtp'"
     )
-    assert json.loads(speedups) == d["cases"]["mtp"]["speed"]["speedups"]
-    assert json.loads(spec_tps) == d["cases"]["mtp"]["speed"]["spec_tps"]
+    speed = d.cases["mtp"].speed
+    assert (
+        speed is not None
+        and json.loads(speedups) == speed.speedups
+        and json.loads(spec_tps) == speed.spec_tps
+    )
     assert (median, repeat, length) == (1.667, 3, None)  # NaN is stored as null
     assert json.loads(record)["accept_len"] is None and "NaN" not in record  # strict JSON
     [(pos0,)] = rows(db, "SELECT pos0_rate FROM cases WHERE name='eagle3'")
@@ -187,9 +210,7 @@ def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
         (doc(None), "binary.commit is null"),
         (doc("unknown"), "binary.commit 'unknown' is not a git commit"),
         (doc("abc"), "binary.commit 'abc' is not a git commit"),
-        ({**doc("abcdef0"), "cases": None}, "no 'cases' table"),
-        ({**doc("abcdef0"), "binary": None}, "binary.commit is null"),
-        ([1, 2], "expected a results document"),
+        (decode_run({**raw("abcdef0"), "binary": None}, "test"), "binary.commit is null"),
     ],
 )
 def test_refused_documents_warn_and_write_nothing(
@@ -349,8 +370,8 @@ WRITER = """
 import json, os, sys, time
 from pathlib import Path
 from specsuite.history.db import record_run
-from testdata import DATA_ROOT
-db, doc = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+from specsuite.results.document import decode_run
+db, doc = Path(sys.argv[1]), decode_run(json.loads(Path(sys.argv[2]).read_text()), "doc")
 ready, go = Path(sys.argv[3]), Path(sys.argv[4])
 ready.touch()
 while not go.exists():
@@ -370,7 +391,7 @@ def test_two_processes_recording_at_the_same_moment_both_land(tmp_path: Path, fr
         for i, commit in enumerate(["aaaaaaa", "bbbbbbb"]):
             big = {f"case{k}": case(name=f"case{k}") for k in range(40)}  # a transaction worth waiting for
             src = tmp_path / f"doc{attempt}-{i}.json"
-            src.write_text(json.dumps(doc(commit, f"2026-12-01T10:00:0{i}+00:00", cases=big)))
+            src.write_text(json.dumps(raw(commit, f"2026-12-01T10:00:0{i}+00:00", cases=big)))
             ready = tmp_path / f"ready{attempt}-{i}"
             args = [sys.executable, "-c", WRITER, str(db), str(src), str(ready), str(go)]
             procs.append(
@@ -409,12 +430,12 @@ def _v1_database_with_a_run(db: Path) -> None:
     d = doc("abcdef0")
     with history.transaction(conn):
         run = history._insert(conn, "runs", history._run_row(d, "abcdef0"))
-        for name, rec in d["cases"].items():
+        for rec in d.cases.values():
             row = {
                 "run": run,
-                **history._case_row(name, rec),
+                **history._case_row(rec),
                 "message": "v1 text",
-                "record": json.dumps(rec),
+                "record": history._json(rec),
             }
             history._insert(conn, "cases", row)
     conn.close()
@@ -430,7 +451,7 @@ def test_v2_moves_the_texts_out_of_the_cases_table(tmp_path: Path) -> None:
     assert (name, message, json.loads(record)["name"]) == ("mtp", "v1 text", "mtp")
     base = find_baseline(db, case="mtp", device_class=H200["class"], backend="cuda", cases_sha256=CASES_SHA,
                          commit="bbbbbbb", ancestors=None)  # fmt: skip
-    assert base is not None and base.record["name"] == "mtp"
+    assert base is not None and base.record.name == "mtp"
 
 
 def test_an_older_database_is_migrated_in_order_keeping_its_runs(tmp_path: Path) -> None:
@@ -542,7 +563,7 @@ def lineage(tmp_path: Path) -> Path:
 
 def test_without_ancestry_the_latest_other_commit_by_time(lineage: Path) -> None:
     found = base(lineage, C)
-    assert found is not None and (found.commit, found.record["accept_rate"]) == (X, 0.70)
+    assert found is not None and (found.commit, found.record.accept_rate) == (X, 0.70)
     assert found.started == "2026-12-03T10:00:00+00:00" and found.run_id.endswith(X)
     # a commit is never its own baseline, whether spelled short or full
     assert base(lineage, X).commit == B  # type: ignore[union-attr]
@@ -551,7 +572,7 @@ def test_without_ancestry_the_latest_other_commit_by_time(lineage: Path) -> None
 
 def test_with_ancestry_the_nearest_ancestor_with_a_run(lineage: Path) -> None:
     found = base(lineage, C, [B, A])
-    assert found is not None and found.commit == B and found.record["accept_rate"] == 0.625  # B's latest run
+    assert found is not None and found.commit == B and found.record.accept_rate == 0.625  # B's latest run
     found = base(lineage, B, [A])
     assert found is not None and found.commit == A[:7]  # recorded short, matched by prefix
     assert base(lineage, C, ["f" * 40, A]).commit == A[:7]  # type: ignore[union-attr]  # skips unrun ancestors
@@ -563,7 +584,7 @@ def test_only_runs_that_started_before_the_judged_one_qualify(lineage: Path) -> 
 
     def rate(before: str | None, ancestors: list[str] | None = None) -> float | None:
         found = base(lineage, C, ancestors, before=before)
-        return None if found is None else found.record["accept_rate"]
+        return None if found is None else found.record.accept_rate
 
     assert rate(None) == 0.70  # every run: the latest, X
     assert rate("2026-12-02T11:00:00+00:00") == 0.62  # between B's run and its rerun: B's first run
@@ -592,7 +613,7 @@ def test_only_the_same_setup_and_measured_cases_qualify(tmp_path: Path) -> None:
     assert base(db, C).commit == A  # type: ignore[union-attr]
     record_run(doc(B, "2026-12-02T17:00:00+00:00", cases={"mtp": case(0.5, "failed", "floor")}), db)
     found = base(db, C)
-    assert found is not None and found.commit == B and found.record["reason"] == "floor"
+    assert found is not None and found.commit == B and found.record.reason == "floor"
     assert base(db, C, case="eagle3") is None
 
 
@@ -601,4 +622,23 @@ def test_baseline_record_round_trips(tmp_path: Path) -> None:
     d = doc(A)
     record_run(copy.deepcopy(d), db)
     found = base(db, B)
-    assert found is not None and found.record == d["cases"]["mtp"]
+    assert found is not None and found.record == d.cases["mtp"]
+
+
+@pytest.mark.parametrize("broken", ["{not json", '{"accept_rate": "high"}', "[" * 100_000])
+def test_a_broken_baseline_record_is_skipped_for_the_next_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken: str
+) -> None:
+    """A history row that is not a record never decides a run: warned, and the next ancestor judges."""
+    db = tmp_path / "h.sqlite"
+    record_run(doc(A, "2026-12-01T10:00:00+00:00", cases={"mtp": case(0.61)}), db)
+    record_run(doc(B, "2026-12-02T10:00:00+00:00", cases={"mtp": case(0.62)}), db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE case_texts SET record = ? WHERE run = (SELECT id FROM runs WHERE llama_commit = ?)",
+            (broken, B),
+        )
+    found = base(db, C, [B, A])
+    assert found is not None and found.commit == A and found.record.accept_rate == 0.61
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: skipping a broken history record of 'mtp' in run ") and B in line

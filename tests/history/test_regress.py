@@ -11,8 +11,9 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.history import regress
-from specsuite.history.regress import mann_whitney_less, regressions
-from specsuite.results.record import is_measured
+from specsuite.history.regress import mann_whitney_less
+from specsuite.history.regress import regressions as _regressions
+from specsuite.results.record import decode_record
 
 BASE = {"accept_rate": 0.6301, "accept_len": 3.2, "pos0_rate": 0.81, "status": "passed", "reason": None}
 AT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -24,6 +25,15 @@ def _with(record: dict, **changes) -> dict:
 
 def _speed(samples: list[float]) -> dict:
     return {"speed": {"repeat": len(samples), "speedups": samples}}
+
+
+def regressions(current: dict, baseline: dict, **kw):
+    """The gate on two records written as they are stored (decoded as the history decodes them)."""
+    return _regressions(decode_record("c", current), decode_record("c", baseline), **kw)
+
+
+def is_measured(record: dict) -> bool:
+    return decode_record("c", record).measured
 
 
 def test_the_message_names_metric_numbers_drop_baseline_and_rtol() -> None:
@@ -63,7 +73,14 @@ def test_improvements_never_fail() -> None:
     assert len(regressions(worse, better, baseline_commit=AT)) == 4  # and the reverse fails every metric
 
 
-@pytest.mark.parametrize("missing", [math.nan, None, "0.63", True, math.inf])
+@pytest.mark.parametrize("wrong", ["0.63", True])
+def test_a_number_of_the_wrong_type_is_refused_when_read(wrong) -> None:
+    """A stored record with a text or a boolean where a number belongs never reaches the gate."""
+    with pytest.raises(UserError, match="case 'c': accept_rate must be"):
+        decode_record("c", _with(BASE, accept_rate=wrong))
+
+
+@pytest.mark.parametrize("missing", [math.nan, None, math.inf])
 def test_a_lost_number_never_passes(missing) -> None:
     [reg] = regressions(_with(BASE, accept_rate=missing), BASE, baseline_commit=AT)
     assert reg.metric == "accept_rate" and reg.current is None and math.isnan(reg.change)

@@ -13,6 +13,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.db import record_run
 from specsuite.history.report import history_command
+from specsuite.results.document import decode_run
 
 REAL = DATA_ROOT / "results"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -26,7 +27,7 @@ def db(tmp_path: Path) -> Path:
     two = json.loads((REAL / "smoke-real-2" / "results.json").read_text())
     two["binary"]["commit"] = "1234567890abcdef"
     two["cases"]["ngram-mod"]["accept_rate"] = 0.8
-    assert record_run(one, path) and record_run(two, path)
+    assert record_run(decode_run(one, "one"), path) and record_run(decode_run(two, "two"), path)
     return path
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from testdata import DATA_ROOT
 
 from specsuite.results.benchjson import entries, write_bench_json
+from specsuite.results.document import decode_run, load_run
 
 REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
 
@@ -24,7 +25,7 @@ def _strict(text: str) -> object:
 
 def test_one_entry_per_measured_case_and_metric_from_a_real_run() -> None:
     doc = json.loads(REAL.read_text())
-    got = {e["name"]: e for e in entries(doc)}
+    got = {e["name"]: e for e in entries(decode_run(doc, "test"))}
     measured = [n for n, c in doc["cases"].items() if c["status"] == "passed"]
     assert "synth-zero" not in measured  # run 1's synth-zero failed "diverged": no numbers to chart
     assert set(got) == {f"{n} {m}" for n in measured for m in ("accept_rate", "accept_len", "speedup")}
@@ -39,7 +40,7 @@ def test_one_entry_per_measured_case_and_metric_from_a_real_run() -> None:
 
 def test_the_entry_shape_is_the_actions_benchmark_result() -> None:
     # github-action-benchmark's BenchmarkResult: name, value, unit; optional range and extra strings
-    for entry in entries(json.loads(REAL.read_text())):
+    for entry in entries(load_run(REAL)):
         assert set(entry) <= {"name", "value", "unit", "range", "extra"}
         assert isinstance(entry["name"], str) and isinstance(entry["value"], float)
         assert all(isinstance(entry[k], str) for k in ("unit", "range", "extra") if k in entry)
@@ -56,7 +57,7 @@ def test_nulls_and_nans_are_left_out_and_failed_floors_kept() -> None:
             "dspark": {"status": "error", "reason": "crashed", "accept_rate": 0.9},
         },
     }
-    got = entries(doc)
+    got = entries(decode_run(doc, "test"))
     assert [e["name"] for e in got] == ["mtp accept_rate", "dflash accept_rate", "dflash accept_len"]
     assert got[1]["extra"] == "llama.cpp abcdef0 on NVIDIA H200; failed"
 
@@ -68,7 +69,7 @@ def test_repeated_speed_gives_the_median_and_its_range() -> None:
         "speedup": 1.9,
         "speed": {"repeat": 3, "speedups": [1.8, 2.1, 2.0], "speedup_median": 2.0},
     }
-    [*_, speed] = entries({"cases": {"mtp": rec}})
+    [*_, speed] = entries(decode_run({"cases": {"mtp": rec}}, "test"))
     assert speed == {
         "name": "mtp speedup",
         "unit": "x",
@@ -82,9 +83,9 @@ def test_write_is_atomic_and_strict_json(tmp_path: Path) -> None:
     out = tmp_path / "run" / "bench.json"
     doc = json.loads(REAL.read_text())
     doc["cases"]["ngram-mod"]["speedup"] = math.nan
-    assert write_bench_json(doc, out) == out
+    assert write_bench_json(decode_run(doc, "test"), out) == out
     first = _strict(out.read_text())
     assert isinstance(first, list) and "ngram-mod speedup" not in {e["name"] for e in first}
-    write_bench_json({"cases": {}}, out)  # replaces the previous file whole
+    write_bench_json(decode_run({"cases": {}}, "test"), out)  # replaces the previous file whole
     assert _strict(out.read_text()) == []
     assert [p.name for p in out.parent.iterdir()] == ["bench.json"]  # no temp file left behind

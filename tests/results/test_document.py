@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
-from specsuite.results.document import (
-    CaseRecord,
-    RunResults,
-    load_run,
-    new_run_id,
-    summary_markdown,
-    verdict,
-    write_summary,
-)
-from specsuite.suite.tier import append_step_summary
+from specsuite.results.document import Binary, Run, RunResults, decode_run, load_run, new_run_id
+from specsuite.results.record import CaseRecord, decode_record
+from specsuite.results.summary import append_step_summary, summary_markdown, write_summary
+from specsuite.results.verdict import verdict
 
-HEADER = {"binary": {"path": "/b/llama-server", "sha256": "0" * 64, "commit": "0c1e570", "backend": "cpu"}}
+BINARY = Binary(path="/b/llama-server", sha256="0" * 64, commit="0c1e570", backend="cpu")
+
+
+def _md(run: Run) -> str:
+    return summary_markdown(run, verdict(run))
 
 
 def _rec(name: str, status: str = "passed", reason: str | None = None, **kw: object) -> CaseRecord:
@@ -35,7 +34,7 @@ def _rec(name: str, status: str = "passed", reason: str | None = None, **kw: obj
 
 
 def test_results_json_is_written_on_every_change(tmp_path) -> None:
-    r = RunResults(tmp_path / "20261130T043000Z-smoke", tier="smoke", selector="smoke", header=HEADER)
+    r = RunResults(tmp_path / "20261130T043000Z-smoke", Run(tier="smoke", selector="smoke", binary=BINARY))
     r.add_model("m.gguf", "a" * 64, 123)
     r.add_case(_rec("ngram-mod"))
     doc = json.loads(r.path.read_text())
@@ -45,42 +44,41 @@ def test_results_json_is_written_on_every_change(tmp_path) -> None:
     assert doc["binary"]["commit"] == "0c1e570" and doc["wall_s"] >= 0
     assert r.logs.is_dir() and r.rel(r.logs / "x.log") == "logs/x.log"
     assert not list(r.dir.glob(".*.tmp"))
-    assert [c.name for c in r.records()] == ["ngram-mod"]
+    assert list(r.run.cases) == ["ngram-mod"] and load_run(r.dir).cases == r.run.cases
 
 
 def test_unwritable_results_folder_is_one_clear_error(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match=r"cannot create the results folder .*SPEC_RESULTS_DIR"):
-        RunResults(tmp_path / "file" / "run", tier="smoke", selector="smoke", header={})
+        RunResults(tmp_path / "file" / "run", Run(tier="smoke", selector="smoke"))
 
 
 def test_summary_table_and_step_summary(tmp_path, monkeypatch) -> None:
-    r = RunResults(tmp_path / "run", tier="compact", selector="compact", header=HEADER)
+    r = RunResults(tmp_path / "run", Run(tier="compact", selector="compact", binary=BINARY))
     r.add_case(_rec("mtp"))
     r.add_case(_rec("dspark", "skipped", "binary_no_dspark", accept_rate=None, accept_len=None, speedup=None,
                     identical_fraction=None))  # fmt: skip
-    md = summary_markdown(json.loads(r.path.read_text()))
+    md = _md(load_run(r.path))
     assert md.splitlines()[0].endswith("PASSED, with warnings (1 SKIPPED): 1 passed, 1 skipped")
     assert md.splitlines()[2] == "- **SKIPPED 1: dspark (binary_no_dspark)**"
     assert "| mtp | passed |  | 0.6123 (≥ 0.5000) | 2.5000 (≥ 2.0000) | 1.250 | 1.00 |" in md
     assert "| dspark | skipped | binary_no_dspark | – | – | – | – |" in md
     step = tmp_path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
-    out = write_summary(r.dir)
-    assert out is not None and out.read_text() == md and not step.exists()  # only the tier command appends
+    out = write_summary(r.run, verdict(r.run), r.dir)
+    assert out.read_text() == md and not step.exists()  # only the tier command appends
     append_step_summary(out)
     assert step.read_text() == md + "\n"
-    assert write_summary(tmp_path / "empty") is None
 
 
-def _doc(*recs: CaseRecord, **extra: object) -> dict:
-    return {"cases": {r.name: r.to_dict() for r in recs}, **extra}
+def _doc(*recs: CaseRecord, **extra: object) -> Run:
+    return decode_run({"cases": {r.name: msgspec.to_builtins(r) for r in recs}, **extra}, "test")
 
 
 def test_summary_table_is_the_shared_markdown_table_with_pipes_escaped() -> None:
     odd = _rec("odd", "skipped", "binary_no_a|b", accept_rate=None, accept_len=None, speedup=None,
                identical_fraction=None)  # fmt: skip
-    lines = summary_markdown(_doc(_rec("a"), odd)).splitlines()
+    lines = _md(_doc(_rec("a"), odd)).splitlines()
     columns = "case | status | reason | accept rate (floor) | accept len (floor) | speedup (floor)"
     head = lines.index(f"| {columns} | identical |")
     assert lines[head + 1] == "|---|---|---|---|---|---|---|"
@@ -114,17 +112,17 @@ CPU = {"name": "cpu", "class": "cpu-x86-64"}
          "PASSED: 1 passed"),
     ],
 )  # fmt: skip
-def test_green_headline_names_what_weakens_it(doc: dict, headline: str) -> None:
+def test_green_headline_names_what_weakens_it(doc: Run, headline: str) -> None:
     v = verdict(doc)
     assert v.green and v.headline == headline
-    first = summary_markdown(doc).splitlines()[0]
+    first = _md(doc).splitlines()[0]
     assert first.endswith(f": {headline}")
 
 
 def test_no_history_says_the_relative_gate_was_off() -> None:
     off = verdict(_doc(_rec("a"), options={"history": False}))
     assert any(line.startswith("RELATIVE GATE OFF (--no-history") for line in off.attention)
-    assert "- **RELATIVE GATE OFF" in summary_markdown(_doc(_rec("a"), options={"history": False}))
+    assert "- **RELATIVE GATE OFF" in _md(_doc(_rec("a"), options={"history": False}))
     assert off.headline == "PASSED, with warnings (RELATIVE GATE OFF): 1 passed"
     on = verdict(_doc(_rec("a"), options={"history": True}))
     assert not any("RELATIVE GATE" in line for line in on.attention) and on.headline == "PASSED: 1 passed"
@@ -179,15 +177,15 @@ def test_load_run_refuses_junk_with_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("doc", "field"),
     [
-        ({"cases": {"x": {"floors": [1]}}}, "case 'x': field 'floors' must be an object, not a list"),
+        ({"cases": {"x": {"floors": [1]}}}, "case 'x': floors must be an object, got [1]"),
         ({"cases": []}, "no 'cases' table"),
-        ({"cases": {"x": {"speed": 3}}}, "case 'x': field 'speed' must be an object or null, not a number"),
-        ({"cases": {"x": {"accept_rate": "0.9"}}}, "'accept_rate' must be a number or null, not a string"),
-        ({"cases": {"x": {"per_position": [1, None]}}}, "field 'per_position' must be a list of numbers"),
-        ({"cases": {"x": {"warnings": "w"}}}, "field 'warnings' must be a list of strings, not a string"),
-        ({"cases": {"x": {"uncalibrated": "yes"}}}, "field 'uncalibrated' must be true or false"),
-        ({"cases": {"x": {}}, "options": 3}, "field 'options' must be an object, not a number"),
-        ({"cases": {"x": {}}, "binary": {"commit": 7}}, "field 'binary.commit' must be a string"),
+        ({"cases": {"x": {"speed": 3}}}, "case 'x': speed must be an object or null, got 3"),
+        ({"cases": {"x": {"accept_rate": "0.9"}}}, "accept_rate must be a number or null, got '0.9'"),
+        ({"cases": {"x": {"per_position": [1, None]}}}, "case 'x': per_position[1] must be a whole number"),
+        ({"cases": {"x": {"warnings": "w"}}}, "case 'x': warnings must be a list, got 'w'"),
+        ({"cases": {"x": {"uncalibrated": "yes"}}}, "uncalibrated must be true or false, got 'yes'"),
+        ({"cases": {"x": {}}, "options": 3}, "options must be an object or null, got 3"),
+        ({"cases": {"x": {}}, "binary": {"commit": 7}}, "binary.commit must be a string or null, got 7"),
     ],
 )
 def test_load_run_names_the_file_and_the_field_of_a_wrong_shape(
@@ -201,16 +199,15 @@ def test_load_run_names_the_file_and_the_field_of_a_wrong_shape(
 
 
 def test_nulls_take_the_defaults() -> None:
-    rec = CaseRecord.from_dict("x", {"floors": None, "warnings": None, "per_position": None, "status": None})
+    rec = decode_record("x", {"floors": None, "warnings": None, "per_position": None, "status": None})
     assert (rec.floors, rec.warnings, rec.per_position, rec.status) == ({}, [], [], None)
-    chain = CaseRecord.from_dict("x", {"spec_type": ["ngram-mod", "draft-mtp"]})
+    chain = decode_record("x", {"spec_type": ["ngram-mod", "draft-mtp"]})
     assert chain.spec_type == "ngram-mod,draft-mtp"
 
 
 def test_schema1_records_are_read() -> None:
-    doc = load_run(DATA_ROOT / "results" / "smoke-real-1")
-    rec = CaseRecord.from_dict("ngram-mod", doc["cases"]["ngram-mod"])
-    assert rec.accept_rate == 1.0 and rec.pos0_rate == rec.per_position_rate[0]
+    rec = load_run(DATA_ROOT / "results" / "smoke-real-1").cases["ngram-mod"]
+    assert rec.accept_rate == 1.0 and rec.pos0 == rec.per_position_rate[0] and rec.pos0_rate is None
 
 
 def test_run_id_is_timestamp_and_selector() -> None:

@@ -15,14 +15,14 @@ from testdata import DATA_ROOT
 from specsuite.common.errors import UserError
 from specsuite.results.document import load_run
 from specsuite.results.plot import plot_per_position, plot_runs, position_rates
-from specsuite.results.record import CaseRecord
+from specsuite.results.record import decode_record
 
 DATA = DATA_ROOT / "results"
 
 
 def test_position_rates_from_counts_when_rates_absent() -> None:
     def rates(data: dict) -> list[float]:
-        return position_rates(CaseRecord.from_dict("c", data))
+        return position_rates(decode_record("c", data))
 
     assert rates({"per_position": [40, 15, 5], "drafts": 40}) == [1.0, 0.375, 0.125]
     assert rates({"per_position_rate": [0.5, 0.25]}) == [0.5, 0.25]

@@ -16,12 +16,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from fakellama import fake_llama
 
 from specsuite.cases.schema import Case, parse_case_file
 from specsuite.common.errors import UserError
-from specsuite.results.document import verdict
+from specsuite.results.document import Run, RunOptions
+from specsuite.results.verdict import verdict
 from specsuite.server.process import LlamaServer
 from specsuite.suite import runner
 from specsuite.suite import session as suite
@@ -102,7 +104,7 @@ def test_numbers_are_the_servers_counters_over_the_first_round(run) -> None:
     assert (rec.drafted, rec.accepted, rec.drafts) == (24, 18, 8)
     assert (rec.accept_rate, rec.accept_len, rec.per_position) == (0.75, 3.25, [8, 6, 4])
     assert rec.pos0_rate == 1.0 and rec.identical_fraction == 1.0
-    assert rec.speedup == 2.0 and rec.speed["speedups"] == [2.0]  # 10 vs 20 ms per token
+    assert rec.speedup == 2.0 and rec.speed.speedups == [2.0]  # 10 vs 20 ms per token
 
 
 def test_floor_failure_names_numbers(run) -> None:
@@ -144,14 +146,14 @@ def test_zero_or_missing_usage_fails(run, usage) -> None:
 def test_divergence_from_the_baseline(run) -> None:
     rec = run(_case(SIMPLE + "min_identical_fraction = 1.0\n"), diverge=True)
     assert (rec.status, rec.reason) == ("failed", "diverged")
-    assert [p["first_diff"] for p in rec.prompts] == [4, 4]
+    assert [p.first_diff for p in rec.prompts] == [4, 4]
 
 
 def test_speed_floor_with_abba_rounds(run, monkeypatch) -> None:
     monkeypatch.setenv("SPEC_REPEAT", "3")
     rec = run(_case(SIMPLE + "min_speedup = 1.0\n"), spec_ms_per_token=30.0)
     assert (rec.status, rec.reason) == ("failed", "speed")
-    assert rec.speed["repeat"] == 3 and rec.speed["speedups"] == [0.6667, 0.6667, 0.6667]
+    assert rec.speed.repeat == 3 and rec.speed.speedups == [0.6667, 0.6667, 0.6667]
     assert "speedup 0.667 < floor 1.000" in rec.message
 
 
@@ -190,8 +192,8 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     finally:
         s.close()
     assert [r.status for r in recs] == ["passed", "passed"], [r.message for r in recs]
-    (baseline,) = s.results.doc["baselines"].values()
-    base = _port(baseline["command"])
+    (baseline,) = s.results.run.baselines.values()
+    base = _port(baseline.command)
     assert sent[0] == (base, WARMUP_N_PREDICT)  # before any measured request, to either server
     assert [n for port, n in sent if port == base] == [WARMUP_N_PREDICT] + [8] * 4  # 2 cases x 2 prompts
     for rec in recs:  # every case's server: its own warm-up first, as before
@@ -223,7 +225,7 @@ def test_a_mode_case_records_what_the_resolver_decided(env, models, monkeypatch,
     want = {"flags": list(res.flags), "spec_type": res.spec_type, "why": res.why}
     want["fallback_reason"] = res.fallback_reason
     assert rec.status == status, rec.message
-    assert rec.resolved == want and rec.spec_type == res.spec_type
+    assert msgspec.to_builtins(rec.resolved) == want and rec.spec_type == res.spec_type
     doc = json.loads((env / "results" / "results.json").read_text())
     assert doc["cases"]["c"]["resolved"] == want
     if case.draft:  # the fallback is the case's reason, and no server was started
@@ -276,8 +278,7 @@ def test_all_skipped_is_not_green(run, monkeypatch) -> None:
     )
     rec = run(case, drop_types=["draft-dspark"])
     assert rec.status == "skipped"
-    doc = {"cases": {"c": rec.to_dict()}, "options": {"strict": False}}
-    v = verdict(doc)
+    v = verdict(Run(cases={"c": rec}, options=RunOptions(strict=False)))
     assert not v.green and "no selected case ran" in v.headline
     assert any(a.startswith("SKIPPED 1") for a in v.attention) and any("STRICT OFF" in a for a in v.attention)
 
@@ -323,5 +324,5 @@ def test_real_build_case_records_what_it_ran(tmp_path, monkeypatch) -> None:
     assert doc["models"] and all(re.fullmatch(r"[0-9a-f]{64}", m["sha256"]) for m in doc["models"].values())
     cmd = " ".join(rec.command or [])
     assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
-    assert rec.speed["repeat"] == 1 and rec.decode_tps and rec.baseline_decode_tps
+    assert rec.speed.repeat == 1 and rec.decode_tps and rec.baseline_decode_tps
     assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()

@@ -157,8 +157,9 @@ def _collect(methods: str | None, *extra: str) -> subprocess.CompletedProcess[st
     env = {k: v for k, v in os.environ.items() if k != "SPEC_METHODS"}
     if methods is not None:
         env["SPEC_METHODS"] = methods
+    suite = pytest_command(Path("unused"), [])[:-1]  # run-tier's own pytest command, without --junitxml
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/spec", *extra, *COLLECT],
+        [*suite, *extra, *COLLECT],
         cwd=paths.REPO_ROOT,
         env=env,
         capture_output=True,
@@ -178,8 +179,14 @@ def test_spec_methods_selection() -> None:
 
 
 def test_unset_spec_methods_keeps_the_projects_parametrized_tests() -> None:
-    """The suite's deselection hook sees the whole session: it must drop only tests/spec items."""
-    both = _collect(None, "tests/server/test_probe.py")
+    """The plugin is in every pytest session of the environment (an entry point): with nothing selected it
+    drops only the suite's own test, never a project test, and takes no parameter of theirs."""
+    env = {k: v for k, v in os.environ.items() if k != "SPEC_METHODS"}
+    suite = pytest_command(Path("unused"), [])[-2]  # the suite's module
+    both = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/server/test_probe.py", suite, *COLLECT],
+        cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     assert "test_speculative" not in both.stdout
     assert "test_every_variant_parses_its_own_spec_flag[current]" in both.stdout, both.stdout
     assert "1 deselected" in both.stdout, both.stdout

@@ -10,7 +10,7 @@ import pytest
 from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
-from specsuite.results.document import case_records, load_run
+from specsuite.results.document import decode_run, load_run
 from specsuite.tools.compare import compare_command, rows
 
 DATA = DATA_ROOT / "results"
@@ -92,8 +92,10 @@ def test_text_floor_is_a_failure_not_ignored(tmp_path: Path, capsys) -> None:
     b = _edited(
         tmp_path, IMPROVED, simple={"floors": {**data["cases"]["simple"]["floors"], "min_accept_rate": "0.9"}}
     )
-    code, out = _cmp(BASE, b, capsys, markdown=False)
-    assert code == 1 and "accept rate floor '0.9' is not a number" in out
+    with pytest.raises(
+        UserError, match=r"case 'simple': floors\['min_accept_rate'\] must be a number or null, got '0.9'"
+    ):
+        _cmp(BASE, b, capsys, markdown=False)  # a bad document is bad input, never a comparison
 
 
 def test_runs_with_no_case_in_common_cannot_pass(tmp_path: Path, capsys) -> None:
@@ -128,7 +130,7 @@ def test_markdown_and_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_rows_order_b_first_then_a_only() -> None:
-    names = [r.name for r in rows(case_records(load_run(BASE)), case_records(load_run(REGRESSED)))]
+    names = [r.name for r in rows(load_run(BASE).cases, load_run(REGRESSED).cases)]
     assert names == ["ngram", "simple", "added", "dropped"]
 
 
@@ -182,7 +184,7 @@ def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, cap
         b.mkdir()
         (b / "results.json").write_text(json.dumps(doc(REGRESSED, "b" * 40, "2026-12-02T00:00:00+00:00")))
         compare_command(a=None, b=b, against="auto", plot=False)
-    assert history.record_run(doc(BASE, "a" * 40, "2026-12-01T00:00:00+00:00")) is not None
+    assert history.record_run(decode_run(doc(BASE, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")) is not None
     code, out = _cmp(None, b, capsys, against="auto", markdown=False)
     assert code == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in out
     assert "accept_rate 0.4500 is 27.4 % below 0.6200" in out

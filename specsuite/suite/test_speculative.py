@@ -1,6 +1,6 @@
-"""The speculative-decoding suite: one test per case selected by SPEC_METHODS (see conftest.py).
+"""The speculative-decoding suite: one test per case that SPEC_METHODS selects (see ``plugin``).
 
-The work is specsuite.suite.runner.run_case; this maps its record onto pytest outcomes and JUnit properties.
+The work is ``runner.run_case``; this maps its record onto pytest outcomes and JUnit properties.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from specsuite.cases.schema import Case
-from specsuite.results.document import junit_properties
+from specsuite.results.junit import junit_properties
 from specsuite.suite.runner import Session, run_case
 
 
-def test_speculative(case: Case, session: Session, record_property: Callable[[str, Any], None]) -> None:
-    rec = run_case(case, session)
+def test_speculative(
+    spec_case: Case, spec_session: Session, record_property: Callable[[str, Any], None]
+) -> None:
+    rec = run_case(spec_case, spec_session)
     for key, value in junit_properties(rec):
         record_property(key, value)
     if rec.status == "skipped":

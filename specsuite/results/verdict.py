@@ -1,0 +1,94 @@
+"""Whether a run may be called green, and everything that weakens it: computed once, when the run ends.
+
+Green only if some selected case ran (passed or failed) and none failed, errored or was interrupted. The
+``attention`` lines (skips, strict off, uncalibrated cases, missing counters, a GPU tier without a GPU, the
+relative gate off, an unrecorded history) follow the headline, and a green headline names them too
+(``PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCALIBRATED): ...``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from specsuite.cases.schema import GPU_TIERS
+from specsuite.results.document import Run
+from specsuite.results.record import STATUSES, CaseRecord
+
+Weakening = tuple[str | None, list[str]]  # (its tag in a green headline or None, its attention lines)
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    green: bool
+    headline: str  # PASSED / FAILED with counts; a green one names what weakens it
+    attention: list[str]  # what a run must still say loudly: skips, report-only cases, warnings
+
+
+def verdict(run: Run) -> Verdict:
+    """Green only if every selected case ran and none failed; whatever weakens a green is listed."""
+    recs = list(run.cases.values())
+    by = {s: [r for r in recs if r.status == s] for s in STATUSES}
+    bad = by["failed"] + by["error"] + by["interrupted"]
+    ran = by["passed"] + by["failed"]
+    weakening = _weakening(run, by)
+    attention = [line for _, lines in weakening for line in lines]
+    if not recs or not ran:
+        why = "no case was selected" if not recs else "no selected case ran"
+        return Verdict(False, f"FAILED: {why} ({_counts(by)})", attention)
+    if bad:
+        names = ", ".join(f"{r.name} ({r.reason})" for r in bad)
+        return Verdict(False, f"FAILED: {len(bad)} of {len(recs)} case(s): {names}", attention)
+    weak = [tag for tag, _ in weakening if tag]
+    flag = f", with warnings ({'; '.join(weak)})" if weak else ""
+    return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
+
+
+def _counts(by: dict[str, list[CaseRecord]]) -> str:
+    return ", ".join(f"{len(v)} {k}" for k, v in by.items() if v) or "0 cases"
+
+
+def _counter_warnings(recs: list[CaseRecord]) -> dict[str, list[str]]:
+    """Per case, the warnings about counters the binary does not export."""
+    found = {r.name: [w for w in r.warnings if "counter" in w] for r in recs}
+    return {name: ws for name, ws in found.items() if ws}
+
+
+def _gpu_tier_without_gpu(run: Run) -> bool:
+    """--allow-cpu let a GPU tier run where the device is not a GPU (or the run does not say which).
+
+    The cases' own tiers count too: a selector of case names records its tiers joined ("compact,smoke"),
+    and "all" records GPU-tier cases."""
+    tiers = {*str(run.tier or "").split(","), *(r.tier for r in run.cases.values())}
+    on_cpu = run.device is None or str(run.device.device_class or "cpu").startswith("cpu")
+    return run.run_options.allow_cpu and bool(tiers & set(GPU_TIERS)) and on_cpu
+
+
+def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
+    """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
+    out: list[Weakening] = []
+    opts = run.run_options
+    strict_off, skipped = run.options is not None and not opts.strict, by["skipped"]
+    if skipped:
+        names = ", ".join(f"{r.name} ({r.reason})" for r in skipped)
+        out.append((None if strict_off else f"{len(skipped)} SKIPPED", [f"SKIPPED {len(skipped)}: {names}"]))
+    if strict_off:
+        line = (
+            "STRICT OFF (--allow-missing / SPEC_STRICT=0): a case whose method or flag the binary lacks is "
+        )
+        out.append((f"STRICT OFF: {len(skipped)} skipped", [line + "skipped, not failed"]))
+    if report_only := [r.name for r in run.cases.values() if r.uncalibrated and r.status == "passed"]:
+        line = f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {', '.join(report_only)}"
+        out.append((f"{len(report_only)} UNCALIBRATED", [line]))
+    if counters := _counter_warnings(list(run.cases.values())):
+        warned = sorted({w for ws in counters.values() for w in ws})
+        out.append(
+            (f"MISSING COUNTERS in {len(counters)} case(s)", [f"MISSING COUNTERS: {w}" for w in warned])
+        )
+    if _gpu_tier_without_gpu(run):
+        line = "GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu): floors were measured on GPUs"
+        out.append(("GPU TIER WITHOUT A GPU", [line]))
+    if run.options is not None and not opts.history:  # floors only: a drop that clears them is not caught
+        line = "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
+        out.append(("RELATIVE GATE OFF", [line + "baseline, and the run was not recorded"]))
+    if run.history is not None and run.history.recorded is False:
+        out.append((None, ["HISTORY NOT RECORDED: the database could not be written (see the run's log)"]))
+    return out

@@ -1,0 +1,72 @@
+"""The project as a user installs it: a wheel (not an editable checkout) in a fresh venv runs its own suite
+from an empty folder, with the real llama-server, and writes its results there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from fakeserver import real_binary
+
+from specsuite.common import paths
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900, **kw)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(paths.REPO_ROOT)]
+    )
+    assert built.returncode == 0, built.stderr
+    [whl] = out.glob("specsuite-*.whl")
+    return whl
+
+
+def test_the_wheel_carries_the_suite_and_its_data(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for data in ("cases.toml", "models.lock", "llama.cpp.pin.toml"):
+        assert f"specsuite/data/{data}" in names
+    assert {
+        "specsuite/suite/plugin.py",
+        "specsuite/suite/test_speculative.py",
+        "specsuite/suite/pytest.ini",
+    } <= names
+    [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert (
+        "[pytest11]\nspecsuite = specsuite.suite.plugin" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    )
+
+
+def test_an_installed_wheel_runs_the_synthetic_tier_from_an_empty_folder(wheel: Path, tmp_path: Path) -> None:
+    binary = real_binary()
+    venv = tmp_path / "venv"
+    assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
+    pip = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
+    assert pip.returncode == 0, pip.stderr
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPEC_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(
+        LLAMA_SERVER_BIN_PATH=str(binary),
+        SPEC_CACHE_DIR=str(tmp_path / "cache"),
+        SPEC_HISTORY=str(tmp_path / "history.sqlite"),
+    )
+    proc = _run([str(venv / "bin" / "specsuite"), "run-tier", "synthetic"], cwd=work, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [run] = (work / "results").iterdir()
+    doc = json.loads((run / "results.json").read_text())
+    assert doc["verdict"].startswith("PASSED") and doc["cases"]
+    assert doc["harness"]["commit"] is None and doc["harness"]["version"]  # a wheel: its version, no commit
+    assert (run / "summary.md").is_file() and (run / "junit.xml").is_file()
+    assert not list(venv.rglob("results.json"))  # nothing written inside the installation
