@@ -93,7 +93,7 @@ def test_text_floor_is_a_failure_not_ignored(tmp_path: Path, capsys) -> None:
         tmp_path, IMPROVED, simple={"floors": {**data["cases"]["simple"]["floors"], "min_accept_rate": "0.9"}}
     )
     with pytest.raises(
-        UserError, match=r"case 'simple': floors\['min_accept_rate'\] must be a number or null, got '0.9'"
+        UserError, match=r"case 'simple': floors.min_accept_rate must be a number or null, got '0.9'"
     ):
         _cmp(BASE, b, capsys, markdown=False)  # a bad document is bad input, never a comparison
 
