@@ -180,6 +180,8 @@ def test_duplicate_names_version_and_toml_errors() -> None:
         parse_cases(BASE.replace("version = 1", "version = 2"))
     with pytest.raises(UserError, match="not valid TOML at line 2"):
         parse_cases("version = 1\n[[case]\n")
+    with pytest.raises(UserError, match=r'^cases\.toml: not valid TOML: Key "n_max" already exists\.$'):
+        parse_cases(BASE + "n_max = 4\n")
     with pytest.raises(UserError, match="cannot read cases file"):
         load_cases("/nonexistent/cases.toml")
 
