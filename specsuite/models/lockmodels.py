@@ -14,10 +14,10 @@ from collections import defaultdict
 from specsuite.common.errors import UserError
 from specsuite.models import hub
 from specsuite.models.http import Policy
-from specsuite.models.lock import Entry, load_lock, set_locked, write_lock
+from specsuite.models.lock import HfEntry, load_lock, set_locked, write_lock
 
 
-def _describe(e: Entry, size: int, sha: str) -> str:
+def _describe(e: HfEntry, size: int, sha: str) -> str:
     if not e.locked:
         return f"{e.name}: not locked -> {size} bytes, sha256 {sha}"
     return f"{e.name}: {e.size} bytes, sha256 {e.sha256} -> {size} bytes, sha256 {sha}"
@@ -31,17 +31,17 @@ def lock_models(
     Requests follow the fetcher's retry policy (``policy``, default from the SPEC_FETCH_* variables)."""
     lk = load_lock(lock)
     policy = policy or Policy.from_env()
-    groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[HfEntry]] = defaultdict(list)
     for e in lk.entries.values():
-        if e.source == "hf":
-            groups[(e.repo, e.revision)].append(e)  # type: ignore[index]
-    drift: list[tuple[Entry, int, str]] = []
+        if isinstance(e, HfEntry):
+            groups[(e.repo, e.revision)].append(e)
+    drift: list[tuple[HfEntry, int, str]] = []
     with hub.session() as sess:
         for (repo, revision), entries in groups.items():
             wanted = [e.path for e in entries]
-            metas = hub.paths_info(sess, repo, revision, wanted, policy=policy)  # type: ignore[arg-type]
+            metas = hub.paths_info(sess, repo, revision, wanted, policy=policy)
             for e in entries:
-                meta = metas[e.path]  # type: ignore[index]
+                meta = metas[e.path]
                 if (e.size, e.sha256) != (meta.size, meta.sha256):
                     drift.append((e, meta.size, meta.sha256))
     for e, size, sha in drift:

@@ -335,7 +335,7 @@ def _validated(
             parse_cases(new)
             return new, rejected
         except UserError as exc:
-            bad = next((n for n, c in cals.items() if c.runs and f"case {n!r}:" in str(exc)), None)
+            bad = next((n for n, c in cals.items() if c.runs and f"[[case]] {n!r}:" in str(exc)), None)
             if bad is None:
                 raise UserError(
                     f"calibrate: the new floors do not validate, nothing written: {exc}"
@@ -377,7 +377,7 @@ def calibrate_command(argv: list[str]) -> int:
     if not names:
         raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
 
-    tiers = {c.name: c.tier for c in cases}
+    tiers: dict[str, str] = {c.name: c.tier for c in cases}
     cals = collect(runs, names, tiers)
     old = {c.name: c.floors for c in cases}
     groups = machine_groups(runs) if args.across_machines else [runs]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specsuite.common import paths
@@ -71,29 +73,55 @@ def test_toml_error_names_the_line():
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda t: t.replace("size = 10\n", ""), "missing field `size`"),
-        (lambda t: t.replace('path = "dir/m.gguf"\n', ""), "missing field(s) path"),
-        (lambda t: t + 'colour = "red"\n', "unknown field(s) colour"),
+        (lambda t: t.replace("size = 10\n", ""), "missing key `size` (or `locked = false`"),
+        (lambda t: t.replace('path = "dir/m.gguf"\n', ""), "missing key `path`"),
+        (
+            lambda t: t + 'colour = "red"\n',
+            "unknown key(s) colour for source 'hf'; valid keys: license, locked, name",
+        ),
         (lambda t: t.replace(SHA, SHA[:63]), "sha256 must be 64 lowercase hex"),
         (lambda t: t.replace(SHA, SHA.upper()), "sha256 must be 64 lowercase hex"),
-        (lambda t: t.replace(REV, "main"), "revision 'main' is not a 40-hex commit"),
-        (lambda t: t.replace(REV, REV[:39]), "is not a 40-hex commit"),
+        (
+            lambda t: t.replace(REV, "main"),
+            "revision must be a 40-hex commit (pin a commit, not a branch or tag",
+        ),
+        (lambda t: t.replace(REV, REV[:39]), f"got '{REV[:39]}'"),
         (lambda t: t.replace('name = "m.gguf"', 'name = "/abs/m.gguf"'), "must be a plain file name"),
         (lambda t: t.replace('name = "m.gguf"', 'name = "../m.gguf"'), "must be a plain file name"),
         (lambda t: t.replace('name = "m.gguf"', 'name = "sub/m.gguf"'), "must be a plain file name"),
         (lambda t: t.replace('name = "m.gguf"', 'name = ".m.gguf"'), "not starting with '.'"),
-        (lambda t: t.replace('path = "dir/m.gguf"', 'path = "../m.gguf"'), "must be relative inside"),
-        (lambda t: t.replace('path = "dir/m.gguf"', 'path = "/m.gguf"'), "must be relative inside"),
-        (lambda t: t.replace('repo = "org/repo"', 'repo = "justname"'), "must look like 'owner/name'"),
-        (lambda t: t.replace("size = 10", "size = -1"), "size must be a positive integer"),
-        (lambda t: t.replace('source = "hf"', 'source = "ftp"'), "source must be one of hf, pypi, generated"),
+        (
+            lambda t: t.replace('path = "dir/m.gguf"', 'path = "../m.gguf"'),
+            "path must be a relative path inside",
+        ),
+        (lambda t: t.replace('path = "dir/m.gguf"', 'path = "/m.gguf"'), "got '/m.gguf'"),
+        (
+            lambda t: t.replace('repo = "org/repo"', 'repo = "justname"'),
+            "repo must be of the form 'owner/name', got 'justname'",
+        ),
+        (lambda t: t.replace("size = 10", "size = -1"), "size must be a positive integer (bytes), got -1"),
+        (
+            lambda t: t.replace('source = "hf"', 'source = "ftp"'),
+            "source must be one of hf, pypi, generated, got 'ftp'",
+        ),
         (lambda t: t.replace("size = 10\n", "locked = false\n"), "`locked = false` but sha256 given"),
     ],
 )
 def test_bad_entry_messages(change, expected):
     msg = _error(_lock(change(HF)))
     assert expected in msg
-    assert "[[model]] #1" in msg
+    # one line naming the file and the entry (by its name, bad or not), then the field
+    assert re.match(r"models\.lock: \[\[model\]\] '[^']+': ", msg) and "\n" not in msg
+
+
+def test_entry_without_a_usable_name_is_named_by_position():
+    assert (
+        _error(_lock(HF.replace('name = "m.gguf"\n', ""))) == "models.lock: [[model]] #1: missing key `name`"
+    )
+    msg = _error(_lock(HF, HF.replace('name = "m.gguf"', "name = 3")))
+    assert msg.startswith("models.lock: [[model]] #2: name must be a plain file name") and msg.endswith(
+        "got 3"
+    )
 
 
 def test_duplicate_names():
@@ -106,13 +134,21 @@ def test_version_and_top_level_keys():
 
 
 def test_unlocked_only_for_hf():
-    body = '[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a==1"]\nlocked = false\n'
-    assert "only allowed for hf entries" in _error(_lock(body))
+    body = f'[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a==1"]\nsize = 1\nsha256 = "{SHA}"\n'
+    assert "`locked = false` is only allowed for hf entries; a pypi entry needs size and sha256" in _error(
+        _lock(body + "locked = false\n")
+    )
+    assert parse_lock(_lock(body + "locked = true\n")).entries["p.gguf"].locked
+    # a pypi or generated entry has size and sha256 always: without them, that is what it says
+    no_size = body.replace("size = 1\n", "").replace("pypi", "generated").replace("packages", "recipe")
+    no_size = no_size.replace('["a==1"]', '"mtp"')
+    assert _error(_lock(no_size)) == "models.lock: [[model]] 'p.gguf': missing key `size`"
 
 
 def test_bad_packages():
     body = f'[[model]]\nname = "p.gguf"\nsource = "pypi"\npackages = ["a>=1"]\nsize = 1\nsha256 = "{SHA}"\n'
-    assert "'name==version' strings" in _error(_lock(body))
+    assert _error(_lock(body)).endswith("packages[0] must be a 'name==version' string, got 'a>=1'")
+    assert _error(_lock(body.replace('["a>=1"]', "[]"))).endswith("packages must be a non-empty list, got []")
 
 
 def test_set_locked_keeps_comments_and_order(tmp_path):

@@ -263,7 +263,7 @@ def test_not_a_llama_server_is_one_clear_error(env, monkeypatch, tmp_path) -> No
 
 def test_gpu_case_on_a_cpu_build_is_refused(env, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(tmp_path / "bin")))
-    gpu_case = Case(**{**_case(SIMPLE).__dict__, "tier": "compact"})
+    gpu_case = msgspec.structs.replace(_case(SIMPLE), tier="compact")
     with pytest.raises(UserError, match="CPU build, and the selected cases are GPU tier"):
         suite.open_session("c", [gpu_case], tmp_path / "r")
     monkeypatch.setenv("SPEC_ALLOW_CPU", "1")

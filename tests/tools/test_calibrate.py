@@ -174,7 +174,9 @@ def test_floor_the_suite_rejects_is_not_written(tmp_path: Path, capsys: pytest.C
     cases.write_text(text)
     assert _calibrate(cases, "--allow-unstable") == 1
     captured = capsys.readouterr()
-    assert "NOT WRITTEN simple: cases.toml: case 'simple': min_accept_len = 2.4 is outside" in captured.out
+    assert (
+        "NOT WRITTEN simple: cases.toml: [[case]] 'simple': min_accept_len = 2.4 is outside" in captured.out
+    )
     assert "1 case(s) NOT WRITTEN" in captured.err
     assert _case(cases, "simple")["min_accept_len"] == 1.9 and "calibration" not in _case(cases, "simple")
     assert _case(cases, "ngram")["min_accept_rate"] == 0.591  # the others are written
