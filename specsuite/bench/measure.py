@@ -19,11 +19,10 @@ from typing import Any
 from specsuite.cases.schema import Case
 from specsuite.server import metrics
 from specsuite.server.probe import Capabilities, MissingFlag
-from specsuite.server.process import LlamaServer, ServerFailed
+from specsuite.server.process import LlamaServer, ServerFailed, start_server
 from specsuite.server.resolver import Resolution, caps_from_probe, resolve_for_model
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import Prompts, decode_tps, run_prompts, warm_up
-from specsuite.suite.runner import start_server
 
 Say = Callable[[str], None]
 DRAFT_FLAG = "--model-draft"  # the resolver's spelling of a separate MTP drafter

@@ -1,4 +1,4 @@
-"""``python -m specsuite build``: configure and build ``llama-server``, publish_binary it to ``build/bin``.
+"""``python -m specsuite build``: configure and build ``llama-server``, publish it to ``build/bin``.
 
 Each (source, backend, flags, compiler) combination gets its own CMake build folder under
 ``<cache>/builds/<key>``, so CPU and CUDA builds coexist and a repeated build is ninja's no-op. The binary is
@@ -263,7 +263,7 @@ def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# --- configure, build, publish_binary --------------------------------------------------------------------------
+# --- configure, build, publish ----------------------------------------------------------------------------------
 
 
 def is_configured(build_dir: Path) -> bool:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from specsuite.server import metrics, portowner
 
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
 STOP_GRACE_S = 10.0
+PORT_ATTEMPTS = 3  # a port picked free can be taken before the server binds it: pick another
+Command = Callable[[int], list[str]]  # port -> argv
 _LIVE: set[LlamaServer] = set()
 
 
@@ -221,3 +224,16 @@ def _stop_all() -> None:
     """Last resort: a KeyboardInterrupt or an error outside the fixtures still stops every server."""
     for server in list(_LIVE):
         server.stop()
+
+
+def start_server(command: Command, log: Path) -> LlamaServer:
+    """Start a server on a free port; another port when a foreign process took the first one."""
+    for attempt in range(PORT_ATTEMPTS):
+        srv = LlamaServer(command(free_port()), log)
+        try:
+            srv.start()
+            return srv
+        except ServerFailed as exc:
+            if exc.reason != "port_in_use" or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -27,7 +27,7 @@ from specsuite.results.verdict import Verdict
 from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
-from specsuite.server.process import LlamaServer, ServerFailed, free_port
+from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
 from specsuite.suite import expect
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
@@ -44,9 +44,6 @@ from specsuite.suite.measure import (
     usage_problem,
     warm_up,
 )
-
-PORT_ATTEMPTS = 3  # a port picked free can be taken before the server binds it: pick another
-Command = Callable[[int], list[str]]  # port -> argv
 
 
 @dataclass
@@ -126,19 +123,6 @@ class Session:
         if self._base is not None:
             self._base[1].stop()
             self._base = None
-
-
-def start_server(command: Command, log: Path) -> LlamaServer:
-    """Start a server on a free port; another port when a foreign process took the first one."""
-    for attempt in range(PORT_ATTEMPTS):
-        srv = LlamaServer(command(free_port()), log)
-        try:
-            srv.start()
-            return srv
-        except ServerFailed as exc:
-            if exc.reason != "port_in_use" or attempt == PORT_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
 
 
 def new_record(case: Case) -> CaseRecord:
