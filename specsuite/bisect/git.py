@@ -106,7 +106,7 @@ def exclusive(tree: Path) -> Iterator[None]:
 
 def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
     """The stable worktree (added on first use, or again when the mirror was re-cloned), at ``commit``,
-    with no bisect left over from a bisect_run that was killed."""
+    with no bisect left over from a bisect run that was killed."""
     ok = (tree / ".git").is_file() and git.run(["rev-parse", "--git-dir"], tree).returncode == 0
     if not ok:
         with FileLock(str(mirror_dir.parent / "git.lock")):
@@ -146,6 +146,6 @@ def outcome(log_text: str) -> BisectEnd:
 
 
 def bisect_run(tree: Path, step_cmd: list[str], env: Mapping[str, str]) -> int:
-    """``git bisect bisect_run STEP``: git checks out each commit to test and reads the step's exit status."""
-    cmd = ["git", "bisect", "bisect_run", *step_cmd]
+    """``git bisect run STEP``: git checks out each commit to test and reads the step's exit status."""
+    cmd = ["git", "bisect", "run", *step_cmd]
     return run_forwarding(cmd, env=env, cwd=tree)

@@ -1,7 +1,7 @@
 """The relative regression gate: one case record against the same case at a baseline commit. Pure.
 
 Floors catch a method that broke; this gate catches a commit that made a method worse: a 14 % relative
-drop in acceptance still clears a floor calibrated with margin. Every regressions is one-sided (an improvement
+drop in acceptance still clears a floor calibrated with margin. Every check is one-sided (an improvement
 never fails), and a number the current run lost (null or NaN) while the baseline had one is a regression,
 never a pass.
 

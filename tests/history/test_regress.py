@@ -189,7 +189,7 @@ def test_mann_whitney_known_values(x: list[float], y: list[float], p: Fraction) 
 
 
 def _brute_force_p(x: list[float], y: list[float]) -> Fraction:
-    """Independent regressions: enumerate every split of the pooled values and count pairs, not ranks."""
+    """Independent check: enumerate every split of the pooled values and count pairs, not ranks."""
 
     def u(a: tuple[float, ...], b: list[float]) -> Fraction:
         return sum(

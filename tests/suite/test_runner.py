@@ -24,6 +24,7 @@ from specsuite.cases.schema import Case, parse_case_file
 from specsuite.common.errors import UserError
 from specsuite.results.document import Run, RunOptions
 from specsuite.results.verdict import verdict
+from specsuite.server import process
 from specsuite.server.process import LlamaServer
 from specsuite.suite import runner
 from specsuite.suite import session as suite
@@ -243,7 +244,7 @@ def test_foreign_process_on_the_port_is_not_taken_for_our_server(run, monkeypatc
     def first_the_taken_port() -> int:
         return next(ports, None) or _free()
 
-    monkeypatch.setattr(runner, "free_port", first_the_taken_port)
+    monkeypatch.setattr(process, "free_port", first_the_taken_port)
     try:
         rec = run(_case(SIMPLE))
     finally:
