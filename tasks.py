@@ -40,9 +40,10 @@ def _run(command: str, *positional: str | None, **options: Any) -> None:
         raise Exit(code=code)
 
 
-class _Until(Argument):
-    """A positional that counts as given once another argument has a value (invoke has no optional
-    positional): compare's B, which ``--against auto`` makes the only run."""
+class _RequiredUnless(Argument):
+    """A positional required only while another argument has no value (invoke has no optional positional):
+    compare's B. With ``--against auto`` the one run given lands in A (invoke fills positionals in order),
+    and the command's parser, whose A is the optional one, reads it as B."""
 
     def __init__(self, other: Argument, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -63,7 +64,9 @@ class _CompareTask(Task):
         found = super().get_arguments(*args, **kwargs)
         against = next(a for a in found if a.name == "against")
         return [
-            _Until(against, names=a.names, kind=a.kind, help=a.help, positional=True) if a.name == "b" else a
+            _RequiredUnless(against, names=a.names, kind=a.kind, help=a.help, positional=True)
+            if a.name == "b"
+            else a
             for a in found
         ]
 

@@ -52,7 +52,7 @@ def command_parser(name: str) -> CommandParser:
 
 def task_help(name: str) -> dict[str, str]:
     """invoke's ``help=`` for the task that runs ``specsuite NAME``: each option's help, by its dest."""
-    return command_parser(name).help_of()
+    return command_parser(name).option_help()
 
 
 def top_parser(summaries: bool = False) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,11 +137,23 @@ def test_each_task_is_its_command_with_its_parsers_help() -> None:
     assert set(tasks) >= {"fetch-models", "lock-models", "verify-models", "probe", "compare", "history",
                           "resolve", "make-synthetic-models"}  # fmt: skip
     for name, task in tasks.items():
-        parser = cli.command_parser(name)
-        assert task.help == cli.task_help(name), name
-        assert task.__doc__ == parser.description, name
+        shown = {a.name: a.help for a in task.get_arguments()}  # what `invoke --help TASK` prints
+        assert shown == cli.task_help(name), name  # every option of the command, with its help
+        assert task.__doc__ == cli.command_parser(name).description, name
         params = list(inspect.signature(task.body).parameters)[1:]  # after invoke's context
-        assert set(params) == set(task.help), f"{name}: task options {params} != the command's {task.help}"
+        assert set(params) == set(shown), name
+
+
+def test_readme_task_lines_name_real_options() -> None:
+    """Each `invoke TASK --option` the README shows is a task, and each option one of its command's
+    (invoke names a flag after the command's dest: probe's BINARY is `--binary`)."""
+    tasks = _tasks().tasks
+    lines = re.findall(r"`invoke ([a-z][a-z-]*)([^`]*)`", (paths.REPO_ROOT / "README.md").read_text())
+    assert len(lines) >= 8
+    for name, rest in lines:
+        assert name in tasks, name
+        known = {"--" + dest.replace("_", "-") for dest in cli.task_help(name)}
+        assert set(re.findall(r"--[a-z][a-z-]*", rest)) <= known, (name, rest)
 
 
 def test_invoke_compare_takes_the_readmes_command_lines(tmp_path: Path) -> None:

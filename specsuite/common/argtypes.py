@@ -24,7 +24,7 @@ class CommandParser(argparse.ArgumentParser):
         self.options.append(action)
         return action
 
-    def help_of(self) -> dict[str, str]:
+    def option_help(self) -> dict[str, str]:
         """Each documented option's help by its dest, formatted as ``--help`` formats it."""
         return {
             a.dest: a.help % {**vars(a), "prog": self.prog}

@@ -50,7 +50,7 @@ def _parser() -> CommandParser:
 def test_options_are_read_back_as_help_formats_them() -> None:
     p = _parser()
     assert p.prog == "specsuite demo"
-    assert p.help_of() == {"run": "a run", "jobs": "files at once (default 4, 100%)"}
+    assert p.option_help() == {"run": "a run", "jobs": "files at once (default 4, 100%)"}
     assert p.summary() == "One line for the list."
     assert "files at once (default 4, 100%)" in p.format_help()
 
