@@ -19,6 +19,8 @@ from testdata import DATA_ROOT, as_history_run
 
 from specsuite import cli
 from specsuite.common import paths
+from specsuite.history import db as history
+from specsuite.results.document import decode_run
 
 DATA = DATA_ROOT / "results"
 
@@ -168,11 +170,10 @@ def test_invoke_compare_takes_the_readmes_command_lines(tmp_path: Path) -> None:
     (run_b / "results.json").write_text(
         json.dumps(as_history_run(regressed, "b" * 40, "2026-12-02T00:00:00+00:00"))
     )
-    from specsuite.history import db as history
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPEC_HISTORY", env["SPEC_HISTORY"])
-        assert history.record_run(as_history_run(base, "a" * 40, "2026-12-01T00:00:00+00:00")) is not None
+        baseline = decode_run(as_history_run(base, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")
+        assert history.record_run(baseline) is not None
     auto = _run("compare", str(run_b), "--against", "auto", "--no-plot", tool="invoke", env=env)
     assert auto.returncode == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in auto.stdout, auto.stderr
     assert "accept_rate 0.4500 is 27.4 % below 0.6200" in auto.stdout
