@@ -20,7 +20,8 @@ from specsuite.common import procs  # standard library only: it runs in nox's ow
 nox.needs_version = ">=2025.02.09"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
-PYTHONS = ["3.10", "3.11", "3.12", "3.13"]  # requires-python >= 3.10; every supported minor version
+PYPROJECT = nox.project.load_toml(Path(__file__).resolve().parent / "pyproject.toml")
+PYTHONS = nox.project.python_versions(PYPROJECT)  # its classifiers: every supported minor version
 PRIMARY = "3.11"  # runs every test; the others run the unit tests (the real build and servers once is enough)
 # A cancelled job (SIGTERM/SIGINT to nox) reaches the running command, which gets time to stop its servers
 # and write its results before nox gives up on it.

@@ -67,7 +67,7 @@ def main() -> int:
 
 def bench(args: argparse.Namespace, env: dict[str, str], bench_cache: Path) -> int:
     cmake, ninja = toolchain.ensure_build_tools()
-    plan = build.make_plan(build.make_parser().parse_known_args(["--cpu"])[0], env)
+    plan = build.make_plan(build.parser().parse_known_args(["--cpu"])[0], env)
     jobs = str(build.jobs())
     ours = [sys.executable, "-m", "specsuite", "build", "--cpu"]
     log = Path(tempfile.mkdtemp(prefix="bench-build-")) / "bench.log"

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from testdata import DATA_ROOT, as_history_run
 
 from specsuite import cli
 from specsuite.common import paths
+from specsuite.history import db as history
+from specsuite.results.document import decode_run
+
+DATA = DATA_ROOT / "results"
 
 BIN = Path(sys.executable).parent
 
@@ -28,12 +37,32 @@ def _run(*argv: str, tool: str = "specsuite", **kw) -> subprocess.CompletedProce
 
 
 def test_help_lists_every_command() -> None:
-    proc = _run("--help")
+    wide = {**os.environ, "COLUMNS": "400"}  # argparse wraps to the terminal: one command, one line
+    proc = _run("--help", env=wide)
     assert proc.returncode == 0
+    listed = " ".join(proc.stdout.split())
     for name in cli.COMMANDS:
-        assert name in proc.stdout, name
-    module = subprocess.run([sys.executable, "-m", "specsuite", "--help"], capture_output=True, text=True)
+        assert f" {name} {cli.command_parser(name).summary()} " in listed, name
+    module = subprocess.run(
+        [sys.executable, "-m", "specsuite", "--help"], capture_output=True, text=True, env=wide
+    )
     assert module.returncode == 0 and module.stdout == proc.stdout
+
+
+def test_help_needs_no_optional_extra() -> None:
+    """Listing every command imports every command's module: none may need matplotlib (the plot extra)."""
+    block = "import sys; sys.modules['matplotlib'] = None; from specsuite import cli; "
+    proc = subprocess.run(
+        [sys.executable, "-c", block + "sys.exit(cli.main(['--help']))"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "plot" in proc.stdout, proc.stderr
+    bad = subprocess.run(
+        [sys.executable, "-c", block + f"sys.exit(cli.main(['plot', {str(DATA / 'fixture-base')!r}]))"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: plot needs matplotlib"), bad.stderr
+    assert bad.stderr.count("\n") == 1
 
 
 def test_unknown_command_and_no_command_are_usage_errors() -> None:
@@ -43,8 +72,11 @@ def test_unknown_command_and_no_command_are_usage_errors() -> None:
 
 
 @pytest.mark.parametrize("command", list(cli.COMMANDS))
-def test_every_command_has_its_own_help(command: str) -> None:
+def test_every_command_has_its_own_help(command: str, capsys) -> None:
     assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    parser = cli.command_parser(command)
+    assert out.startswith(f"usage: specsuite {command} ") and parser.summary() in " ".join(out.split())
 
 
 @pytest.mark.parametrize(
@@ -91,6 +123,62 @@ def test_invoke_tasks_use_the_same_checks() -> None:
     assert (
         bad.returncode == 2 and "'abc' is not a whole number" in bad.stderr and "Traceback" not in bad.stderr
     )
+
+
+def _tasks() -> Any:
+    spec = importlib.util.spec_from_file_location("specsuite_tasks", paths.REPO_ROOT / "tasks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ns
+
+
+def test_each_task_is_its_command_with_its_parsers_help() -> None:
+    """A task's docstring and option help are its command's; it takes every option the command has."""
+    tasks = _tasks().tasks
+    assert set(tasks) >= {"fetch-models", "lock-models", "verify-models", "probe", "compare", "history",
+                          "resolve", "make-synthetic-models"}  # fmt: skip
+    for name, task in tasks.items():
+        shown = {a.name: a.help for a in task.get_arguments()}  # what `invoke --help TASK` prints
+        assert shown == cli.task_help(name), name  # every option of the command, with its help
+        assert task.__doc__ == cli.command_parser(name).description, name
+        params = list(inspect.signature(task.body).parameters)[1:]  # after invoke's context
+        assert set(params) == set(shown), name
+
+
+def test_readme_task_lines_name_real_options() -> None:
+    """Each `invoke TASK --option` the README shows is a task, and each option one of its command's
+    (invoke names a flag after the command's dest: probe's BINARY is `--binary`)."""
+    tasks = _tasks().tasks
+    lines = re.findall(r"`invoke ([a-z][a-z-]*)([^`]*)`", (paths.REPO_ROOT / "README.md").read_text())
+    assert len(lines) >= 8
+    for name, rest in lines:
+        assert name in tasks, name
+        known = {"--" + dest.replace("_", "-") for dest in cli.task_help(name)}
+        assert set(re.findall(r"--[a-z][a-z-]*", rest)) <= known, (name, rest)
+
+
+def test_invoke_compare_takes_the_readmes_command_lines(tmp_path: Path) -> None:
+    """`invoke compare A B` and `invoke compare B --against auto`, as the README shows them."""
+    base, regressed = DATA / "fixture-base", DATA / "fixture-regressed"
+    both = _run("compare", "--no-plot", str(base), str(regressed), tool="invoke")
+    assert both.returncode == 1 and "B regresses in 1 case(s): ngram" in both.stdout, both.stderr
+    assert f"A: fixture-base ({base})" in both.stdout
+    env = {**os.environ, "SPEC_HISTORY": str(tmp_path / "h.sqlite"), "SPEC_CACHE_DIR": str(tmp_path / "c")}
+    run_b = tmp_path / "b"
+    run_b.mkdir()
+    (run_b / "results.json").write_text(
+        json.dumps(as_history_run(regressed, "b" * 40, "2026-12-02T00:00:00+00:00"))
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPEC_HISTORY", env["SPEC_HISTORY"])
+        baseline = decode_run(as_history_run(base, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")
+        assert history.record_run(baseline) is not None
+    auto = _run("compare", str(run_b), "--against", "auto", "--no-plot", tool="invoke", env=env)
+    assert auto.returncode == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in auto.stdout, auto.stderr
+    assert "accept_rate 0.4500 is 27.4 % below 0.6200" in auto.stdout
+    neither = _run("compare", str(run_b), "--no-plot", tool="invoke")
+    assert neither.returncode != 0 and "'b'" in neither.stderr
 
 
 def test_ctrl_c_under_invoke_says_so(tmp_path: Path) -> None:

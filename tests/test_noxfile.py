@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 import pytest
 import tomlkit
@@ -13,15 +14,21 @@ nox = pytest.importorskip("nox")
 
 
 @pytest.fixture(scope="module")
-def sessions() -> dict:
+def noxfile() -> tuple[Any, dict]:
+    """The noxfile as a module, and the sessions it registers."""
     from nox import registry
 
     before = dict(registry.get())
     spec = importlib.util.spec_from_file_location("specsuite_noxfile", paths.REPO_ROOT / "noxfile.py")
     assert spec and spec.loader
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    found = {name: fn for name, fn in registry.get().items() if name not in before}
-    return found
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, {name: fn for name, fn in registry.get().items() if name not in before}
+
+
+@pytest.fixture(scope="module")
+def sessions(noxfile) -> dict:
+    return noxfile[1]
 
 
 def test_test_sessions_require_the_build_and_are_tagged(sessions) -> None:
@@ -33,11 +40,15 @@ def test_test_sessions_require_the_build_and_are_tagged(sessions) -> None:
     assert sessions["calibrate"].requires == ["build"] and sessions["bench"].requires == ["build"]
 
 
-def test_tests_session_runs_on_every_supported_python(sessions) -> None:
+def test_tests_session_runs_on_every_supported_python(noxfile, sessions) -> None:
+    """The list is pyproject's classifiers: one place says which Pythons are supported."""
     pythons = sessions["tests"].python
     project = tomlkit.parse((paths.REPO_ROOT / "pyproject.toml").read_text()).unwrap()["project"]
-    assert project["requires-python"] == ">=3.10"
-    assert pythons == ["3.10", "3.11", "3.12", "3.13"]
+    prefix = "Programming Language :: Python :: "
+    classified = [c.removeprefix(prefix) for c in project["classifiers"] if c.startswith(prefix + "3.")]
+    assert pythons == classified == ["3.10", "3.11", "3.12", "3.13"]
+    assert project["requires-python"] == f">={pythons[0]}"  # the classifiers start where pip allows
+    assert noxfile[0].PRIMARY in pythons  # the one Python that runs every test is a supported one
 
 
 def test_lint_extra_is_pinned() -> None:

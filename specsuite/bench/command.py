@@ -10,7 +10,6 @@ says why), 2 on bad input.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +17,11 @@ from specsuite.bench.measure import ModeRun, Workload, measure_modes, resolve_mo
 from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
 from specsuite.bench.report import BenchContext, document, markdown
 from specsuite.common import atomic, paths
+from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.models.store import StoredModel
 from specsuite.server.resolver import canonicalize_spec_mode
-from specsuite.suite.tier import positive_int
+from specsuite.suite.posargs import split_posargs
 
 DEFAULT_MODES = "auto,off,ngram,mtp,mtp+ngram"
 DEFAULT_REPEAT = 3
@@ -44,12 +44,12 @@ class BenchOptions:
     drafter: str | None = None
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specsuite bench",
-        description="Each speculative mode on one model: decode tokens/s (median and spread over the "
-        "repeats), speedup over off, acceptance, and whether auto picked the fastest mode.",
-        allow_abbrev=False,
+def parser() -> CommandParser:
+    p = CommandParser(
+        "bench",
+        "Each speculative mode on one model: speed, speedup over off, acceptance.\n"
+        "Decode tokens/s is the median and spread over the repeats; the report says whether auto picked "
+        "the fastest mode.",
     )
     p.add_argument("--model", required=True, help="a models.lock name (fetched and verified first)")
     p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of modes (default {DEFAULT_MODES})")
@@ -81,8 +81,6 @@ def parse_modes(text: str) -> list[str]:
 
 
 def options(argv: list[str]) -> BenchOptions:
-    from specsuite.suite.tier import split_posargs
-
     rest, dropped = split_posargs(argv)  # nox hands the build flags to every session
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; ignored here")
@@ -112,7 +110,7 @@ def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
     return GENERATED if lock.entries[model].source == "generated" else HUB_OR_PYPI
 
 
-def bench_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     from specsuite.results.document import new_run_id, utc_now
     from specsuite.server.probe import probe
 

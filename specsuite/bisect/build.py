@@ -46,7 +46,7 @@ def load_builder(spec: str) -> Builder:
 
 def parse_build_argv(build_argv: list[str]) -> list[str]:
     """The build flags bisect passes on (--cpu, --cuda, --cublas-from-wheel, -DNAME=VALUE); UserError else."""
-    args, unknown = build.make_parser().parse_known_args(build_argv)
+    args, unknown = build.parser().parse_known_args(build_argv)
     if unknown:
         raise UserError(
             f"unknown arguments {' '.join(unknown)}: bisect takes --good, --bad, --case, --metric, --rtol, "
@@ -64,7 +64,7 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 def plan(tree: Path, build_argv: list[str]) -> build.Plan:
-    return build.make_plan(build.make_parser().parse_args(build_argv), _env(tree))
+    return build.make_plan(build.parser().parse_args(build_argv), _env(tree))
 
 
 def preflight(tree: Path, build_argv: list[str], case: Case, allow_cpu: bool) -> build.Plan:

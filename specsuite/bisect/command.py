@@ -26,6 +26,7 @@ from specsuite.bisect.report import Report, log2_bound
 from specsuite.bisect.step import Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
 from specsuite.common import paths
+from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.results.document import load_run, new_run_id
 from specsuite.results.summary import append_step_summary
@@ -39,12 +40,11 @@ STEP_BOOT = (
 STEP_GRACE_S = 120.0  # after Ctrl-C: how long the running step may take to stop its servers
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specsuite bisect",
-        description="Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).",
+def parser() -> CommandParser:
+    p = CommandParser(
+        "bisect",
+        "Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).",
         epilog="Build flags (--cpu, --cuda, -DNAME=VALUE) are passed to every step's build.",
-        allow_abbrev=False,
     )
     p.add_argument("--good", required=True, metavar="SHA", help="a commit where the case is good")
     p.add_argument("--bad", required=True, metavar="SHA", help="a later commit where it is worse")
@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def bisect_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     if argv[:1] == ["--step"]:  # the hidden entry point `git bisect run` calls
         if len(argv) != 2:
             raise UserError("usage: specsuite bisect --step BISECT_JSON (run by git bisect, not by hand)")

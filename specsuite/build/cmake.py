@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from specsuite.build import info as buildinfo
 from specsuite.common import paths, procs
+from specsuite.common.argtypes import CommandParser
 from specsuite.build import source
 from specsuite.build import toolchain
 from specsuite.common.errors import UserError
@@ -65,11 +66,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def make_parser() -> argparse.ArgumentParser:
-    # No abbreviations: pytest's --co must not become --configure-only (posargs reach every session).
-    p = argparse.ArgumentParser(
-        prog="nox -s build --", description="Build llama-server (CUDA when possible).", allow_abbrev=False
-    )
+def parser() -> CommandParser:
+    # No abbreviations (CommandParser): pytest's --co must not become --configure-only (posargs reach every
+    # session).
+    p = CommandParser("build", "Configure and build llama-server (CUDA when possible) into build/bin.")
     backend = p.add_mutually_exclusive_group()
     backend.add_argument("--cpu", action="store_true", help="build the CPU backend even if CUDA is available")
     backend.add_argument("--cuda", action="store_true", help="build the CUDA backend; fail if it cannot")
@@ -84,7 +84,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args, unknown = make_parser().parse_known_args(argv)
+    args, unknown = parser().parse_known_args(argv)
     if unknown:
         print(f"build: ignoring arguments for other sessions: {shlex.join(unknown)}", flush=True)
     cmake, ninja = toolchain.ensure_build_tools()

@@ -18,8 +18,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from specsuite.common.errors import UserError
 from specsuite.results.record import CaseRecord, finite, is_number
 
@@ -123,6 +121,8 @@ def _doubled_midranks(values: Sequence[float]) -> list[int]:
 
 def _exact_cdf(ranks2: list[int], n: int, w2: int) -> float:
     """P(sum of n of ``ranks2`` drawn without replacement <= w2): counts every subset by rank sum."""
+    import numpy as np  # heavy: imported only where a test of speed runs, not by every `specsuite` command
+
     top = sum(sorted(ranks2)[-n:])
     ways = np.zeros((n + 1, top + 1))  # ways[k, s]: subsets of k items with rank sum s (float: no overflow)
     ways[0, 0] = 1.0

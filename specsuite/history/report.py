@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic, table
+from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 
@@ -48,6 +49,29 @@ def render_tables(rows: Sequence[dict[str, Any]]) -> str:
 def as_json_lines(rows: Sequence[dict[str, Any]]) -> str:
     """A JSON list with one row per line: readable, diffable, and twice as fast as indenting each key."""
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "history", "Runs recorded in the history database: a table per case over commits, or a plot."
+    )
+    p.add_argument("--case", help="only this case")
+    p.add_argument("--device", help="only this device (name or class)")
+    p.add_argument("--last", type=positive_int, help="only the last N runs")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw the trend of each case")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument(
+        "--db",
+        type=Path,
+        help="database (default: SPEC_HISTORY, else ~/.cache/specsuite/history.sqlite; SPEC_CACHE_DIR "
+        "moves the cache)",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    return history_command(path=a.db, case=a.case, device=a.device, last=a.last, plot=a.plot, as_json=a.json)
 
 
 def history_command(

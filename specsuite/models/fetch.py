@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specsuite.common import paths
+from specsuite.common.argtypes import CommandParser, comma_list, positive_int
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.table import render
 from specsuite.models import stamps, store
 from specsuite.models.download import Cancelled, download
 from specsuite.models.http import Policy
-from specsuite.models.lock import Entry, GeneratedEntry, HfEntry, Lock, PypiEntry, load_lock
+from specsuite.models.lock import OPTION_HELP, Entry, GeneratedEntry, HfEntry, Lock, PypiEntry, load_lock
 from specsuite.models.progress import Board, FileProgress, human_size
 
 if TYPE_CHECKING:
@@ -284,6 +285,51 @@ def _jobs(jobs: int | str) -> int:
     if isinstance(jobs, bool) or not text.isdigit() or int(text) < 1:
         raise UserError(f"--jobs {jobs!r}: give a whole number of files to fetch in parallel, 1 or more")
     return int(text)
+
+
+_MODEL_DIR_HELP = (
+    "model folder (default: SPEC_MODEL_DIR, else ~/.cache/specsuite/models; SPEC_CACHE_DIR moves the cache)"
+)
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "fetch-models", "Fetch and verify the models a tier (or a list of cases or models) needs."
+    )
+    p.add_argument("--tier", help="smoke, synthetic, compact, nightly or all (default: smoke)")
+    p.add_argument("--methods", type=comma_list, help="comma list of case names (e.g. mtp,dflash)")
+    p.add_argument("--models", type=comma_list, help="comma list of models.lock names")
+    p.add_argument("--lock", help=OPTION_HELP)
+    p.add_argument("--model-dir", help=_MODEL_DIR_HELP)
+    p.add_argument("--jobs", type=positive_int, default=4, help="files fetched in parallel (default 4)")
+    p.add_argument("--offline", action="store_true", help="use only what is already in the model folder")
+    p.add_argument(
+        "--frozen", action="store_true", help="refuse entries whose size and sha256 are not locked"
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    fetch_models(
+        tier=a.tier, methods=a.methods, models=a.models, lock=a.lock, model_dir=a.model_dir, jobs=a.jobs,
+        offline=a.offline, frozen=a.frozen,
+    )  # fmt: skip
+    return 0
+
+
+def verify_parser() -> CommandParser:
+    p = CommandParser("verify-models", "Check the model folder against the lock.")
+    p.add_argument("--lock", help=OPTION_HELP)
+    p.add_argument("--model-dir", help=_MODEL_DIR_HELP)
+    p.add_argument("--full", action="store_true", help="re-hash every byte instead of trusting stamps")
+    return p
+
+
+def verify_main(argv: list[str]) -> int:
+    a = verify_parser().parse_args(argv)
+    verify_models(lock=a.lock, model_dir=a.model_dir, full=a.full)
+    return 0
 
 
 def fetch_models(

@@ -15,11 +15,13 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from gguf import GGUFReader
+from typing import TYPE_CHECKING
 
 from specsuite.common.errors import UserError
 from specsuite.common.statcache import StatCache
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 # What each spec type needs from the draft file (the arch and tensors the pinned tree loads).
 DRAFT_ARCH = {"draft-dflash": "dflash", "draft-dspark": "dflash", "draft-eagle3": "eagle3"}
@@ -79,6 +81,8 @@ def read_info(path: Path) -> ModelInfo:
 
 
 def _read_uncached(path: Path) -> ModelInfo:
+    from gguf import GGUFReader  # heavy (numpy): imported only when a model is read
+
     try:
         reader = GGUFReader(path, "r")
     except _READ_ERRORS as exc:

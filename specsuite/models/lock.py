@@ -20,6 +20,7 @@ from msgspec import Meta
 from specsuite.common import atomic, declared, paths, tomldata
 from specsuite.common.errors import UserError
 
+OPTION_HELP = "models.lock to read (default: models.lock at the repository root)"  # every --lock option
 _PART = r"(?!\.\.?(?:/|$))[^/\\]+"  # a path part that is not '.' or '..' and has no separator
 _MUST_PIN = (
     "pin a commit, not a branch or tag: the Hub reports it in the X-Repo-Commit header or on the repo's "

@@ -11,16 +11,34 @@ import os
 import sys
 from collections import defaultdict
 
+from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.models import hub
 from specsuite.models.http import Policy
-from specsuite.models.lock import HfEntry, load_lock, set_locked, write_lock
+from specsuite.models.lock import OPTION_HELP, HfEntry, load_lock, set_locked, write_lock
 
 
 def _describe(e: HfEntry, size: int, sha: str) -> str:
     if not e.locked:
         return f"{e.name}: not locked -> {size} bytes, sha256 {sha}"
     return f"{e.name}: {e.size} bytes, sha256 {e.sha256} -> {size} bytes, sha256 {sha}"
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "lock-models", "Fill size and sha256 of every Hub entry from the Hub at its pinned revision."
+    )
+    p.add_argument("--lock", help=OPTION_HELP)
+    p.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the lock differs from the Hub"
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    lock_models(lock=a.lock, check=a.check)
+    return 0
 
 
 def lock_models(

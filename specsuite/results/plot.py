@@ -11,15 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on a runner
-
-import matplotlib.pyplot as plt
-from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
-
 from specsuite.common import atomic
+from specsuite.common.argtypes import CommandParser
+from specsuite.common.errors import UserError
 from specsuite.results.document import Run, load_run, results_file
 from specsuite.results.record import CaseRecord
 
@@ -37,6 +31,9 @@ def position_rates(rec: CaseRecord) -> list[float]:
 
 
 def _panel(ax: Any, name: str, runs: list[tuple[str, dict[str, CaseRecord]]]) -> None:
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
     series = [(label, recs.get(name)) for label, recs in runs]
     width = 0.8 / len(series)
     longest, handles = 0, []
@@ -76,6 +73,11 @@ def _absent(rec: CaseRecord | None) -> str:
 
 def plot_per_position(runs: list[tuple[str, Run]], out: Path) -> Path:
     """Draw every case of the given runs (label, run) into one PNG at ``out``."""
+    import matplotlib  # the optional `plot` extra: imported only when a plot is drawn
+
+    matplotlib.use("Agg")  # files only: no display on a runner
+    import matplotlib.pyplot as plt
+
     records = [(label, run.cases) for label, run in runs]
     names = list(dict.fromkeys(n for _, recs in reversed(records) for n in recs))
     cols = min(COLS, max(1, len(names)))
@@ -100,3 +102,27 @@ def plot_runs(run_paths: list[str]) -> Path:
     return plot_per_position(
         list(zip(labels, runs, strict=True)), results_file(run_paths[-1]).parent / "per_position.png"
     )
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "plot", "Per-position acceptance of one run, or of A against B, as a PNG next to the last run."
+    )
+    p.add_argument(
+        "runs", nargs="+", metavar="RESULTS", help="one or two results/<run> folders or results.json"
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = parser()
+    a = p.parse_args(argv)
+    if len(a.runs) > 2:
+        p.error("give one or two runs")
+    try:
+        print(plot_runs(a.runs))
+    except ImportError as exc:
+        raise UserError(
+            f"plot needs matplotlib ({exc}), the optional `plot` extra: pip install -e '.[plot]'"
+        ) from None
+    return 0

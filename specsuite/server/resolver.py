@@ -5,7 +5,7 @@ a5d6e6928d, llama.cpp #22673): modes ``auto``, ``mtp``, ``ngram``, ``mtp+ngram``
 aliases and ``ngram-simple``) resolve, per model size, MTP heads, separate drafter, GPU/CPU and the binary's
 own tokens and flag spellings, to the flags such a front end appends to its server command. The suite
 runs these configurations to see what users get after each llama.cpp commit. Everything here is pure
-except ``resolve_for_model``.
+except ``resolve_for_model`` and ``main`` (``specsuite resolve``: probe the binary, print the resolution).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsuite.common import paths
+from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.models.gguf import has_mtp_marker, read_info
-from specsuite.server.probe import Capabilities
+from specsuite.server.probe import Capabilities, probe
 
 # Below this size an embedded MTP head costs more per token than it saves (seed's clean bench: 0.8B GPU
 # draft-mtp 0.58x, 2B 0.82x vs off); 4B and up win.
@@ -301,3 +303,27 @@ def explain(res: Resolution) -> str:
     if res.fallback_reason:
         lines.append(f"fallback: {res.fallback_reason}")
     return "\n".join(lines)
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "resolve", "The server flags a front end's speculative mode resolves to for a model, and why."
+    )
+    p.add_argument("--model", type=Path, required=True, help="the target GGUF")
+    p.add_argument("--mode", default="auto", help="auto, mtp, ngram, mtp+ngram, off (or a legacy alias)")
+    p.add_argument("--device", choices=["gpu", "cpu"], help="default: what the binary sees (--list-devices)")
+    p.add_argument("--binary", help="llama-server to probe (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
+    p.add_argument("--mtp-drafter", type=Path, help="a separate MTP drafter GGUF")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    caps = probe(Path(a.binary) if a.binary else paths.server_binary())
+    gpu = (a.device == "gpu") if a.device else caps.backend != "cpu" and bool(caps.gpus)
+    res = resolve_for_model(
+        a.mode, caps=caps_from_probe(caps), model_path=a.model, gpu=gpu, mtp_draft_path=a.mtp_drafter
+    )
+    print(f"binary: {caps.binary} ({caps.commit}, {caps.backend}); device: {'gpu' if gpu else 'cpu'}")
+    print(explain(res))
+    return 0

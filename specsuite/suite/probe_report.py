@@ -11,6 +11,7 @@ from typing import Any
 
 from specsuite.cases.schema import load_cases
 from specsuite.common import paths, table
+from specsuite.common.argtypes import CommandParser
 from specsuite.server.probe import Capabilities, probe
 from specsuite.suite.command import missing_reason
 
@@ -44,8 +45,18 @@ def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
         print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
 
 
+def parser() -> CommandParser:
+    p = CommandParser("probe", "What a llama-server binary can run: each case of the suite, and why not.")
+    p.add_argument("binary", nargs="?", help="llama-server (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return probe_command(parser().parse_args(argv).binary)
+
+
 def probe_command(binary: str | None = None) -> int:
-    """``invoke probe`` / ``specsuite probe [BINARY]``: print what the binary can run."""
+    """Print what the binary (default: the one the suite would run) can run."""
     path = Path(binary) if binary else paths.server_binary()
     cases = load_cases() if paths.CASES_FILE.is_file() else None
     print_table(probe(path), cases)

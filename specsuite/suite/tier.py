@@ -4,7 +4,7 @@ SELECTOR is a tier or a comma list of case names (bisect runs one case).
 
 Order matters: the binary is probed and the GPU gate applied before anything is downloaded, so a CPU build
 asked for a GPU tier costs a second, not 6 GiB. nox passes the same posargs to every session of one
-invocation (``nox -s build test_smoke -- --cpu -x``): build flags (whatever ``build``'s own parser knows)
+invocation (``nox -s build test_smoke -- --cpu -x``): build flags (``suite.posargs`` asks build's own parser)
 are dropped here, the run's options are read, and the rest goes to pytest.
 """
 
@@ -19,17 +19,18 @@ import msgspec
 
 from specsuite.cases.schema import TIERS, load_cases, select_cases
 from specsuite.common import paths, procs, settings
+from specsuite.common.argtypes import CommandParser, fraction, positive_int
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.suite import test_speculative
+from specsuite.suite.posargs import split_posargs
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specsuite run-tier",
-        description="Fetch a tier's models, run its cases against the built llama-server, write results/.",
-        allow_abbrev=False,  # pytest's own options must never be taken for abbreviations of ours
+def parser() -> CommandParser:
+    # CommandParser takes no abbreviations: pytest's own options must never be taken for ours.
+    p = CommandParser(
+        "run-tier", "Fetch a tier's models, run its cases against the built llama-server, write results/."
     )
     p.add_argument(
         "tier", metavar="SELECTOR", help=f"a tier ({', '.join(TIERS)}) or a comma list of case names"
@@ -52,40 +53,6 @@ def parser() -> argparse.ArgumentParser:
         "--rtol", type=fraction, help="relative drop that fails against the history baseline (0.05)"
     )
     return p
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be between 0 and 1 (0.05 = 5 %)")
-    return value
-
-
-def split_posargs(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(the rest, dropped build flags): build's own parser says which options are its."""
-    from specsuite.build.cmake import make_parser
-
-    # argparse lists a parser's option strings only in this attribute (stable since Python 3.2).
-    options = set(make_parser()._option_string_actions) - {"-h", "--help"}
-    keep: list[str] = []
-    dropped: list[str] = []
-    for arg in argv:
-        is_build = arg in options or (arg.startswith("-D") and len(arg) > 2 and "-D" in options)
-        (dropped if is_build else keep).append(arg)
-    return keep, dropped
 
 
 def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
@@ -154,7 +121,7 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.WORK_DIR)
 
 
-def run_tier_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     rest, dropped = split_posargs(argv)
     args, pytest_args = parser().parse_known_args(rest)
     if dropped:

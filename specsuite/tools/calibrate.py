@@ -9,7 +9,6 @@ command exits 1 unless ``--allow-unstable``, so a calibration that cannot be tru
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
 import sys
@@ -23,9 +22,11 @@ from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.common import atomic, paths
+from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
+from specsuite.suite.posargs import split_posargs
 
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
@@ -275,13 +276,12 @@ def _speed_line(cal: CaseCalibration, was: Any) -> str:
 
 
 def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
-    from specsuite.suite.tier import (  # the suite's runner; imported late so --from-results needs no suite
-        parser,
-        run_tier,
-    )
+    # the suite's runner; imported late so --from-results needs no suite
+    from specsuite.suite.tier import parser as tier_parser
+    from specsuite.suite.tier import run_tier
 
     # Calibration runs are not history: a floor must not be judged against the run that sets it.
-    args, pytest_args = parser().parse_known_args([tier, "--no-history", *tier_args])
+    args, pytest_args = tier_parser().parse_known_args([tier, "--no-history", *tier_args])
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = []
     for i in range(1, runs + 1):
@@ -296,13 +296,12 @@ def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specsuite calibrate",
-        description="Run a tier N times and write floors (min - margin) into cases.toml.",
-    )
+def parser() -> CommandParser:
+    p = CommandParser("calibrate", "Run a tier N times and write floors (min - margin) into cases.toml.")
     p.add_argument("--tier", help="tier to run and calibrate (smoke, synthetic, compact, nightly, all)")
-    p.add_argument("--runs", type=int, default=3, help="number of runs, each with a fresh server (default 3)")
+    p.add_argument(
+        "--runs", type=positive_int, default=3, help="number of runs, each with a fresh server (default 3)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the diff of cases.toml, write nothing")
     p.add_argument("--cases", type=Path, default=paths.CASES_FILE, help="cases file (default: cases.toml)")
     p.add_argument(
@@ -353,16 +352,13 @@ def _case_names(cases: list[Any], tier: str | None) -> list[str]:
     return [c.name for c in chosen if not c.expect_no_drafts]
 
 
-def calibrate_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     from specsuite.cases.schema import parse_cases, read_text
-    from specsuite.suite.tier import split_posargs
 
     rest, _ = split_posargs(argv)  # nox hands build flags to every session
-    args, pytest_args = _parser().parse_known_args(rest)
+    args, pytest_args = parser().parse_known_args(rest)
     if not args.from_results and not args.tier:
         raise UserError("calibrate: give --tier TIER to run, or --from-results DIR... to use finished runs")
-    if args.runs < 1:
-        raise UserError(f"calibrate: --runs must be >= 1, got {args.runs}")
     text = read_text(args.cases)
 
     cases = parse_cases(text)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import table
+from specsuite.common.argtypes import CommandParser, fraction
 from specsuite.common.errors import UserError
 from specsuite.history import regress
 from specsuite.results.document import Run, load_run, results_file
@@ -125,6 +126,30 @@ def _against_history(run_b: Run) -> tuple[dict[str, CaseRecord], str]:
     commits = sorted({b.commit[:12] for b in found.values()})
     recs = {name: b.record for name, b in found.items()}
     return recs, f"history baseline, commit(s) {', '.join(commits)}"
+
+
+def parser() -> CommandParser:
+    p = CommandParser("compare", "Compare two runs case by case; exit 1 when B regresses.")
+    p.add_argument(
+        "a", help="baseline: a results/<run> folder or a results.json (or --against auto)", nargs="?"
+    )
+    p.add_argument("b", help="candidate: a results/<run> folder or a results.json")
+    p.add_argument(
+        "--against", choices=["auto"], help="take A from the history: the candidate's baseline run"
+    )
+    p.add_argument("--rtol", type=fraction, default=0.05, help="relative drop that counts as a regression")
+    p.add_argument("--markdown", action="store_true", help="markdown even on a terminal")
+    p.add_argument("--no-plot", action="store_true", help="do not save the per-position plot")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = parser()
+    a = p.parse_args(argv)
+    if (a.a is None) == (a.against is None):
+        p.error("give two runs A B, or --against auto and one run")
+    return compare_command(a=a.a, b=a.b, against=a.against, rtol=a.rtol, markdown=a.markdown or None,
+                           plot=not a.no_plot)  # fmt: skip
 
 
 def compare_command(

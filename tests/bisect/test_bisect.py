@@ -30,9 +30,9 @@ import pytest
 from fakellama import fake_llama
 
 from specsuite import cli
+from specsuite.bisect import command as bisect
 from specsuite.bisect import git as bisect_git
 from specsuite.bisect.build import BuildFailed
-from specsuite.bisect.command import bisect_command
 from specsuite.bisect.judge import judge
 from specsuite.common import paths
 from specsuite.common.errors import UserError
@@ -157,7 +157,7 @@ def _result(env: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("first_bad", [1, 6])
 def test_finds_the_first_bad_commit_in_log2_steps(env, monkeypatch, capfd, first_bad) -> None:
     shas = _repo(env, monkeypatch, [GOOD] * first_bad + [WORSE] * (9 - first_bad))
-    assert bisect_command(_args(env, shas[0], shas[-1])) == 0
+    assert bisect.main(_args(env, shas[0], shas[-1])) == 0
 
     doc = _result(env)
     assert doc["status"] == "found"
@@ -198,7 +198,7 @@ def test_a_commit_that_cannot_be_measured_is_skipped(env, monkeypatch, broken, r
     configs[4] = {**GOOD, **broken}  # the first commit git tests (checked below)
     shas = _repo(env, monkeypatch, configs)
     assert _first_midpoint(env / "llama.cpp", shas[0], shas[-1]) == shas[4]
-    assert bisect_command(_args(env, shas[0], shas[-1])) == 0
+    assert bisect.main(_args(env, shas[0], shas[-1])) == 0
 
     doc = _result(env)
     assert (doc["status"], doc["first_bad"]["commit"]) == ("found", shas[6])
@@ -222,7 +222,7 @@ def test_only_skipped_commits_left_is_undecided(env, monkeypatch, capfd) -> None
     configs = [GOOD] * 5 + [BROKEN] * 4
     configs[4] = {**GOOD, "build_fails": True}  # right before the first bad commit 5: never measurable
     shas = _repo(env, monkeypatch, configs)
-    assert bisect_command(_args(env, shas[0], shas[-1])) == 1
+    assert bisect.main(_args(env, shas[0], shas[-1])) == 1
 
     doc = _result(env)
     assert doc["status"] == "undecided" and doc["first_bad"] is None
@@ -240,7 +240,7 @@ def test_a_good_commit_that_fails_the_case_stops_before_bisecting(env, monkeypat
     with pytest.raises(
         UserError, match=r"--good \w+ is not good for tiny-simple-random: bad \(floor: acc"
     ) as e:
-        bisect_command(_args(env, shas[0], shas[-1]))
+        bisect.main(_args(env, shas[0], shas[-1]))
     assert e.value.code == 1
     doc = _result(env)
     assert doc["status"] == "not_bracketed" and [s["label"] for s in doc["tested"]] == ["good"]
@@ -251,7 +251,7 @@ def test_a_good_commit_that_fails_the_case_stops_before_bisecting(env, monkeypat
 def test_a_bad_commit_that_is_not_worse_means_nothing_to_bisect(env, monkeypatch) -> None:
     shas = _repo(env, monkeypatch, [GOOD, WORSE, {"accepted": 11}])
     with pytest.raises(UserError, match=r"--bad \w+ is not bad .*nothing to bisect.*within_rtol") as e:
-        bisect_command(_args(env, shas[0], shas[-1]))
+        bisect.main(_args(env, shas[0], shas[-1]))
     assert e.value.code == 1
     assert [s["label"] for s in _result(env)["tested"]] == ["good", "bad"]
     _no_bisect_left(env)
@@ -465,7 +465,7 @@ def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> No
     monkeypatch.setenv("LLAMA_CPP_REPO", str(env / "llama.cpp"))
     shas = make_llama_repo(env / "llama.cpp")
     t0 = time.monotonic()
-    code = bisect_command(
+    code = bisect.main(
         ["--good", shas[0], "--bad", shas[-1], "--case", CASE, "--cpu", "--out", str(env / "out")]
     )
     wall = time.monotonic() - t0

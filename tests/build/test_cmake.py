@@ -89,20 +89,20 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    return build.make_parser().parse_known_args(argv)[0]
+    return build.parser().parse_known_args(argv)[0]
 
 
 # --- arguments and flags --------------------------------------------------------------------------------
 
 
 def test_arguments_and_pass_through_defines() -> None:
-    args, unknown = build.make_parser().parse_known_args(["--cpu", "-DA=1", "-D", "B=2", "-k", "mtp", "-x"])
+    args, unknown = build.parser().parse_known_args(["--cpu", "-DA=1", "-D", "B=2", "-k", "mtp", "-x"])
     assert args.cpu and not args.cuda and args.defines == ["A=1", "B=2"]
     assert unknown == ["-k", "mtp", "-x"]
 
 
 def test_pytest_options_are_not_taken_for_abbreviations() -> None:
-    args, unknown = build.make_parser().parse_known_args(["--co", "--cu"])
+    args, unknown = build.parser().parse_known_args(["--co", "--cu"])
     assert not args.configure_only and not args.cuda and unknown == ["--co", "--cu"]
 
 
@@ -118,7 +118,7 @@ def test_unbalanced_spec_cmake_args() -> None:
 
 def test_cpu_and_cuda_together_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        build.make_parser().parse_known_args(["--cpu", "--cuda"])
+        build.parser().parse_known_args(["--cpu", "--cuda"])
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 

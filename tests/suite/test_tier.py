@@ -1,4 +1,4 @@
-"""run-tier: posargs, options, the GPU gate before downloads, SPEC_METHODS selection, signals down the chain.
+"""run-tier: options, the GPU gate before downloads, SPEC_METHODS selection, signals down the chain.
 
 The chain is nox -> ``specsuite run-tier`` -> pytest -> llama-server; the tests here start the real chain
 from run-tier down (with a fake llama-server that really serves HTTP) and signal it like a runner does.
@@ -20,7 +20,8 @@ from fakellama import fake_llama
 from specsuite import cli
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.suite.tier import parser, pytest_command, run_tier_command, split_posargs
+from specsuite.suite import tier
+from specsuite.suite.tier import parser, pytest_command
 
 SYNTH = "tiny-simple-fixed"
 DSPARK = "tiny-dspark-fixed"
@@ -29,14 +30,6 @@ NO_GPU = "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is d
 # Counters every synthetic "-fixed" case passes: each of 4 drafts of 3 tokens fully accepted.
 ALL_ACCEPTED = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]}
 REFUSED = "--list-devices shows no GPU, and the selected cases are GPU tier"
-
-
-def test_build_flags_are_dropped_from_posargs() -> None:
-    keep, dropped = split_posargs(
-        ["--cpu", "-x", "-DGGML_NATIVE=OFF", "-k", "mtp", "--configure-only", "--cuda", "--cublas-from-wheel"]
-    )
-    assert keep == ["-x", "-k", "mtp"]
-    assert dropped == ["--cpu", "-DGGML_NATIVE=OFF", "--configure-only", "--cuda", "--cublas-from-wheel"]
 
 
 def test_options_and_pytest_args_are_told_apart() -> None:
@@ -50,14 +43,14 @@ def test_options_and_pytest_args_are_told_apart() -> None:
 def test_unknown_selector_is_one_clear_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "absent"))
     with pytest.raises(UserError, match="unknown case or tier 'weekly'; valid tiers: smoke, synthetic"):
-        run_tier_command(["weekly"])
+        tier.main(["weekly"])
 
 
 def test_missing_binary_points_at_nox_build(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "nope" / "llama-server"))
     monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
     with pytest.raises(UserError, match="nox -s build"):
-        run_tier_command(["smoke"])
+        tier.main(["smoke"])
     assert not (tmp_path / "r").exists()  # nothing half-written
 
 
@@ -74,7 +67,7 @@ def test_gpu_tier_on_a_cpu_build_is_refused_before_any_download(tmp_path, monkey
     monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
     monkeypatch.delenv("SPEC_ALLOW_CPU", raising=False)
     with pytest.raises(UserError, match="it is a CPU build, and the selected cases are GPU tier"):
-        run_tier_command(["compact"])
+        tier.main(["compact"])
     assert not (tmp_path / "models").exists() and not (tmp_path / "r").exists()
 
 

@@ -15,7 +15,7 @@ from testdata import DATA_ROOT
 from specsuite.cases.schema import load_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.tools.calibrate import calibrate_command
+from specsuite.tools import calibrate
 
 DATA = DATA_ROOT / "results"
 CAL_RUNS = [DATA / f"fixture-cal-{i}" for i in (1, 2, 3)]
@@ -73,7 +73,7 @@ def cases_file(tmp_path: Path) -> Path:
 
 
 def _calibrate(cases: Path, *extra: str, runs: list[Path] = CAL_RUNS) -> int:
-    return calibrate_command(["--cases", str(cases), "--from-results", *map(str, runs), *extra])
+    return calibrate.main(["--cases", str(cases), "--from-results", *map(str, runs), *extra])
 
 
 def _case(path: Path, name: str) -> dict:
@@ -226,9 +226,9 @@ def test_short_and_full_commit_are_the_same(cases_file: Path, tmp_path: Path) ->
 
 def test_bad_input(cases_file: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--tier"):
-        calibrate_command(["--cases", str(cases_file)])
+        calibrate.main(["--cases", str(cases_file)])
     with pytest.raises(UserError, match="unknown case or tier 'bogus'"):
-        calibrate_command(["--cases", str(cases_file), "--tier", "bogus"])  # before any run starts
+        calibrate.main(["--cases", str(cases_file), "--tier", "bogus"])  # before any run starts
     with pytest.raises(UserError, match=r"no results\.json"):
         _calibrate(cases_file, runs=[tmp_path])
     with pytest.raises(UserError, match="cannot read cases file"):
@@ -263,7 +263,7 @@ def test_real_smoke_calibration(tmp_path: Path, capsys: pytest.CaptureFixture[st
     shutil.copy(paths.CASES_FILE, cases)
     before = {c.name: c for c in load_cases(cases)}
     argv = ["--cases", str(cases), "--tier", "smoke", "--runs", "2", "--allow-unstable", "-k", "ngram-mod"]
-    code = calibrate_command(argv)
+    code = calibrate.main(argv)
     out = capsys.readouterr().out
     assert "NOT CALIBRATED ngram-mod" not in out, out
     after = {c.name: c for c in load_cases(cases)}
@@ -307,7 +307,7 @@ def test_smoke_floors_are_the_recorded_calibration_runs(capsys) -> None:
 
     runs = [DATA / f"smoke-real-cal-{i}" for i in (1, 2, 3, 4, 5, 6)]  # two machines, three runs each
     args = ["--tier", "smoke", "--dry-run", "--across-machines", "--cases", str(paths.CASES_FILE)]
-    code = calibrate_command(["--from-results", *map(str, runs), *args])
+    code = calibrate.main(["--from-results", *map(str, runs), *args])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "+min_accept" not in out and "-min_accept" not in out  # the floors would not change
@@ -350,5 +350,5 @@ def test_gpu_tier_speed_floor_never_goes_below_plain_decoding(
 
 def test_calibrate_usage_names_the_console_script(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        calibrate_command(["--help"])
+        calibrate.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: specsuite calibrate ")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from testdata import DATA_ROOT
+from testdata import DATA_ROOT, as_history_run
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import decode_run, load_run
@@ -170,21 +170,17 @@ def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, cap
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
 
-    def doc(run: Path, commit: str, started: str) -> dict:
-        d = json.loads((run / "results.json").read_text())
-        source = {"kind": None, "mirror": None}
-        d.update(
-            schema=2, started=started, cases_sha256="c" * 64, device={"name": "cpu", "class": "cpu-x86-64"},
-            binary={**d["binary"], "commit": commit, "backend": "cpu", "source": source},
-        )  # fmt: skip
-        return d
-
     with pytest.raises(UserError, match="no history baseline"):
         b = tmp_path / "b"
         b.mkdir()
-        (b / "results.json").write_text(json.dumps(doc(REGRESSED, "b" * 40, "2026-12-02T00:00:00+00:00")))
+        (b / "results.json").write_text(
+            json.dumps(as_history_run(REGRESSED, "b" * 40, "2026-12-02T00:00:00+00:00"))
+        )
         compare_command(a=None, b=b, against="auto", plot=False)
-    assert history.record_run(decode_run(doc(BASE, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")) is not None
+    assert (
+        history.record_run(decode_run(as_history_run(BASE, "a" * 40, "2026-12-01T00:00:00+00:00"), "a"))
+        is not None
+    )
     code, out = _cmp(None, b, capsys, against="auto", markdown=False)
     assert code == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in out
     assert "accept_rate 0.4500 is 27.4 % below 0.6200" in out

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from specsuite.common import paths
+from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.models import store
@@ -194,3 +196,25 @@ def lock_block() -> str:
                 f'note = "{recipe.description}"',
             ]
     return "\n".join(lines) + "\n"
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "make-synthetic-models", "Write the synthetic tier's generated GGUF models, checked against the lock."
+    )
+    p.add_argument("--out", help="folder for the files (default: the model folder)")
+    p.add_argument(
+        "--print-lock",
+        action="store_true",
+        help="print models.lock entries computed from fresh bytes, write nothing",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    if a.print_lock:
+        sys.stdout.write(lock_block())
+    else:
+        make_synthetic_models(out=a.out)
+    return 0
