@@ -4,17 +4,23 @@ Also the fetcher tests' fixtures (imported by those test modules; tests/conftest
 
 Routes, as the real Hub answers them (huggingface_hub's file_download and HfApi.get_paths_info):
 - ``HEAD|GET /{repo}/resolve/{revision}/{path}``: X-Repo-Commit, X-Linked-Size, X-Linked-Etag; either a
-  302 to a second "CDN" server (``cdn=``) or the bytes themselves, with ``Range: bytes=N-`` support.
+  302 to a second "CDN" server (``cdn=``) or the bytes themselves, with ``Range: bytes=A-`` and
+  ``bytes=A-B`` support (the Content-Range of a bounded range names exactly A-B).
 - ``GET /cdn/{sha256}``: the bytes, on the CDN server.
 - ``POST /api/models/{repo}/paths-info/{revision}`` (form: paths, expand): lfs.oid and lfs.size per path.
 
-Faults are queued per file and consumed one per data request (``hub.fault(path, "drop:1000", ...)``):
+``rate=`` serves every data response at that many bytes per second, each connection on its own (a CDN edge
+that caps each connection, not the client).
+
+Faults are queued per file and consumed one per data request (``hub.fault(path, "drop:1000", ...)``); a
+queue named ``PATH@A`` (or ``SHA256@A``) is consumed first, by a request whose range starts at byte A, so a
+fault can hit one range of a parallel download:
 ``drop:K`` close the connection after K body bytes; ``flip:K`` flip byte K of the file; ``truncate:K`` a
 clean response that ends at file byte K (Content-Length says so); ``status:N[:retry_after]``; ``stall:K:S``
 send K bytes then go silent for S seconds; ``trickle:K:R`` send K bytes, then R bytes per second (one at a
 time) until the client hangs up; ``ignore_range`` answer 200 with the whole file; ``bad_range`` a 206
-whose Content-Range starts 100 bytes before the asked offset; ``slow:R`` at most R bytes/s; or a callable
-run before the body (e.g. to fill the disk).
+whose Content-Range (and body) starts 100 bytes before the asked offset (after it, when that is below 100);
+``slow:R`` at most R bytes/s; or a callable run before the body (e.g. to fill the disk).
 
 Metadata requests have their own queue per method (``hub.fault("HEAD", ...)``, ``hub.fault("POST", ...)``),
 consumed one per HEAD on a resolve URL or per paths-info POST: ``status:N[:retry_after]`` or ``drop``
@@ -84,8 +90,9 @@ class FakeHub:
         revision: str = REVISION,
         token: str | None = None,
         cdn: FakeHub | None = None,
+        rate: float | None = None,
     ) -> None:
-        self.repo, self.revision, self.token, self.cdn = repo, revision, token, cdn
+        self.repo, self.revision, self.token, self.cdn, self.rate = repo, revision, token, cdn, rate
         self.files: dict[str, _File] = {}
         self.by_sha: dict[str, _File] = {}
         self.faults: dict[str, list] = {}
@@ -223,8 +230,17 @@ def _make_handler(hub: FakeHub):
             self._record("data")
             self._serve(f, [path, f.sha256], meta)
 
+        def _range(self, f: _File) -> tuple[int, int] | None:
+            """The asked (start, end) of ``Range: bytes=A-[B]``, end exclusive; None when absent."""
+            rng = re.match(r"^bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
+            if not rng:
+                return None
+            return int(rng[1]), min(f.size, int(rng[2]) + 1) if rng[2] else f.size
+
         def _serve(self, f: _File, keys: list[str], extra: dict | None = None) -> None:
-            fault = hub.next_fault(keys) if self.command == "GET" else None
+            asked = self._range(f)
+            at = [f"{k}@{asked[0] if asked else 0}" for k in keys]
+            fault = hub.next_fault(at + keys) if self.command == "GET" else None
             if callable(fault):
                 fault()
                 fault = None
@@ -232,22 +248,18 @@ def _make_handler(hub: FakeHub):
             if kind == "status":
                 code, _, retry = arg.partition(":")
                 return self._send(int(code), b"fault", {"Retry-After": retry} if retry else None)
-            start = 0
-            rng = re.match(r"^bytes=(\d+)-$", self.headers.get("Range", ""))
-            if rng and kind != "ignore_range":
-                start = int(rng[1])
-                if start >= f.size:
-                    return self._send(416, b"", {"Content-Range": f"bytes */{f.size}"})
-            end = f.size
+            rng = None if kind == "ignore_range" else asked
+            start, end = rng or (0, f.size)
+            if start >= f.size:
+                return self._send(416, b"", {"Content-Range": f"bytes */{f.size}"})
+            if kind == "bad_range":  # the lie: another start than the one asked, body to match
+                start = start - 100 if start >= 100 else start + 100
             if kind == "truncate":
                 end = min(end, int(arg))
-            headers = {**(extra or {}), "Accept-Ranges": "bytes", "Content-Length": end - start}
-            shown = start - 100 if kind == "bad_range" and start >= 100 else start
-            self.send_response(206 if rng and kind != "ignore_range" else 200)
-            if rng and kind != "ignore_range":
-                headers["Content-Range"] = f"bytes {shown}-{f.size - 1}/{f.size}"
-                headers["Content-Length"] = end - shown
-                start = shown
+            headers = {**(extra or {}), "Accept-Ranges": "bytes", "Content-Length": max(0, end - start)}
+            self.send_response(206 if rng else 200)
+            if rng:
+                headers["Content-Range"] = f"bytes {start}-{rng[1] - 1}/{f.size}"  # truncate: a short body
             for k, v in headers.items():
                 self.send_header(k, str(v))
             self.end_headers()
@@ -256,7 +268,7 @@ def _make_handler(hub: FakeHub):
             self._body(f, start, end, kind, arg)
 
         def _body(self, f: _File, start: int, end: int, kind: str, arg: str) -> None:
-            limit, rate, stall = end, None, None
+            limit, rate, stall = end, hub.rate, None
             if kind == "drop":
                 limit = min(end, start + int(arg))
             elif kind == "stall":
@@ -267,8 +279,8 @@ def _make_handler(hub: FakeHub):
             elif kind == "trickle":
                 k, _, per_s = arg.partition(":")
                 return self._trickle(f, start, end, int(k), float(per_s))
-            if kind in ("", "ignore_range", "bad_range", "truncate") and isinstance(f.content, Path):
-                return self._sendfile(f.content, start, limit)
+            if kind in ("", "slow", "ignore_range", "bad_range", "truncate") and isinstance(f.content, Path):
+                return self._sendfile(f.content, start, limit, rate)
             pos, t0 = start, time.monotonic()
             step = _CHUNK if rate is None else max(1, int(rate / 20))
             while pos < limit:
@@ -301,19 +313,21 @@ def _make_handler(hub: FakeHub):
             except OSError:
                 return
 
-        def _sendfile(self, path: Path, start: int, end: int) -> None:
+        def _sendfile(self, path: Path, start: int, end: int, rate: float | None) -> None:
+            """The kernel copies the file to the socket; at ``rate`` bytes/s, in twentieths of a second."""
+            step, t0 = (1 << 30) if rate is None else max(1, int(rate / 20)), time.monotonic()
             with open(path, "rb") as src:
                 pos = start
                 while pos < end:
                     try:
-                        sent = os.sendfile(
-                            self.connection.fileno(), src.fileno(), pos, min(end - pos, 1 << 30)
-                        )
+                        sent = os.sendfile(self.connection.fileno(), src.fileno(), pos, min(end - pos, step))
                     except OSError:
                         return
                     if sent == 0:
                         return
                     pos += sent
+                    if rate is not None:
+                        time.sleep(max(0.0, (pos - start) / rate - (time.monotonic() - t0)))
 
     return Handler
 
