@@ -1,13 +1,23 @@
-"""Resumable, verified HTTP download of one file (its retries follow ``models.http``'s one policy).
+"""Resumable, verified HTTP download of one file, over several connections at once when it is large.
 
 Hand-written on requests because no library does all of it: pooch cannot resume and re-hashes every call,
-huggingface_hub checks only the size and restarts from zero.
+huggingface_hub checks only the size and restarts from zero, aria2c fetches ranges in parallel but hashes
+nothing while it downloads and knows nothing of the Hub's token or of our retry policy (``models.http``).
 
-The bytes go to the store's partial file (``store.part_path``) and become the final file only through
-``store.publish`` (size and sha256 checked). A body is read in pieces of at most ``Policy.chunk`` bytes
-while a watchdog thread drops the connection when the user cancels or when fewer than ``stall_bytes``
-arrived in the last ``stall`` seconds (a per-read socket timeout alone never trips on a server trickling
-one byte a second); what arrived is kept, and the next attempt resumes it with ``Range``.
+A file over ``Policy.parallel_min`` bytes is cut into parts fetched in file order by ``Policy.connections``
+threads with bounded ``Range: bytes=A-B`` requests, each written at its offset into the one partial file
+(``os.pwrite``). A hashing thread follows the contiguous prefix of what arrived, reading it back while it is
+still in the page cache (hashlib releases the GIL), so the file is never read a second time after the
+download. A checkpoint thread flushes the partial every ``Policy.checkpoint`` seconds and then records the
+ranges it holds in ``.NAME.part.json``: a SIGKILL loses at most that much, a resume asks only for what is
+missing, and the final fsync finds little left to write. Smaller files, ``connections = 1``, and a server
+that ignores ranges or answers one with a wrong ``Content-Range`` use one connection (``Range: bytes=N-``
+to resume), whose partial is written in order, so its size says what arrived.
+
+Per connection, a watchdog drops it when the user cancels or when fewer than ``stall_bytes`` arrived in the
+last ``stall`` seconds (a per-read socket timeout alone never trips on a server trickling one byte a
+second); what arrived is kept, and the retry policy decides when to give up. The bytes become the final file
+only through ``store.publish`` (size and sha256 checked).
 """
 
 from __future__ import annotations
@@ -15,16 +25,17 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import queue
+import os
 import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
-from specsuite.common import filehash
 from specsuite.common.errors import UserError
 from specsuite.models import store
 from specsuite.models.http import (
@@ -35,6 +46,7 @@ from specsuite.models.http import (
     http_hint,
     retry_for_status,
 )
+from specsuite.models.ranges import Range, Ranges, parts
 from specsuite.models.store import Cancelled
 
 if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay fast
@@ -43,6 +55,9 @@ if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay
 __all__ = ["Cancelled", "download"]
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_HASH_BLOCK = 8 << 20
+_MIN_PART = 1 << 20
+_fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
 class Progress(Protocol):
@@ -62,26 +77,48 @@ class _Quiet:
         print(msg, file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------- one download
+class _Serial:
+    """Progress reported from several threads, one call at a time (bars and counters are not thread-safe)."""
+
+    def __init__(self, inner: Progress) -> None:
+        self.inner, self.lock = inner, threading.Lock()
+
+    def advance(self, n: int) -> None:
+        with self.lock:
+            self.inner.advance(n)
+
+    def set(self, n: int) -> None:
+        with self.lock:
+            self.inner.set(n)
+
+    def note(self, msg: str) -> None:
+        with self.lock:
+            self.inner.note(msg)
 
 
-def _adopt(
-    final: Path, size: int, sha256: str, progress: Progress, cancel: threading.Event | None
-) -> tuple[Any, int]:
-    """Re-hash a kept partial meant for the same (size, sha256); anything else starts a new one."""
-    want: dict[str, int | str] = {"size": size, "sha256": sha256}
+class _StartOver(Exception):
+    """What arrived cannot be continued: truncate the partial and start again from byte 0."""
+
+
+class _OneConnection(Exception):
+    """The server does not serve bounded ranges faithfully: continue over one connection."""
+
+
+# ---------------------------------------------------------------- the state of one download
+
+
+def _adopt(final: Path, size: int, sha256: str) -> Ranges:
+    """The ranges a kept partial for the same (size, sha256) holds; anything else starts a new partial."""
     part = store.regular_or_absent(store.part_path(final))
-    if part is None or part.st_size > size or store.read_meta(final) != want:
-        store.new_part(final, want).close()
-        return hashlib.sha256(), 0
-
-    def advance(n: int) -> None:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        progress.advance(n)
-
-    # hashlib objects cannot be pickled, so the only way to continue the hash is to re-read the prefix.
-    return filehash.hash_into(store.part_path(final), progress=advance), part.st_size
+    meta = store.read_meta(final) or {}
+    done = None
+    if part is not None and part.st_size <= size and (meta.get("size"), meta.get("sha256")) == (size, sha256):
+        # Without recorded ranges the partial was written in order, by one connection: all of it arrived.
+        done = Ranges.from_json(meta["done"], part.st_size) if "done" in meta else Ranges([(0, part.st_size)])
+    if done is None:
+        store.new_part(final, {"size": size, "sha256": sha256}).close()
+        return Ranges()
+    return done
 
 
 @dataclass
@@ -94,196 +131,405 @@ class _State:
     policy: Policy
     progress: Progress
     cancel: threading.Event | None
-    hasher: Any
-    offset: int = 0
+    done: Ranges
+    hasher: Any = field(default_factory=hashlib.sha256)
+    hashed: int = 0  # the hasher has seen bytes [0, hashed)
     restarts: int = 0
 
-    def restart(self, why: str) -> None:
+    @property
+    def name(self) -> str:
+        return self.final.name
+
+    def meta(self, ranges: Ranges | None) -> dict[str, object]:
+        meta: dict[str, object] = {"size": self.size, "sha256": self.sha256}
+        if ranges is not None:
+            meta["done"] = ranges.to_json()
+        return meta
+
+    def start_over(self, why: str) -> None:
         self.restarts += 1
         if self.restarts > 3:  # bytes keep arriving, so the failure counter alone would never stop this
             raise UserError(
-                f"{self.final.name}: had to start over {self.restarts} times (last: {why}); {self.url} does "
+                f"{self.name}: had to start over {self.restarts} times (last: {why}); {self.url} does "
                 f"not serve one consistent file of {self.size} bytes. Check HF_ENDPOINT and the lock entry"
             )
-        self.progress.note(f"{self.final.name}: {why}; starting over from byte 0")
+        self.progress.note(f"{self.name}: {why}; starting over from byte 0")
         with store.open_part(self.final, new=False) as f:
             f.truncate(0)
-        self.hasher, self.offset = hashlib.sha256(), 0
+        store.write_meta(self.final, self.meta(None))
+        self.done, self.hasher, self.hashed = Ranges(), hashlib.sha256(), 0
         self.progress.set(0)
 
 
-def _check_status(st: _State, r: requests.Response, asked: int) -> None:
-
-    code = r.status_code
-    if code == 416:
-        st.restart("server answered 416 to the resume request (stale partial)")
-        raise Retry("416 Range Not Satisfiable", wait=0)
-    if code in RETRY_STATUS or code >= 500:
-        raise retry_for_status(code, r.headers)
-    if 400 <= code < 500:
-        raise UserError(f"cannot download {st.final.name} from {st.url}: {http_hint(code, st.final.name)}")
-    if code == 200 and asked:
-        st.restart("server ignored the Range request (200 instead of 206)")
-    if code == 200:
-        length = r.headers.get("Content-Length")
-        # Longer than the file cannot be right; shorter may be a truncation, resumed afterwards.
-        if length and length.isdigit() and int(length) > st.size:
-            raise UserError(
-                f"{st.url} is {int(length)} bytes but {st.final.name} should be {st.size}: "
-                "the lock (or the Hub's metadata) and the server disagree; check `invoke lock-models --check`"
-            )
-    elif code == 206:
-        m = _CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
-        if not m or int(m[1]) != asked or int(m[2]) >= st.size or m[3] not in ("*", str(st.size)):
-            st.restart(
-                f"bad Content-Range {r.headers.get('Content-Range')!r} for a request from byte {asked}"
-            )
-            raise Retry("wrong Content-Range", wait=0)
-    else:
-        raise Retry(f"unexpected HTTP {code}")
+# ---------------------------------------------------------------- one round of transfers
 
 
-class _Writer:
-    """Writes chunks in a helper thread while the caller receives and hashes the next ones.
+class _Job:
+    """What the threads of one round share: the parts left, the partial's descriptor, the first error."""
 
-    Socket reads, sha256 of large buffers and file writes all release the GIL, so with two cores a download
-    costs about max(receive + hash, write) rather than the sum.
-    """
+    def __init__(self, st: _State, f: IO[bytes], conns: int, todo: list[Range]) -> None:
+        self.st, self.fd, self.conns = st, f.fileno(), conns
+        self.todo = collections.deque(todo)
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.url = st.url  # after the first answer: where the Hub redirected to (a signed CDN URL)
+        self.resolved = threading.Event()
+        self.synced = -1
+        self.watch = _Watchdog(st.policy, self.stop)
+        self.hint = f"the partial file is kept and the next run resumes it. Check the network and {st.url}"
 
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f = f
-        self.exc: OSError | None = None
-        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+    def take(self) -> Range | None:
+        with self.cond:
+            return self.todo.popleft() if self.todo and not self.stop.is_set() else None
 
-    def _run(self) -> None:
-        while (chunk := self.q.get()) is not None:
-            if self.exc is not None:
-                continue  # drain after a failure; close() reports it
-            try:
-                self.f.write(chunk)
-            except OSError as exc:
-                self.exc = exc
+    def wrote(self, a: int, b: int) -> None:
+        with self.cond:
+            self.st.done.add(a, b)
+            self.cond.notify_all()
+        self.st.progress.advance(b - a)
 
-    def write(self, chunk: bytes) -> None:
-        if self.exc is not None:
-            raise self.exc
-        self.q.put(chunk)
+    def answered(self, asked: str, got: str) -> None:
+        """Later requests go straight to where the Hub redirected the first one (one resolve per file)."""
+        if asked == self.st.url:
+            self.url = got
+        self.resolved.set()
 
-    def close(self) -> None:
-        """Wait until every queued chunk is written; raise the writer's error, if any."""
-        self.q.put(None)
-        self.thread.join()
-        if self.exc is not None:
-            raise self.exc
+    def fail(self, exc: BaseException) -> None:
+        """Stop the round; the first error is the one it ends with (the others follow from the stop)."""
+        with self.cond:
+            if self.error is None:
+                self.error = exc
+            self.stop.set()
+            self.cond.notify_all()
+
+    def sync(self) -> None:
+        """Flush the partial, then record the ranges it now holds (one connection writes in order)."""
+        with self.cond:
+            snapshot = self.st.done.copy()
+        if snapshot.total() == self.synced:
+            return
+        _fdatasync(self.fd)
+        if self.conns > 1:
+            store.write_meta(self.st.final, self.st.meta(snapshot))
+        self.synced = snapshot.total()
+
+
+@dataclass
+class _Slot:
+    """One response the watchdog looks after."""
+
+    raw: Any
+    need: int
+    received: int = 0  # written by the reader only; an int store is atomic
+    reason: Retry | Cancelled | None = None
+    samples: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
 
 
 class _Watchdog:
-    """Ends a body read that was cancelled or that is too slow, by shutting the socket down.
+    """Ends body reads that were cancelled or that are too slow, by shutting their sockets down.
 
     A blocked read cannot be interrupted from its own thread, and a socket timeout resets with every byte;
     urllib3's ``HTTPResponse.shutdown()`` (thread-safe, made for this) wakes the reader at once.
     """
 
-    def __init__(self, raw: Any, policy: Policy, cancel: threading.Event | None, remaining: int) -> None:
-        self.raw, self.policy, self.cancel = raw, policy, cancel
-        self.need = min(policy.stall_bytes, remaining)
-        self.received = 0  # written by the reader only; an int store is atomic
-        self.reason: Retry | Cancelled | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    def __init__(self, policy: Policy, stop: threading.Event) -> None:
+        self.policy, self.stop = policy, stop
+        self.by_id: dict[int, _Slot] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def add(self, raw: Any, remaining: int) -> _Slot:
+        slot = _Slot(raw, min(self.policy.stall_bytes, remaining))
+        slot.samples.append((time.monotonic(), 0))
+        with self.lock:
+            self.by_id[id(slot)] = slot
+        return slot
+
+    def remove(self, slot: _Slot) -> None:
+        with self.lock:
+            self.by_id.pop(id(slot), None)
 
     def _run(self) -> None:
         tick = min(0.25, self.policy.stall / 4)
-        samples = collections.deque([(time.monotonic(), 0)])
-        while not self._done.wait(tick):
+        while not self.done.wait(tick):
             now = time.monotonic()
-            samples.append((now, self.received))
-            if self.cancel is not None and self.cancel.is_set():
-                return self._trip(Cancelled())
-            while len(samples) > 1 and samples[1][0] <= now - self.policy.stall:
-                samples.popleft()
-            start, then = samples[0]
-            if now - start >= self.policy.stall and self.received - then < self.need:
-                got = self.received - then
-                return self._trip(
-                    Retry(f"stalled: {got} bytes in the last {now - start:.1f} s (fewer than {self.need})")
-                )
+            with self.lock:
+                slots = list(self.by_id.values())
+            for slot in slots:
+                self._check(slot, now)
 
-    def _trip(self, reason: Retry | Cancelled) -> None:
-        self.reason = reason
+    def _check(self, slot: _Slot, now: float) -> None:
+        if slot.reason is not None:
+            return
+        slot.samples.append((now, slot.received))
+        if self.stop.is_set():
+            return self._trip(slot, Cancelled())
+        while len(slot.samples) > 1 and slot.samples[1][0] <= now - self.policy.stall:
+            slot.samples.popleft()
+        start, then = slot.samples[0]
+        if now - start >= self.policy.stall and slot.received - then < slot.need:
+            got = slot.received - then
+            why = f"stalled: {got} bytes in the last {now - start:.1f} s (fewer than {slot.need})"
+            self._trip(slot, Retry(why))
+        return None
+
+    @staticmethod
+    def _trip(slot: _Slot, reason: Retry | Cancelled) -> None:
+        slot.reason = reason
         with contextlib.suppress(Exception):  # already closed or released: the reader ends anyway
-            self.raw.shutdown()
+            slot.raw.shutdown()
 
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join()
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
-def _pump(st: _State, raw: Any, writer: _Writer, watch: _Watchdog) -> None:
-    """Move the body into the writer, piece by piece; Retry/Cancelled when the watchdog ended it."""
+# ---------------------------------------------------------------- one request
+
+
+@dataclass
+class _Part:
+    start: int
+    end: int
+    pos: int
+
+
+def _bounds(job: _Job, r: requests.Response, url: str, asked: int, end: int) -> int:
+    """Where the body of an answer to a request from byte ``asked`` (to ``end``) ends; raises otherwise."""
+    st, code, bounded = job.st, r.status_code, job.conns > 1
+    if code == 416:
+        if bounded:
+            raise _OneConnection(f"the server answered 416 to bytes={asked}-{end - 1}")
+        raise _StartOver("server answered 416 to the resume request (stale partial)")
+    if code in RETRY_STATUS or code >= 500:
+        raise retry_for_status(code, r.headers)
+    if code in (401, 403) and url != st.url:
+        job.url = st.url  # a signed redirect target that expired: ask the Hub for a fresh one
+        raise Retry(f"HTTP {code} from {urlsplit(url).hostname}; asking the Hub for the file again", wait=0)
+    if 400 <= code < 500:
+        raise UserError(f"cannot download {st.name} from {st.url}: {http_hint(code, st.name)}")
+    if code == 200:
+        if bounded or asked:
+            why = "server ignored the Range request (200 instead of 206)"
+            raise _OneConnection(f"the {why}") if bounded else _StartOver(why)
+        length = r.headers.get("Content-Length")
+        # Longer than the file cannot be right; shorter may be a truncation, resumed afterwards.
+        if length and length.isdigit() and int(length) > st.size:
+            raise UserError(
+                f"{st.url} is {int(length)} bytes but {st.name} should be {st.size}: "
+                "the lock (or the Hub's metadata) and the server disagree; check `invoke lock-models --check`"
+            )
+        return st.size
+    if code == 206:
+        value = r.headers.get("Content-Range", "")
+        m = _CONTENT_RANGE.match(value)
+        if m and int(m[1]) == asked and int(m[2]) < end and m[3] in ("*", str(st.size)):
+            return int(m[2]) + 1  # a server may send less than asked; the rest is asked for next
+        if bounded:
+            raise _OneConnection(f"the server answered bytes={asked}-{end - 1} with Content-Range {value!r}")
+        raise _StartOver(f"bad Content-Range {value!r} for a request from byte {asked}")
+    raise Retry(f"unexpected HTTP {code}")
+
+
+def _write(job: _Job, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(job.fd, view, pos)
+            view, pos = view[n:], pos + n
+    except OSError as exc:  # the partial file's errors (network errors arrive as urllib3's)
+        raise store.io_error(exc, job.st.name) from None
+
+
+def _receive(job: _Job, r: requests.Response, part: _Part, limit: int) -> None:
+    """Write the body at its offsets, piece by piece; Retry/Cancelled when the watchdog ended it."""
     import requests
     import urllib3.exceptions
 
+    slot = job.watch.add(r.raw, limit - part.pos)
     try:
-        while chunk := raw.read1(st.policy.chunk, decode_content=True):
-            if st.offset + len(chunk) > st.size:
-                raise UserError(
-                    f"{st.url} sent more than the {st.size} bytes expected for {st.final.name}; "
-                    "the lock and the server disagree: check `invoke lock-models --check`"
-                )
-            writer.write(chunk)
-            st.hasher.update(chunk)
-            st.offset += len(chunk)
-            watch.received += len(chunk)
-            st.progress.advance(len(chunk))
-            if st.cancel is not None and st.cancel.is_set():
+        while part.pos < limit:
+            chunk = r.raw.read1(min(job.st.policy.chunk, limit - part.pos), decode_content=True)
+            if not chunk:
+                break
+            _write(job, chunk, part.pos)
+            job.wrote(part.pos, part.pos + len(chunk))
+            part.pos += len(chunk)
+            slot.received += len(chunk)
+            if job.stop.is_set():
                 raise Cancelled()
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        if watch.reason is not None:
-            raise watch.reason from None
+        if slot.reason is not None:
+            raise slot.reason from None
         raise Retry(f"{type(exc).__name__}: {exc}") from None
-    if watch.reason is not None:
-        raise watch.reason
-
-
-def _stream(st: _State, r: requests.Response) -> None:
-    watch = _Watchdog(r.raw, st.policy, st.cancel, st.size - st.offset)
-    try:
-        with store.open_part(st.final, new=False) as f:
-            f.seek(st.offset)
-            f.truncate()
-            writer = _Writer(f)
-            try:
-                _pump(st, r.raw, writer, watch)
-            finally:
-                writer.close()  # every counted byte is in the file before anyone looks at it
-    except OSError as exc:  # the partial file's errors (network errors arrive as urllib3's)
-        raise store.io_error(exc, st.final.name) from None
     finally:
-        watch.stop()
+        job.watch.remove(slot)
+    if slot.reason is not None:
+        raise slot.reason
+    if part.pos < limit:
+        raise Retry(f"body ended at byte {part.pos} of {limit}")
 
 
-def _attempt(st: _State) -> None:
+def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
     import requests
     import urllib3.exceptions
 
-    if st.cancel is not None and st.cancel.is_set():
+    if job.stop.is_set():
         raise Cancelled()
-    asked = st.offset
-    headers = {"Range": f"bytes={asked}-"} if asked else {}
+    asked, url = part.pos, job.url
+    if job.conns > 1:
+        headers = {"Range": f"bytes={asked}-{part.end - 1}"}
+    else:
+        headers = {"Range": f"bytes={asked}-"} if asked else {}
     # The socket timeout is the backstop (no answer at all); during the body the watchdog's window decides.
-    timeout = (st.policy.connect, 2 * st.policy.stall)
+    timeout = (job.st.policy.connect, 2 * job.st.policy.stall)
     try:
-        with st.sess.get(st.url, headers=headers, stream=True, timeout=timeout) as r:
-            _check_status(st, r, asked)
-            _stream(st, r)
+        with sess.get(url, headers=headers, stream=True, timeout=timeout) as r:
+            job.answered(url, r.url)
+            _receive(job, r, part, _bounds(job, r, url, asked, part.end))
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         raise Retry(f"{type(exc).__name__}: {exc}") from None
-    if st.offset < st.size:
-        raise Retry(f"body ended at byte {st.offset} of {st.size}")
+
+
+def _fetch_part(job: _Job, sess: requests.Session, rng: Range) -> None:
+    part = _Part(rng[0], rng[1], rng[0])
+    what = job.st.name if job.conns == 1 else f"{job.st.name} bytes {part.start}-{part.end - 1}"
+    tries = Attempts(job.st.policy, what, job.st.progress.note, job.stop, job.hint)
+    while part.pos < part.end:
+        before = part.pos
+        try:
+            _request(job, sess, part)
+        except Retry as exc:
+            tries.failed(exc, progressed=part.pos > before)
+
+
+def _session_like(sess: requests.Session) -> requests.Session:
+    """A session of its own for each connection (one session shared by threads is not documented safe)."""
+    import requests
+
+    s = requests.Session()
+    s.headers.update(sess.headers)
+    s.auth, s.proxies, s.verify, s.cert, s.trust_env = (
+        sess.auth,
+        sess.proxies,
+        sess.verify,
+        sess.cert,
+        sess.trust_env,
+    )
+    return s
+
+
+def _worker(job: _Job, first: bool) -> None:
+    sess = job.st.sess if job.conns == 1 else _session_like(job.st.sess)
+    try:
+        if not first:
+            while not (job.resolved.wait(0.1) or job.stop.is_set()):
+                pass
+        while (rng := job.take()) is not None:
+            _fetch_part(job, sess, rng)
+    except BaseException as exc:  # the round ends with it, re-raised by the supervisor
+        job.fail(exc)
+    finally:
+        job.resolved.set()
+        if sess is not job.st.sess:
+            sess.close()
+
+
+# ---------------------------------------------------------------- the helpers of a round
+
+
+def _hash(job: _Job) -> None:
+    """Follow the contiguous prefix, reading each block back while it is still in the page cache."""
+    st = job.st
+    buf = memoryview(bytearray(_HASH_BLOCK))
+    while st.hashed < st.size:
+        with job.cond:
+            while (end := st.done.prefix()) <= st.hashed and not job.stop.is_set():
+                job.cond.wait()
+        while st.hashed < end and not job.stop.is_set():
+            n = os.preadv(job.fd, [buf[: min(len(buf), end - st.hashed)]], st.hashed)
+            if n <= 0:
+                raise _StartOver("the partial file is shorter than the ranges recorded for it")
+            st.hasher.update(buf[:n])
+            st.hashed += n
+        if job.stop.is_set():
+            return
+
+
+def _checkpoint(job: _Job) -> None:
+    while not job.stop.wait(job.st.policy.checkpoint):
+        job.sync()
+
+
+def _guarded(job: _Job, fn: Callable[[_Job], None]) -> threading.Thread:
+    def run() -> None:
+        try:
+            fn(job)
+        except OSError as exc:
+            job.fail(store.io_error(exc, job.st.name))
+        except BaseException as exc:  # the round ends with it
+            job.fail(exc)
+
+    return threading.Thread(target=run, daemon=True)
+
+
+def _part_size(st: _State, conns: int) -> int:
+    """The policy's part, smaller for a file under ``4 * conns`` of them: every connection gets a few."""
+    return min(st.policy.part, max(_MIN_PART, st.size // (4 * conns)))
+
+
+def _plan(st: _State, f: IO[bytes], conns: int) -> list[Range]:
+    """The parts this round fetches; the partial's metadata first says how it will be written."""
+    if conns > 1:
+        store.write_meta(st.final, st.meta(st.done))  # before the first write out of order
+        return parts(st.done.missing(st.size), _part_size(st, conns))
+    start = st.done.prefix()  # one connection writes in order: keep the prefix, drop what lies beyond
+    f.truncate(start)
+    st.done.clip(start)
+    store.write_meta(st.final, st.meta(None))
+    return [(start, st.size)] if start < st.size else []
+
+
+def _wait(job: _Job, threads: list[threading.Thread], cancel: threading.Event | None) -> None:
+    """Join ``threads``, passing the user's cancel on to the round within a tenth of a second."""
+    for t in threads:
+        while t.is_alive():
+            t.join(0.1)
+            if cancel is not None and cancel.is_set():
+                job.fail(Cancelled())
+
+
+def _round(st: _State, conns: int) -> None:
+    """Fetch every missing byte over ``conns`` connections and hash the file; raises what ended it early."""
+    with store.open_part(st.final, new=False) as f:
+        todo = _plan(st, f, conns)
+        st.progress.set(st.done.total())
+        job = _Job(st, f, conns, todo)
+        hasher, checkpoint = _guarded(job, _hash), _guarded(job, _checkpoint)
+        workers = [
+            threading.Thread(target=_worker, args=(job, i == 0), daemon=True)
+            for i in range(min(conns, len(todo)))
+        ]
+        for t in (hasher, checkpoint, *workers):
+            t.start()
+        try:
+            _wait(job, workers, st.cancel)
+            _wait(job, [hasher], st.cancel)  # ends once every byte is hashed, or at the first error
+        finally:
+            job.stop.set()
+            with job.cond:
+                job.cond.notify_all()
+            _wait(job, [hasher, checkpoint, *workers], None)
+            job.watch.close()
+            try:
+                job.sync()  # what arrived survives a failure too
+            except OSError as exc:
+                job.fail(store.io_error(exc, st.name))
+    if job.error is not None:
+        raise job.error
 
 
 def download(
@@ -296,35 +542,39 @@ def download(
     policy: Policy | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    origin: str | None = None,
 ) -> str:
     """Download ``url`` to ``final``; returns "downloaded" or "resumed". UserError on a fatal problem.
 
-    The caller holds the per-file lock. ``final`` is replaced only by bytes whose size and sha256 match.
+    The caller holds the per-file lock. ``final`` is replaced only by bytes whose size and sha256 match;
+    its stamp records ``origin`` (what the sha256 came from).
     """
     policy = policy or Policy()
-    progress = progress or _Quiet()
+    progress = _Serial(progress or _Quiet())
     store.ensure_folder(final.parent)
     store.check_layout(final)
-    hasher, offset = _adopt(final, size, sha256, progress, cancel)
-    status = "resumed" if offset else "downloaded"
-    store.check_space(final.parent, size - offset + policy.margin, final.name)
-    st = _State(final, url, size, sha256, sess, policy, progress, cancel, hasher, offset)
-    hint = f"the partial file is kept and the next run resumes it. Check the network and {url}"
-    tries = Attempts(policy, final.name, progress.note, cancel, hint)
+    done = _adopt(final, size, sha256)
+    status = "resumed" if done.total() else "downloaded"
+    store.check_space(final.parent, size - done.total() + policy.margin, final.name)
+    st = _State(final, url, size, sha256, sess, policy, progress, cancel, done)
+    conns = policy.connections if size > policy.parallel_min else 1
     mismatched = False
     while True:
-        if st.offset == size:
-            got = st.hasher.hexdigest()
-            if got != sha256 and not mismatched:
-                mismatched = True  # one corrupt transfer is retried from zero; the second is the answer
-                st.restart(f"sha256 mismatch ({got}, expected {sha256})")
-                continue
-            store.publish(final, size=size, sha256=sha256, got=got, what=f"as downloaded (twice) from {url}",
-                          fix="The server serves other content than the lock names: check "
-                          "`invoke lock-models --check` and HF_ENDPOINT")  # fmt: skip
-            return status
-        before = st.offset
         try:
-            _attempt(st)
-        except Retry as exc:
-            tries.failed(exc, progressed=st.offset > before)
+            _round(st, conns)
+        except _StartOver as exc:
+            st.start_over(str(exc))
+            continue
+        except _OneConnection as exc:
+            progress.note(f"{final.name}: {exc}; continuing over one connection")
+            conns = 1
+            continue
+        got = st.hasher.hexdigest()
+        if got != sha256 and not mismatched:
+            mismatched = True  # one corrupt transfer is retried from zero; the second is the answer
+            st.start_over(f"sha256 mismatch ({got}, expected {sha256})")
+            continue
+        store.publish(final, size=size, sha256=sha256, got=got, what=f"as downloaded (twice) from {url}",
+                      fix="The server serves other content than the lock names: check "
+                      "`invoke lock-models --check` and HF_ENDPOINT", origin=origin)  # fmt: skip
+        return status

@@ -34,11 +34,20 @@ class Policy:
     connect: float = 20.0
     chunk: int = 1 << 20  # largest piece read at once: big enough for speed, small enough to stop promptly
     margin: int = 256 << 20  # free space kept on top of the missing bytes
+    connections: int = 8  # bounded ranges fetched at once for a file over parallel_min bytes
+    parallel_min: int = 64 << 20
+    part: int = 32 << 20  # largest range one request asks for (smaller for files under 1 GiB: see download)
+    checkpoint: float = 1.0  # seconds between flushes of the partial and records of what it holds
 
     @classmethod
     def from_env(cls) -> Policy:
         s = settings.load()
-        return cls(attempts=s.fetch_attempts, backoff=s.fetch_backoff_s, stall=s.fetch_stall_s)
+        return cls(
+            attempts=s.fetch_attempts,
+            backoff=s.fetch_backoff_s,
+            stall=s.fetch_stall_s,
+            connections=s.fetch_connections,
+        )
 
     def delay(self, failures: int) -> float:
         base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))

@@ -26,9 +26,14 @@ def stamp_path(final: Path) -> Path:
     return final.with_name(f".{final.name}.stamp")
 
 
-def write_stamp(final: Path, sha256: str) -> None:
-    """Record that ``final`` as it is now has ``sha256`` (atomically; the rename never follows a link)."""
-    data = {"version": VERSION, **identity(final, os.lstat(final)), "sha256": sha256}
+def write_stamp(final: Path, sha256: str, origin: str | None = None) -> None:
+    """Record that ``final`` as it is now has ``sha256`` (atomically; the rename never follows a link).
+
+    ``origin`` says what that sha256 was checked against (an unlocked entry's Hub file at its pinned
+    revision), so a later run need not ask again; a stamp without it is still valid."""
+    data: dict[str, object] = {"version": VERSION, **identity(final, os.lstat(final)), "sha256": sha256}
+    if origin is not None:
+        data["origin"] = origin
     atomic.write_json(stamp_path(final), data, indent=None, sort_keys=True)
 
 
@@ -45,8 +50,8 @@ def _load(path: Path) -> object:
         return None
 
 
-def read_stamp(final: Path) -> str | None:
-    """The sha256 a fresh stamp vouches for, or None if missing, unreadable, stale or not about a file."""
+def _fresh(final: Path) -> dict[str, object] | None:
+    """The stamp if it still describes ``final`` as it is; None if missing, unreadable, stale, not a file."""
     try:
         st = os.lstat(final)
     except OSError:
@@ -58,8 +63,20 @@ def read_stamp(final: Path) -> str | None:
         return None
     if any(data.get(k) != v for k, v in identity(final, st).items()):
         return None
-    sha = data.get("sha256")
-    return sha if isinstance(sha, str) else None
+    return data if isinstance(data.get("sha256"), str) else None
+
+
+def read_stamp(final: Path) -> str | None:
+    """The sha256 a fresh stamp vouches for, or None."""
+    data = _fresh(final)
+    return None if data is None else str(data["sha256"])
+
+
+def read_origin(final: Path) -> tuple[str, str] | None:
+    """(sha256, origin) of a fresh stamp that records what its sha256 was checked against, or None."""
+    data = _fresh(final)
+    origin = None if data is None else data.get("origin")
+    return (str(data["sha256"]), origin) if data is not None and isinstance(origin, str) else None
 
 
 def drop_stamp(final: Path) -> None:

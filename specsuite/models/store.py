@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
-_META_MAX = 4096  # a .part.json holds two numbers; anything bigger is not ours
+_META_MAX = 1 << 16  # a .part.json holds two numbers and a few ranges; anything bigger is not ours
 
 
 class Cancelled(Exception):
@@ -145,10 +145,10 @@ def check_space(folder: Path, need: int, what: str) -> None:
 # ---------------------------------------------------------------- partial files
 
 
-def open_part(final: Path, *, new: bool) -> IO[bytes]:
-    """The partial file for reading and writing, never through a link; ``new`` creates it (O_EXCL)."""
+def open_part(final: Path, *, new: bool, write: bool = True) -> IO[bytes]:
+    """The partial file for reading (and writing), never through a link; ``new`` creates it (O_EXCL)."""
     part = part_path(final)
-    flags = os.O_RDWR | _NOFOLLOW | (os.O_CREAT | os.O_EXCL if new else 0)
+    flags = (os.O_RDWR if write else os.O_RDONLY) | _NOFOLLOW | (os.O_CREAT | os.O_EXCL if new else 0)
     try:
         fd = os.open(part, flags, 0o666)
     except OSError as exc:
@@ -158,7 +158,7 @@ def open_part(final: Path, *, new: bool) -> IO[bytes]:
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device opened without following
         os.close(fd)
         regular_or_absent(part)
-    return os.fdopen(fd, "r+b")
+    return os.fdopen(fd, "r+b" if write else "rb")
 
 
 def discard_partial(final: Path) -> None:
@@ -172,8 +172,13 @@ def new_part(final: Path, expect: dict[str, int | str] | None = None) -> IO[byte
     """A fresh, empty partial (any old one discarded); ``expect`` is recorded for a later resume."""
     discard_partial(final)
     if expect is not None:
-        atomic.write_json(meta_path(final), expect, indent=None)
+        write_meta(final, expect)
     return open_part(final, new=True)
+
+
+def write_meta(final: Path, meta: Mapping[str, object]) -> None:
+    """Record what the partial is for (and, for a parallel download, which ranges it holds)."""
+    atomic.write_json(meta_path(final), meta, indent=None)
 
 
 def read_meta(final: Path) -> dict[str, object] | None:
@@ -201,16 +206,27 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def publish(final: Path, *, size: int, sha256: str, got: str | None = None, what: str, fix: str) -> None:
+def publish(
+    final: Path,
+    *,
+    size: int,
+    sha256: str,
+    got: str | None = None,
+    what: str,
+    fix: str,
+    origin: str | None = None,
+) -> None:
     """Make ``final``'s partial the final file if it is ``size`` bytes with ``sha256``; else discard it.
 
     ``got`` is the sha256 computed while writing (else the partial is hashed here). Publishing is fsync,
-    atomic rename, fsync of the folder, stamp. A mismatch removes the partial and raises one UserError
-    saying what was expected, what was got (``what`` describes the bytes) and what to do (``fix``).
+    atomic rename, fsync of the folder, stamp (with ``origin``: what the sha256 was checked against). A
+    mismatch removes the partial and raises one UserError saying what was expected, what was got (``what``
+    describes the bytes) and what to do (``fix``). The partial is only read: it may be a hard link to a
+    file of a shared cache, which is never modified.
     """
     part = part_path(final)
     try:
-        with open_part(final, new=False) as f:
+        with open_part(final, new=False, write=False) as f:
             have = os.fstat(f.fileno()).st_size
             if got is None:
                 got = filehash.sha256_file(part)
@@ -227,7 +243,7 @@ def publish(final: Path, *, size: int, sha256: str, got: str | None = None, what
         fsync_dir(final.parent)
         with contextlib.suppress(FileNotFoundError):
             meta_path(final).unlink()
-        stamps.write_stamp(final, sha256)
+        stamps.write_stamp(final, sha256, origin)
     except OSError as exc:
         raise io_error(exc, final.name) from None
 
