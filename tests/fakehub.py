@@ -357,10 +357,33 @@ def payload() -> bytes:
     return os.urandom(2_000_000)
 
 
+# Hugging Face's variables and the knobs of the fetcher: a test sets what it needs, nothing leaks in from the
+# machine (a token file or a cache in ~/.cache/huggingface would otherwise take part).
+HF_VARS = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "LLAMA_CACHE",
+    "HF_HUB_OFFLINE",
+    "SPEC_HF_CACHE",
+    "SPEC_FETCH_CONNECTIONS",
+    "XDG_CACHE_HOME",
+)
+
+
 @pytest.fixture
-def fakehub(monkeypatch, payload):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+def hf_home(monkeypatch, tmp_path) -> Path:
+    """An empty HF_HOME of the test's own (its hub cache is ``hf_home / "hub"``)."""
+    for name in HF_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    return tmp_path / "hf-home"
+
+
+@pytest.fixture
+def fakehub(monkeypatch, payload, hf_home):
     with FakeHub({"m.gguf": payload}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         yield hub

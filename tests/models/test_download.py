@@ -13,7 +13,8 @@ from specsuite.common.errors import UserError
 from specsuite.models import hub, stamps
 from specsuite.models.download import Cancelled, download
 from specsuite.models.http import Policy
-from specsuite.models.store import meta_path, part_path
+from specsuite.models.ranges import Ranges
+from specsuite.models.store import meta_path, part_path, read_meta
 
 pytest_plugins = ["fakehub"]  # fixtures: fakehub, payload, fast_policy, small_fs
 FAKE_REPO, FAKE_REVISION = (
@@ -263,7 +264,9 @@ def test_disk_full_mid_download_is_immediate_and_clear(small_fs, fakehub, fast_p
     assert not (small_fs / "m.gguf").exists()
 
 
-def test_planted_partial_link_is_refused_and_never_written_through(tmp_path, fakehub, payload, fast_policy):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_planted_partial_link_is_refused_and_never_written_through(tmp_path, fakehub, payload, fast_policy,
+                                                                   parallel):  # fmt: skip
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")
     models = tmp_path / "models"
@@ -271,9 +274,11 @@ def test_planted_partial_link_is_refused_and_never_written_through(tmp_path, fak
     final = models / "m.gguf"
     part_path(final).symlink_to(victim)
     meta = {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    if parallel:
+        meta["done"] = [[0, 8]]
     meta_path(final).write_text(json.dumps(meta))  # as if resuming: the old fetcher wrote through the link
     with pytest.raises(UserError, match=r"m\.gguf\.part is a symbolic link, .*Move it away"):
-        _get(models, payload, fast_policy)
+        _get(models, payload, _par(fast_policy) if parallel else fast_policy)
     assert victim.read_bytes() == b"precious"
     assert part_path(final).is_symlink() and not final.exists()
     assert fakehub.data_requests() == []
@@ -310,3 +315,181 @@ def test_fetch_variables_are_read(monkeypatch):
     assert (got.stall, got.backoff, got.attempts) == (7.5, 0.2, 3)
     monkeypatch.delenv("SPEC_FETCH_ATTEMPTS")
     assert Policy.from_env().attempts == Policy.attempts and os.environ.get("SPEC_FETCH_ATTEMPTS") is None
+
+
+# ---------------------------------------------------------------- parallel ranges
+
+PART = 256 << 10  # the parallel tests' part size: 2 000 000 bytes are 8 parts, the last one shorter
+
+
+def _par(fast_policy, **kw) -> Policy:
+    return Policy(**{**fast_policy.__dict__, "connections": 4, "parallel_min": 0, "part": PART,
+                     "checkpoint": 0.05, **kw})  # fmt: skip
+
+
+def _parts(size: int) -> list[tuple[int, int]]:
+    return [(a, min(a + PART, size)) for a in range(0, size, PART)]
+
+
+def _asked(fakehub) -> list[tuple[int, int]]:
+    """Every bounded range asked for, as [start, end)."""
+    out = []
+    for r in _ranges(fakehub):
+        a, _, b = r.removeprefix("bytes=").partition("-")
+        if b:
+            out.append((int(a), int(b) + 1))
+    return out
+
+
+def test_parallel_download_asks_each_part_once(tmp_path, fakehub, payload, fast_policy):
+    assert _get(tmp_path, payload, _par(fast_policy)) == "downloaded"
+    _assert_good(tmp_path, payload)
+    assert sorted(_asked(fakehub)) == _parts(len(payload)) and len(_ranges(fakehub)) == 8
+
+
+THIRD = 3 * PART  # the fault hits the fourth part only
+
+
+@pytest.mark.parametrize(
+    ("fault", "again_from", "note"),
+    [
+        ("drop:1000", THIRD + 1000, "IncompleteRead(1000 bytes read"),
+        ("truncate:800000", 800000, "body ended at byte 800000 of 1048576; retry 1/4"),
+        ("stall:1000:5", THIRD + 1000, "stalled: 0 bytes in the last"),
+        ("trickle:1000:20", THIRD + 1000, "(fewer than 16384)"),
+        ("status:429:1", THIRD, "HTTP 429; retry 1/4 in 1.0 s"),
+        ("status:500", THIRD, "HTTP 500; retry 1/4 in"),
+    ],
+)
+def test_a_fault_on_one_range_is_retried_for_that_range(tmp_path, fakehub, payload, fast_policy, fault,
+                                                        again_from, note):  # fmt: skip
+    fakehub.fault(f"m.gguf@{THIRD}", fault)
+    notes = Notes()
+    _get(tmp_path, payload, _par(fast_policy), notes)
+    _assert_good(tmp_path, payload)
+    # the fourth part once more, from the first byte that did not arrive (a trickle's few bytes are kept)
+    extra = [r for r in _asked(fakehub) if r not in _parts(len(payload))] or [(THIRD, THIRD + PART)]
+    assert sorted(_asked(fakehub)) == sorted(_parts(len(payload)) + extra)
+    assert len(extra) == 1 and again_from <= extra[0][0] < again_from + 100 and extra[0][1] == THIRD + PART
+    assert len(notes.msgs) == 1 and notes.msgs[0].startswith(f"m.gguf bytes {THIRD}-{THIRD + PART - 1}: ")
+    assert note in notes.msgs[0]
+
+
+def test_a_flipped_byte_in_one_range_starts_the_file_over(tmp_path, fakehub, payload, fast_policy):
+    notes = Notes()
+    fakehub.fault(f"m.gguf@{THIRD}", f"flip:{THIRD + 5}")
+    _get(tmp_path, payload, _par(fast_policy), notes)
+    _assert_good(tmp_path, payload)
+    assert sorted(_asked(fakehub)) == sorted(_parts(len(payload)) * 2)
+    assert [m.split(" (")[0] for m in notes.msgs] == ["m.gguf: sha256 mismatch"]
+
+
+@pytest.mark.parametrize("at", [0, THIRD])  # the first answer, or one in the middle
+@pytest.mark.parametrize("fault", ["bad_range", "ignore_range"])
+def test_a_server_lying_about_a_range_is_fetched_over_one_connection(tmp_path, fakehub, payload, fast_policy,
+                                                                     fault, at):  # fmt: skip
+    notes = Notes()
+    fakehub.fault(f"m.gguf@{at}", fault)
+    _get(tmp_path, payload, _par(fast_policy), notes)
+    _assert_good(tmp_path, payload)
+    assert len(notes.msgs) == 1 and notes.msgs[0].endswith("; continuing over one connection")
+    lied = "with Content-Range 'bytes " if fault == "bad_range" else "ignored the Range request (200 instead"
+    assert notes.msgs[0].startswith("m.gguf: the server ") and lied in notes.msgs[0]
+    open_ended = [r for r in _ranges(fakehub) if r is None or r.endswith("-")]
+    assert len(open_ended) == 1  # one connection from the contiguous prefix on, to the end
+    if open_ended[0] is not None:
+        assert int(open_ended[0].removeprefix("bytes=").rstrip("-")) < at + PART
+
+
+def _plant_partial(final, payload, have):
+    with open(part_path(final), "wb") as f:
+        for a, b in have:
+            f.seek(a)
+            f.write(payload[a:b])
+    meta = {
+        "size": len(payload),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "done": [list(r) for r in have],
+    }
+    meta_path(final).write_text(json.dumps(meta))
+
+
+def test_resume_fetches_only_the_missing_ranges(tmp_path, fakehub, payload, fast_policy):
+    have = [(0, 300000), (THIRD, THIRD + PART), (1500000, 1600000)]
+    _plant_partial(tmp_path / "m.gguf", payload, have)
+    assert _get(tmp_path, payload, _par(fast_policy)) == "resumed"
+    _assert_good(tmp_path, payload)
+    asked = Ranges(_asked(fakehub))
+    assert asked.total() == len(payload) - sum(b - a for a, b in have)  # nothing asked twice
+    assert Ranges([*have, *_asked(fakehub)]).missing(len(payload)) == []  # and nothing missed
+
+
+@pytest.mark.parametrize("done", [[[5, 3]], [[0, 10], [5, 20]], [[0, 3_000_000]], "all", [[0, 1.5]]])
+def test_recorded_ranges_that_make_no_sense_are_not_resumed(tmp_path, fakehub, payload, fast_policy, done):
+    final = tmp_path / "m.gguf"
+    _plant_partial(final, payload, [(0, 100)])
+    meta = json.loads(meta_path(final).read_text())
+    meta_path(final).write_text(json.dumps({**meta, "done": done}))
+    assert _get(tmp_path, payload, _par(fast_policy)) == "downloaded"
+    _assert_good(tmp_path, payload)
+    assert sorted(_asked(fakehub)) == _parts(len(payload))
+
+
+def test_a_recorded_range_with_wrong_bytes_is_caught_by_the_hash(tmp_path, fakehub, payload, fast_policy):
+    final = tmp_path / "m.gguf"
+    _plant_partial(final, payload, [(0, 1000), (THIRD, THIRD + PART)])
+    with open(part_path(final), "r+b") as f:
+        f.seek(THIRD + 7)
+        f.write(bytes([payload[THIRD + 7] ^ 1]))
+    notes = Notes()
+    _get(tmp_path, payload, _par(fast_policy), notes)
+    _assert_good(tmp_path, payload)
+    assert any(m.startswith("m.gguf: sha256 mismatch") for m in notes.msgs)
+
+
+@pytest.mark.timeout(60)  # a cancel that did not reach every connection would wait for the server (120 s)
+def test_cancel_stops_every_connection_and_keeps_their_ranges(tmp_path, fakehub, payload, fast_policy):
+    policy = _par(fast_policy, stall=600.0)  # only the cancel can end these reads
+    for a, _ in _parts(len(payload)):
+        fakehub.fault(f"m.gguf@{a}", "stall:1000:120")
+    cancel, outcome = threading.Event(), []
+
+    def run() -> None:
+        try:
+            outcome.append(_get(tmp_path, payload, policy, cancel=cancel))
+        except Cancelled as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    final = tmp_path / "m.gguf"
+
+    def recorded() -> int:
+        meta = read_meta(final) or {}
+        return len(meta.get("done", [])) if isinstance(meta.get("done"), list) else 0
+
+    while recorded() < 4:  # four connections, 1000 bytes each, all on disk and recorded
+        worker.join(0.02)
+    cancel.set()
+    worker.join()
+    assert isinstance(outcome[0], Cancelled) and not final.exists()
+    kept = [tuple(r) for r in read_meta(final)["done"]]
+    assert kept == [(a, a + 1000) for a, _ in _parts(len(payload))[:4]]
+    assert _get(tmp_path, payload, _par(fast_policy)) == "resumed"
+    _assert_good(tmp_path, payload)
+    again = _asked(fakehub)[4:]
+    assert (
+        Ranges(again).total() == len(payload) - 4000 and Ranges([*kept, *again]).missing(len(payload)) == []
+    )
+
+
+def test_disk_full_in_a_parallel_download_is_one_clear_error(small_fs, fakehub, fast_policy):
+    data = os.urandom(3 << 20)
+    fakehub.add("m.gguf", data)
+    filler = small_fs / "filler"
+    fakehub.fault("m.gguf@0", lambda: filler.write_bytes(b"\0" * (2 << 20)))
+    with pytest.raises(
+        UserError, match=r"^disk full while writing m.gguf .*free space there or use --model-dir"
+    ):
+        _get(small_fs, data, _par(fast_policy))
+    assert not (small_fs / "m.gguf").exists()
