@@ -71,11 +71,11 @@ class _CompareTask(Task):
         ]
 
 
-@command()
-def fetch_models(c, tier=None, methods=None, models=None, lock=None, model_dir=None, jobs=None, offline=False,
-                 frozen=False):  # fmt: skip
+@command(auto_shortflags=False)  # -h must stay help, not --hf-cache
+def fetch_models(c, tier=None, methods=None, models=None, lock=None, model_dir=None, jobs=None,
+                 connections=None, offline=False, frozen=False, hf_cache=False):  # fmt: skip
     _run("fetch-models", tier=tier, methods=methods, models=models, lock=lock, model_dir=model_dir, jobs=jobs,
-         offline=offline, frozen=frozen)  # fmt: skip
+         connections=connections, offline=offline, frozen=frozen, hf_cache=hf_cache)  # fmt: skip
 
 
 @command()

@@ -84,6 +84,7 @@ def test_every_command_has_its_own_help(command: str, capsys) -> None:
     [
         (["fetch-models", "--jobs", "abc"], "'abc' is not a whole number"),
         (["fetch-models", "--jobs", "0"], "0 must be >= 1"),
+        (["fetch-models", "--connections", "0"], "0 must be >= 1"),
         (["history", "--last", "-3"], "-3 must be >= 1"),
         (["compare", "a", "b", "--rtol", "nan"], "must be between 0 and 1"),
         (["run-tier", "smoke", "--repeat", "0"], "0 must be >= 1"),

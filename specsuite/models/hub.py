@@ -1,8 +1,11 @@
 """Hugging Face Hub access: endpoint, token, resolve URLs and file metadata (size and sha256).
 
-``HF_ENDPOINT`` (the variable huggingface_hub honours) replaces https://huggingface.co everywhere, and
-``HF_TOKEN`` is sent as a bearer token to that host only. requests itself drops ``Authorization`` when a
-redirect leaves the host (``Session.should_strip_auth``), so a signed CDN URL never sees the token.
+``HF_ENDPOINT`` (the variable huggingface_hub honours) replaces https://huggingface.co everywhere, and the
+token (read as huggingface_hub reads it: ``HF_TOKEN``, else the file at ``HF_TOKEN_PATH``, else
+``$HF_HOME/token``) is sent as a bearer token to that host only; it is never printed, logged, or put into
+a child's environment. requests itself drops ``Authorization`` when a redirect leaves the host
+(``Session.should_strip_auth``), so a signed CDN URL never sees the token. ``HF_HUB_OFFLINE=1`` allows no
+request at all.
 
 Every request goes through ``send``: the same retry policy as the body downloads (``models.http``).
 requests is imported on first use, so that checking the endpoint costs nothing on a warm run.
@@ -22,6 +25,7 @@ from urllib.parse import quote, urlsplit
 from specsuite import __version__
 from specsuite.common.errors import UserError
 from specsuite.common.procs import TOKEN_VARS
+from specsuite.models import hfcache
 from specsuite.models.http import (
     FATAL_STATUS,
     RETRY_STATUS,
@@ -63,7 +67,8 @@ def endpoint() -> str:
 
 
 def token() -> str | None:
-    return next((os.environ[v] for v in TOKEN_VARS if os.environ.get(v)), None)
+    env = next((os.environ[v] for v in TOKEN_VARS if os.environ.get(v)), "")
+    return env.strip() or hfcache.read_token_file()
 
 
 class _HubBearer:
@@ -85,6 +90,11 @@ def session() -> requests.Session:
     """A requests session for the Hub: identity encoding (honest sizes), the token for the Hub host only."""
     import requests
 
+    if hfcache.offline():
+        raise UserError(
+            "HF_HUB_OFFLINE is set: no request to the Hub is allowed; unset it (or set it to 0) to reach "
+            f"{endpoint()}"
+        )
     base = endpoint()
     s = requests.Session()
     s.headers["User-Agent"] = f"specsuite/{__version__} (+requests)"

@@ -355,7 +355,7 @@ THIRD = 3 * PART  # the fault hits the fourth part only
     [
         ("drop:1000", THIRD + 1000, "IncompleteRead(1000 bytes read"),
         ("truncate:800000", 800000, "body ended at byte 800000 of 1048576; retry 1/4"),
-        ("stall:1000:5", THIRD + 1000, "stalled: 0 bytes in the last"),
+        ("stall:1000:5", THIRD + 1000, "(fewer than 16384)"),
         ("trickle:1000:20", THIRD + 1000, "(fewer than 16384)"),
         ("status:429:1", THIRD, "HTTP 429; retry 1/4 in 1.0 s"),
         ("status:500", THIRD, "HTTP 500; retry 1/4 in"),

@@ -18,6 +18,8 @@ from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.models import stamps, store
 from specsuite.models.fetch import fetch_models, verify_models
+from specsuite.models.http import Policy
+from specsuite.models.ranges import Ranges
 from specsuite.models.store import part_path
 
 pytest_plugins = ["fakehub"]
@@ -103,11 +105,12 @@ def test_tier_fetch_then_warm_run(setup, fakehub, capsys):
     assert {p.name for p in d.iterdir() if p.name.startswith(".")} <= {
         ".a.gguf.stamp", ".b.gguf.stamp", ".a.gguf.lock", ".b.gguf.lock"}  # fmt: skip
 
-    before = len(fakehub.data_requests())
+    before = len(fakehub.log)
     _fetch(setup, tier="compact")
     out, _ = capsys.readouterr()
     assert "a.gguf  293.0 KiB  hf      cached" in out and "cached, unlocked" in out
-    assert len(fakehub.data_requests()) == before  # no byte downloaded on a warm run
+    # no request on a warm run, not even for b.gguf: its stamp says the Hub vouched for it at this revision
+    assert len(fakehub.log) == before
 
 
 def test_methods_and_models_selection(setup):
@@ -306,11 +309,16 @@ def test_one_failure_stops_the_other_downloads(setup, fakehub, monkeypatch):
 # ---------------------------------------------------------------- real processes
 
 
-# The fetcher in a process of its own (the command-line front door is another module's business).
-_DRIVER = """import sys
+# The fetcher in a process of its own (the command-line front door is another module's business). With
+# PARALLEL set, files of any size go over 4 connections in parts of 1 MiB, their ranges recorded every 0.1 s.
+_DRIVER = """import os, sys
 from specsuite.models.fetch import fetch_models
-fetch_models(lock=sys.argv[1], model_dir=sys.argv[2], models=sys.argv[3].split(","), tty=False)
+from specsuite.models.http import Policy
+par = dict(connections=4, parallel_min=0, part=1 << 20, checkpoint=0.1) if os.environ.get("PARALLEL") else {}
+fetch_models(lock=sys.argv[1], model_dir=sys.argv[2], models=sys.argv[3].split(","), tty=False,
+             policy=Policy(**{**Policy.from_env().__dict__, **par}))
 """
+PARALLEL = Policy(backoff=0.01, connections=4, parallel_min=0, part=1 << 20, checkpoint=0.1)
 
 
 def _cli(setup, fakehub, models: str, **env: str) -> subprocess.Popen:
@@ -346,6 +354,65 @@ def test_sigkill_mid_file_then_rerun_resumes(setup, fakehub, capsys):
     assert (setup["model_dir"] / "a.gguf").read_bytes() == big
     assert _gets(fakehub, "a.gguf")[-1]["headers"]["Range"] == f"bytes={kept}-"
     assert "a.gguf  24.0 MiB  hf      resumed" in capsys.readouterr().out
+
+
+def _big(setup, fakehub, size: int) -> bytes:
+    big = os.urandom(size)
+    fakehub.add("a.gguf", big)
+    setup["lock"].write_text(setup["lock"].read_text().replace(_hf("a.gguf", A), _hf("a.gguf", big)))
+    return big
+
+
+def _bounded(requests: list[dict]) -> list[tuple[int, int]]:
+    out = []
+    for r in requests:
+        a, _, b = r["headers"].get("Range", "").removeprefix("bytes=").partition("-")
+        assert b, r  # a parallel fetch asks only bounded ranges
+        out.append((int(a), int(b) + 1))
+    return out
+
+
+@pytest.mark.slow
+def test_sigkill_mid_parallel_fetch_then_resume_asks_only_the_missing_ranges(setup, fakehub, capsys):
+    big = _big(setup, fakehub, 16 << 20)
+    fakehub.rate = 1 << 20  # each connection at 1 MiB/s: 4 MiB/s in all, time to kill it midway
+    proc = _cli(setup, fakehub, "a.gguf", PARALLEL="1")
+    final = setup["model_dir"] / "a.gguf"
+
+    def recorded() -> Ranges:
+        meta = store.read_meta(final) or {}
+        return Ranges.from_json(meta.get("done"), len(big)) or Ranges()
+
+    _wait_for(lambda: recorded().total() >= 4 << 20, "4 MiB recorded in the partial's metadata")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = recorded()
+    assert not final.exists() and 0 < kept.total() < len(big)
+    assert len(kept) > 1  # written out of order, by several connections
+    fakehub.rate = None
+    before = len(_gets(fakehub, "a.gguf"))
+    _fetch(setup, models=["a.gguf"], policy=PARALLEL)
+    assert final.read_bytes() == big
+    again = _bounded(_gets(fakehub, "a.gguf")[before:])
+    assert Ranges(again).total() == len(big) - kept.total()  # not one recorded byte asked for again
+    assert Ranges([*kept, *again]).missing(len(big)) == []
+    assert "a.gguf  16.0 MiB  hf      resumed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_two_parallel_fetchers_at_once(setup, fakehub):
+    big = _big(setup, fakehub, 8 << 20)
+    fakehub.rate = 2 << 20  # about a second: the second starts while the first holds the lock
+    first = _cli(setup, fakehub, "a.gguf", PARALLEL="1")
+    _wait_for(lambda: _gets(fakehub, "a.gguf"), "the first fetcher's request")
+    second = _cli(setup, fakehub, "a.gguf", PARALLEL="1")
+    outs = [p.communicate(timeout=60)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert sorted(_bounded(_gets(fakehub, "a.gguf"))) == [
+        (a, a + (1 << 20)) for a in range(0, 8 << 20, 1 << 20)
+    ]
+    assert "downloaded" in outs[0] and "cached" in outs[1]
+    assert (setup["model_dir"] / "a.gguf").read_bytes() == big
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ def test_paths_info_missing_path_is_an_error(fakehub):
         hub.paths_info(s, REPO, REV, ["m.gguf", "gone.gguf"])
 
 
-def test_token_goes_to_the_hub_only_across_a_redirect(monkeypatch, tmp_path):
+def test_token_goes_to_the_hub_only_across_a_redirect(monkeypatch, tmp_path, hf_home):
     from fakehub import FakeHub
 
     data = os.urandom(300_000)
@@ -70,11 +70,9 @@ def test_token_goes_to_the_hub_only_across_a_redirect(monkeypatch, tmp_path):
         assert len(cdn.log) == 1 and "Authorization" not in cdn.log[0]["headers"]
 
 
-def test_missing_token_for_gated_repo(monkeypatch, tmp_path):
+def test_missing_token_for_gated_repo(monkeypatch, tmp_path, hf_home):
     from fakehub import FakeHub
 
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
     with FakeHub({"m.gguf": b"x"}, token="hf_secret") as hf:
         monkeypatch.setenv("HF_ENDPOINT", hf.url)
         with hub.session() as s, pytest.raises(UserError, match=r"HTTP 401 .*set HF_TOKEN"):
@@ -170,3 +168,53 @@ def test_metadata_gives_up_after_the_attempts(fakehub):
         f"HF_ENDPOINT ({fakehub.url})"
     )
     assert len(fakehub.log) == 3
+
+
+# ---------------------------------------------------------------- the token and offline, as huggingface_hub
+
+
+def test_token_read_as_huggingface_hub_reads_it(monkeypatch, hf_home, tmp_path):
+    assert hub.token() is None
+    hf_home.mkdir()
+    (hf_home / "token").write_text("hf_from_home\n")
+    assert hub.token() == "hf_from_home"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("  hf_from_path\r\n")
+    monkeypatch.setenv("HF_TOKEN_PATH", str(elsewhere))
+    assert hub.token() == "hf_from_path"
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    assert hub.token() == "hf_from_env"
+
+
+def test_unreadable_token_file_is_one_message_without_its_content(monkeypatch, hf_home, tmp_path):
+    bad = tmp_path / "token"
+    bad.write_bytes(b"hf_\xff\xfesecret")
+    monkeypatch.setenv("HF_TOKEN_PATH", str(bad))
+    with pytest.raises(UserError) as exc:
+        hub.token()
+    assert str(exc.value).startswith(f"cannot read the Hugging Face token file {bad} (UnicodeDecodeError)")
+    assert "secret" not in str(exc.value)
+
+
+def test_token_file_goes_to_the_hub_only_in_a_parallel_download(monkeypatch, tmp_path, hf_home):
+    from fakehub import FakeHub
+
+    hf_home.mkdir()
+    (hf_home / "token").write_text("hf_filed")
+    data = os.urandom(1_000_000)
+    policy = Policy(backoff=0.01, chunk=64 << 10, margin=0, connections=4, parallel_min=0, part=128 << 10)
+    with FakeHub() as cdn, FakeHub({"m.gguf": data}, token="hf_filed", cdn=cdn) as hf:
+        monkeypatch.setenv("HF_ENDPOINT", hf.url)
+        with hub.session() as s:
+            download(hub.resolve_url(REPO, REV, "m.gguf"), tmp_path / "m.gguf", size=len(data),
+                     sha256=hashlib.sha256(data).hexdigest(), sess=s, policy=policy)  # fmt: skip
+        assert (tmp_path / "m.gguf").read_bytes() == data
+        assert [r["headers"].get("Authorization") for r in hf.log] == ["Bearer hf_filed"]  # one resolve
+        assert len(cdn.log) == 8 and not any("Authorization" in r["headers"] for r in cdn.log)
+
+
+def test_offline_allows_no_request(monkeypatch, fakehub):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match=r"^HF_HUB_OFFLINE is set: no request to the Hub is allowed"):
+        hub.session()
+    assert fakehub.log == []
