@@ -63,6 +63,7 @@ def _tree(root: Path) -> dict[str, tuple[int, int, int]]:
 
 def test_a_file_huggingface_hub_downloaded_is_used_without_a_request(tmp_path, fakehub, hf_home, capsys):
     import huggingface_hub  # the test extra installs it: the real tool, not our idea of its layout
+
     fakehub.add("sub/m.gguf", DATA)
     hf_path = huggingface_hub.hf_hub_download(
         REPO, "sub/m.gguf", revision=REV, cache_dir=hf_home / "hub", endpoint=fakehub.url
@@ -134,6 +135,7 @@ def test_unlocked_entry_is_checked_against_the_hub_then_taken_from_the_cache(tmp
 
 def test_hf_cache_option_writes_what_huggingface_hub_reads(tmp_path, fakehub, hf_home, capsys):
     import huggingface_hub
+
     fakehub.add("sub/m.gguf", DATA)
     got = _fetch(tmp_path, hf_cache=True)
     hub = hf_home / "hub"
