@@ -56,6 +56,7 @@ __all__ = ["Cancelled", "download"]
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _HASH_BLOCK = 8 << 20
+_FRESH = 64 << 20  # received pieces kept for the hasher: at most this much, and this far ahead of it
 _MIN_PART = 1 << 20
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
@@ -176,6 +177,8 @@ class _Job:
         self.url = st.url  # after the first answer: where the Hub redirected to (a signed CDN URL)
         self.resolved = threading.Event()
         self.synced = -1
+        self.fresh: dict[int, bytes] = {}  # offset -> piece just written, for the hasher to take as it is
+        self.fresh_bytes = 0
         self.watch = _Watchdog(st.policy, self.stop)
         self.hint = f"the partial file is kept and the next run resumes it. Check the network and {st.url}"
 
@@ -183,11 +186,27 @@ class _Job:
         with self.cond:
             return self.todo.popleft() if self.todo and not self.stop.is_set() else None
 
-    def wrote(self, a: int, b: int) -> None:
+    def wrote(self, a: int, piece: bytes) -> None:
+        """``piece`` is on disk at ``a``; near the hash position, the hasher takes it from memory."""
         with self.cond:
-            self.st.done.add(a, b)
+            self.st.done.add(a, a + len(piece))
+            if a - self.st.hashed < _FRESH and self.fresh_bytes < _FRESH:
+                self.fresh[a] = piece
+                self.fresh_bytes += len(piece)
             self.cond.notify_all()
-        self.st.progress.advance(b - a)
+        self.st.progress.advance(len(piece))
+
+    def next_for_hash(self, pos: int, end: int) -> tuple[bytes | None, int]:
+        """(the piece written at ``pos``, or None and where the next kept piece begins, at most ``end``).
+
+        Pieces behind ``pos`` were read back from the file instead: dropped. The caller holds ``cond``."""
+        for a in [a for a in self.fresh if a < pos]:
+            self.fresh_bytes -= len(self.fresh.pop(a))
+        piece = self.fresh.pop(pos, None)
+        if piece is not None:
+            self.fresh_bytes -= len(piece)
+            return piece, pos + len(piece)
+        return None, min([a for a in self.fresh if a < end], default=end)
 
     def answered(self, asked: str, got: str) -> None:
         """Later requests go straight to where the Hub redirected the first one (one resolve per file)."""
@@ -356,7 +375,7 @@ def _receive(job: _Job, r: requests.Response, part: _Part, limit: int) -> None:
             if not chunk:
                 break
             _write(job, chunk, part.pos)
-            job.wrote(part.pos, part.pos + len(chunk))
+            job.wrote(part.pos, chunk)
             part.pos += len(chunk)
             slot.received += len(chunk)
             if job.stop.is_set():
@@ -442,21 +461,26 @@ def _worker(job: _Job, first: bool) -> None:
 
 
 def _hash(job: _Job) -> None:
-    """Follow the contiguous prefix, reading each block back while it is still in the page cache."""
+    """Follow the contiguous prefix: each piece as it was received when it is at hand (always, over one
+    connection), else read back from the file while it is still in the page cache."""
     st = job.st
     buf = memoryview(bytearray(_HASH_BLOCK))
     while st.hashed < st.size:
         with job.cond:
             while (end := st.done.prefix()) <= st.hashed and not job.stop.is_set():
                 job.cond.wait()
-        while st.hashed < end and not job.stop.is_set():
-            n = os.preadv(job.fd, [buf[: min(len(buf), end - st.hashed)]], st.hashed)
-            if n <= 0:
-                raise _StartOver("the partial file is shorter than the ranges recorded for it")
-            st.hasher.update(buf[:n])
-            st.hashed += n
-        if job.stop.is_set():
-            return
+            if job.stop.is_set():
+                return
+            piece, upto = job.next_for_hash(st.hashed, end)
+        if piece is not None:
+            st.hasher.update(piece)
+            st.hashed = upto
+            continue
+        n = os.preadv(job.fd, [buf[: min(len(buf), upto - st.hashed)]], st.hashed)
+        if n <= 0:
+            raise _StartOver("the partial file is shorter than the ranges recorded for it")
+        st.hasher.update(buf[:n])
+        st.hashed += n
 
 
 def _checkpoint(job: _Job) -> None:
