@@ -10,6 +10,7 @@ When one file fails, or on Ctrl-C, the others stop within about a second, keepin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -237,7 +238,7 @@ def _from_shared(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, r
     # Offline and unlocked, only the snapshot at the pinned revision can say which blob (sha256) it is.
     origin = _origin(entry) if want[1] else None
     for cand in hfcache.candidates(entry.repo, entry.revision, entry.path, want[1]):
-        sha, size = want[1] or cand.sha256, cand.path.stat().st_size
+        sha, size = want[1] or cand.sha256, cand.size
         if sha is None or (want[0] is not None and size != want[0]):
             if sha is not None:
                 progress.note(
@@ -309,7 +310,7 @@ def _shared(e: Entry) -> list[hfcache.Candidate]:
     if not isinstance(e, HfEntry):
         return []
     found = hfcache.candidates(e.repo, e.revision, e.path, e.sha256)
-    return [c for c in found if (e.size is None and c.sha256) or c.path.stat().st_size == e.size]
+    return [c for c in found if (e.size is None and c.sha256) or c.size == e.size]
 
 
 def _missing_bytes(entries: list[Entry], folder: Path) -> int:
@@ -319,10 +320,11 @@ def _missing_bytes(entries: list[Entry], folder: Path) -> int:
         final = folder / e.name
         if e.size is None or store.regular_or_absent(final) is not None:
             continue
-        if any(c.path.stat().st_dev == dev for c in _shared(e)):
+        if any(c.dev == dev for c in _shared(e)):
             continue
         part = store.regular_or_absent(store.part_path(final))
-        total += e.size - (part.st_size if part is not None and part.st_size <= e.size else 0)
+        held = min(part.st_blocks * 512, part.st_size) if part is not None else 0  # a parallel one is sparse
+        total += e.size - (held if held <= e.size else 0)
     return total
 
 
@@ -485,7 +487,9 @@ def fetch_models(
     njobs = _count(jobs, "--jobs", "files to fetch in parallel")
     policy = policy or Policy.from_env()
     if connections is not None:
-        policy.connections = _count(connections, "--connections", "connections per file")
+        policy = dataclasses.replace(
+            policy, connections=_count(connections, "--connections", "connections per file")
+        )
     hf_cache = settings.load().hf_cache if hf_cache is None else hf_cache
     reason = _offline_reason(offline)
     lk = load_lock(lock)

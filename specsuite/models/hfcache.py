@@ -93,13 +93,16 @@ class Candidate:
     path: Path  # the file itself (links resolved)
     label: str  # which cache: "Hugging Face cache" or "LLAMA_CACHE"
     sha256: str | None  # the name of its blob, when it has one: what the cache says the bytes hash to
+    size: int
+    dev: int  # its filesystem: a hard link into the model folder needs the same one
 
 
-def _regular(path: Path) -> Path | None:
+def _regular(path: Path) -> tuple[Path, os.stat_result] | None:
     with contextlib.suppress(OSError):
         real = path.resolve(strict=True)
-        if stat.S_ISREG(real.stat().st_mode):
-            return real
+        st = real.stat()
+        if stat.S_ISREG(st.st_mode):
+            return real, st
     return None
 
 
@@ -133,14 +136,12 @@ def candidates(repo: str, revision: str, path: str, sha256: str | None) -> list[
                     if p.name.startswith("models--") and p != own
                 ]
         for p in paths:
-            real = _regular(p)
-            if real is None:
+            found = _regular(p)
+            if found is None or (found[1].st_dev, found[1].st_ino) in seen:
                 continue
-            st = real.stat()
-            if (st.st_dev, st.st_ino) in seen:
-                continue
+            real, st = found
             seen.add((st.st_dev, st.st_ino))
-            out.append(Candidate(real, label, _blob_name(real)))
+            out.append(Candidate(real, label, _blob_name(real), st.st_size, st.st_dev))
     return out
 
 

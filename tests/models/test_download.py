@@ -294,6 +294,8 @@ def test_planted_partial_link_is_refused_and_never_written_through(tmp_path, fak
         ("SPEC_FETCH_BACKOFF_S", "soon", "must be a finite number > 0"),
         ("SPEC_FETCH_ATTEMPTS", "0", "must be a whole number from 1"),
         ("SPEC_FETCH_ATTEMPTS", "2.5", "must be a whole number from 1"),
+        ("SPEC_FETCH_CONNECTIONS", "0", "must be a whole number from 1"),
+        ("SPEC_FETCH_CONNECTIONS", "many", "must be a whole number from 1"),
     ],
 )
 def test_bad_fetch_variables_are_one_clear_error(monkeypatch, name, value, message):
@@ -309,10 +311,11 @@ def test_fetch_variables_are_read(monkeypatch):
         "SPEC_FETCH_STALL_S": "7.5",
         "SPEC_FETCH_BACKOFF_S": "0.2",
         "SPEC_FETCH_ATTEMPTS": "3",
+        "SPEC_FETCH_CONNECTIONS": "2",
     }.items():
         monkeypatch.setenv(name, value)
     got = Policy.from_env()
-    assert (got.stall, got.backoff, got.attempts) == (7.5, 0.2, 3)
+    assert (got.stall, got.backoff, got.attempts, got.connections) == (7.5, 0.2, 3, 2)
     monkeypatch.delenv("SPEC_FETCH_ATTEMPTS")
     assert Policy.from_env().attempts == Policy.attempts and os.environ.get("SPEC_FETCH_ATTEMPTS") is None
 

@@ -113,6 +113,33 @@ def test_tier_fetch_then_warm_run(setup, fakehub, capsys):
     assert len(fakehub.log) == before
 
 
+def test_unlocked_file_stamped_before_the_hub_vouched_is_asked_once(setup, fakehub):
+    _fetch(setup, models=["b.gguf"])
+    final = setup["model_dir"] / "b.gguf"
+    stamps.write_stamp(final, hashlib.sha256(B).hexdigest())  # a stamp of an older fetcher: no origin
+    before = len(fakehub.log)
+    _fetch(setup, models=["b.gguf"])
+    assert [r["method"] for r in fakehub.log[before:]] == ["HEAD"]  # the Hub's sha256; the file is not read
+    _fetch(setup, models=["b.gguf"])
+    assert len(fakehub.log) == before + 1
+
+
+def test_connections_option(setup, fakehub):
+    big = os.urandom(3 << 20)
+    fakehub.add("a.gguf", big)
+    setup["lock"].write_text(setup["lock"].read_text().replace(_hf("a.gguf", A), _hf("a.gguf", big)))
+    policy = Policy(backoff=0.01, parallel_min=0, part=1 << 20)  # a small file goes parallel too
+    _fetch(setup, models=["a.gguf"], policy=policy, connections="1")
+    assert [r["headers"].get("Range") for r in _gets(fakehub, "a.gguf")] == [None]  # one stream
+    (setup["model_dir"] / "a.gguf").unlink()
+    _fetch(setup, models=["a.gguf"], policy=policy, connections=3)
+    assert sorted(_bounded(_gets(fakehub, "a.gguf")[1:])) == [
+        (a, a + (1 << 20)) for a in range(0, 3 << 20, 1 << 20)
+    ]
+    with pytest.raises(UserError, match=r"^--connections '0': give a whole number of connections per file"):
+        _fetch(setup, models=["a.gguf"], connections="0")
+
+
 def test_methods_and_models_selection(setup):
     assert set(_fetch(setup, methods=["big"])) == {"c.gguf"}
     assert set(_fetch(setup, models=["a.gguf"])) == {"a.gguf"}
