@@ -314,11 +314,12 @@ class _Part:
     start: int
     end: int
     pos: int
+    via_hub: bool = False  # the next request asks the Hub again (the redirect target refused it)
 
 
-def _bounds(job: _Job, r: requests.Response, url: str, asked: int, end: int) -> int:
-    """Where the body of an answer to a request from byte ``asked`` (to ``end``) ends; raises otherwise."""
-    st, code, bounded = job.st, r.status_code, job.conns > 1
+def _bounds(job: _Job, r: requests.Response, url: str, part: _Part) -> int:
+    """Where the body of the answer to a request for ``part`` ends; raises what it means otherwise."""
+    st, code, bounded, asked, end = job.st, r.status_code, job.conns > 1, part.pos, part.end
     if code == 416:
         if bounded:
             raise _OneConnection(f"the server answered 416 to bytes={asked}-{end - 1}")
@@ -326,7 +327,7 @@ def _bounds(job: _Job, r: requests.Response, url: str, asked: int, end: int) -> 
     if code in RETRY_STATUS or code >= 500:
         raise retry_for_status(code, r.headers)
     if code in (401, 403) and url != st.url:
-        job.url = st.url  # a signed redirect target that expired: ask the Hub for a fresh one
+        part.via_hub = True  # a signed redirect target that expired: ask the Hub for a fresh one
         raise Retry(f"HTTP {code} from {urlsplit(url).hostname}; asking the Hub for the file again", wait=0)
     if 400 <= code < 500:
         raise UserError(f"cannot download {st.name} from {st.url}: {http_hint(code, st.name)}")
@@ -398,7 +399,8 @@ def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
 
     if job.stop.is_set():
         raise Cancelled()
-    asked, url = part.pos, job.url
+    asked, url = part.pos, job.st.url if part.via_hub else job.url
+    part.via_hub = False
     if job.conns > 1:
         headers = {"Range": f"bytes={asked}-{part.end - 1}"}
     else:
@@ -408,7 +410,7 @@ def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
     try:
         with sess.get(url, headers=headers, stream=True, timeout=timeout) as r:
             job.answered(url, r.url)
-            _receive(job, r, part, _bounds(job, r, url, asked, part.end))
+            _receive(job, r, part, _bounds(job, r, url, part))
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         raise Retry(f"{type(exc).__name__}: {exc}") from None
 

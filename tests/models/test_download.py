@@ -496,3 +496,22 @@ def test_disk_full_in_a_parallel_download_is_one_clear_error(small_fs, fakehub, 
     ):
         _get(small_fs, data, _par(fast_policy))
     assert not (small_fs / "m.gguf").exists()
+
+
+def test_an_expired_signed_url_is_resolved_again_through_the_hub(tmp_path, hf_home, monkeypatch, payload,
+                                                                 fast_policy):  # fmt: skip
+    from fakehub import FakeHub
+
+    sha = hashlib.sha256(payload).hexdigest()
+    with FakeHub() as cdn, FakeHub({"m.gguf": payload}, cdn=cdn) as hf:
+        monkeypatch.setenv("HF_ENDPOINT", hf.url)
+        cdn.fault(f"{sha}@{THIRD}", "status:403")  # the CDN refuses one range: its signature expired
+        notes = Notes()
+        _get(tmp_path, payload, _par(fast_policy), notes)
+        _assert_good(tmp_path, payload)
+        assert [r["kind"] for r in hf.log] == ["resolve", "resolve"]  # the first request, and once again
+        assert notes.msgs == [
+            f"m.gguf bytes {THIRD}-{THIRD + PART - 1}: HTTP 403 from 127.0.0.1; asking the Hub for the file "
+            "again; retry 1/4 in 0.0 s"
+        ]
+        assert sorted(_asked(cdn)) == sorted([*_parts(len(payload)), (THIRD, THIRD + PART)])
