@@ -155,9 +155,12 @@ class _State:
                 f"not serve one consistent file of {self.size} bytes. Check HF_ENDPOINT and the lock entry"
             )
         self.progress.note(f"{self.name}: {why}; starting over from byte 0")
-        with store.open_part(self.final, new=False) as f:
-            f.truncate(0)
-        store.write_meta(self.final, self.meta(None))
+        try:
+            with store.open_part(self.final, new=False) as f:
+                f.truncate(0)
+            store.write_meta(self.final, self.meta(None))
+        except OSError as exc:
+            raise store.io_error(exc, self.name) from None
         self.done, self.hasher, self.hashed = Ranges(), hashlib.sha256(), 0
         self.progress.set(0)
 
@@ -595,6 +598,8 @@ def download(
             progress.note(f"{final.name}: {exc}; continuing over one connection")
             conns = 1
             continue
+        except OSError as exc:  # the partial or its metadata (network errors end as Retry in the workers)
+            raise store.io_error(exc, final.name) from None
         got = st.hasher.hexdigest()
         if got != sha256 and not mismatched:
             mismatched = True  # one corrupt transfer is retried from zero; the second is the answer
