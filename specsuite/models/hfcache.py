@@ -20,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
-import shutil
 import stat
 import sys
 import threading
@@ -245,7 +243,9 @@ def _put_blob(final: Path, blob: Path, size: int) -> str:
         return "already there"
     except OSError:
         pass
-    tmp = blob.with_name(f"{blob.name}.{secrets.token_hex(4)}.incomplete")  # huggingface_hub's own suffix
+    import shutil  # only for a copy
+
+    tmp = blob.with_name(f"{blob.name}.{os.urandom(4).hex()}.incomplete")  # huggingface_hub's own suffix
     try:
         shutil.copyfile(final, tmp, follow_symlinks=False)
         os.chmod(tmp, 0o644)
@@ -263,7 +263,7 @@ def _link_snapshot(folder: Path, revision: str, path: str, blob: Path) -> None:
     if snap.exists() and not snap.is_symlink():
         return  # a copy huggingface_hub made where links are not allowed: leave it
     snap.parent.mkdir(parents=True, exist_ok=True)
-    tmp = snap.with_name(f".{snap.name}.{secrets.token_hex(4)}.tmp")
+    tmp = snap.with_name(f".{snap.name}.{os.urandom(4).hex()}.tmp")
     os.symlink(target, tmp)
     os.replace(tmp, snap)  # replaces a link to another blob, never writes through it
 
