@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specsuite.common import atomic
-from specsuite.common import paths
+from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
 
 

@@ -12,7 +12,6 @@ import os
 import posixpath
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
@@ -27,7 +26,6 @@ from specsuite.common import git, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.pip import pip_download as _pip
-from specsuite.common.procs import child_env
 
 # Files every llama.cpp checkout has; a folder without them is not one.
 _TREE_MARKERS = ("CMakeLists.txt", "include/llama.h", "tools/server")
