@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -26,14 +25,13 @@ from typing import Any
 from filelock import FileLock
 
 from specsuite.build import info as buildinfo
+from specsuite.build import source, toolchain
+from specsuite.build.toolchain import Cublas, Nvcc
 from specsuite.common import paths, procs
 from specsuite.common.argtypes import CommandParser
-from specsuite.build import source
-from specsuite.build import toolchain
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
-from specsuite.build.toolchain import Cublas, Nvcc
-from specsuite.server.probe import probe
+from specsuite.server.probe import Capabilities, probe
 
 # Release, only what llama-server needs, no web-UI download, static so the binary can be copied anywhere.
 BASE_FLAGS = (
@@ -64,6 +62,7 @@ class Plan:
     nvcc: Nvcc | None = None
     archs: str | None = None
     notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # CMake's and ninja's (tool_env)
 
 
 def parser() -> CommandParser:
@@ -77,7 +76,8 @@ def parser() -> CommandParser:
     p.add_argument(
         "--cublas-from-wheel",
         action="store_true",
-        help="take cuBLAS from the nvidia-cublas wheel on PyPI and set GGML_CUDA_NO_VMM=ON (implies --cuda)",
+        help="take cuBLAS from the nvidia-cublas wheel on PyPI even where the toolkit has it (implies "
+        "--cuda; --cuda alone does so where the toolkit lacks it)",
     )
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="CMake -D")
     return p
@@ -88,8 +88,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"build: ignoring arguments for other sessions: {shlex.join(unknown)}", flush=True)
     cmake, ninja = toolchain.ensure_build_tools()
-    plan = make_plan(args, os.environ)
-    for note in plan.notes:
+    _, ccache_note = toolchain.ensure_ccache()
+    plan = make_plan(args, tool_env())
+    for note in [*([ccache_note] if ccache_note else []), *plan.notes]:
         print(f"build: {note}", flush=True)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(plan.build_dir) + ".lock"):
@@ -103,7 +104,10 @@ def main(argv: list[str]) -> int:
         seconds = compile_target(plan, ninja.path)
         published = publish_binary(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
-    print(f"build: spec types: {', '.join(sorted(probe(published).spec_types))} (`specsuite probe`: each case)")
+    caps = probe(published)
+    print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: each case)")
+    if fallback := cpu_fallback_note(caps):
+        print(f"build: note: {fallback}", flush=True)
     other = os.environ.get("LLAMA_SERVER_BIN_PATH")
     if other and Path(other).expanduser().resolve() != published.resolve():
         print(
@@ -125,19 +129,19 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     flags += amx_flags(compiler_path, user, notes)
     if backend == "cuda":
         assert nvcc is not None
-        archs, origin = toolchain.cuda_architectures(env, nvcc)
+        archs, origin = toolchain.cuda_architectures(env)
         given = [f.split("=", 1)[1] for f in user if f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
         archs, origin = (given[-1], "-D / SPEC_CMAKE_ARGS") if given else (archs, origin)
         notes.append(f"CUDA architectures {archs} (from {origin})")
         flags += cuda_flags(nvcc, archs)
-        if args.cublas_from_wheel:
-            assert cublas is not None
+        if cublas is not None and cublas.from_wheel:
             flags += wheel_cublas_flags(cublas)
+        flags += no_vmm_flags(nvcc, notes)
         user = [f for f in user if not f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
     flags += user
     key = build_key(src.identity, backend, flags, f"{compiler_path} {compiler}")
     build_dir = paths.cache_dir() / "builds" / f"{backend}-{key}"
-    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes)
+    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, dict(env))
 
 
 def choose_backend(
@@ -162,21 +166,17 @@ def choose_backend(
     where = f"nvcc {_ver(nvcc.version)} at {nvcc.path}"
     if args.cublas_from_wheel:
         wheel = toolchain.cublas_from_wheel(nvcc, paths.cache_dir())
-        return "cuda", nvcc, wheel, [f"CUDA backend with {where}", *_wheel_notes(wheel)]
+        return "cuda", nvcc, wheel, [f"CUDA backend with {where}", _wheel_note(wheel, "--cublas-from-wheel")]
     roots = toolchain.cublas_roots(nvcc, env)
     cublas = toolchain.find_cublas(roots)
     if cublas is None:
         looked = ", ".join(str(r) for r in roots)
-        if want_cuda:
-            raise UserError(
-                f"--cuda: {where}, but cuBLAS is missing (no cublas_v2.h and libcublas.so under {looked}). "
-                f"Install it: `apt install libcublas-dev-{nvcc.version[0]}-{nvcc.version[1]}` (NVIDIA's apt "
-                "repository) or `apt install nvidia-cuda-toolkit` (Debian/Ubuntu); or add "
-                "--cublas-from-wheel to take it from the nvidia-cublas wheel on PyPI; or build for the CPU "
-                "with --cpu."
-            )
+        if want_cuda:  # what NVIDIA's libcublas-dev package would add, from PyPI instead
+            wheel = toolchain.cublas_from_wheel(nvcc, paths.cache_dir())
+            why = f"--cuda, and no cuBLAS under {looked}"
+            return "cuda", nvcc, wheel, [f"CUDA backend with {where}", _wheel_note(wheel, why)]
         why = f"CPU backend: {where} but no cuBLAS under {looked}"
-        return "cpu", None, None, [f"{why} (install cuBLAS, or use --cuda --cublas-from-wheel)"]
+        return "cpu", None, None, [f"{why} (install cuBLAS, or --cuda takes it from the nvidia-cublas wheel)"]
     return "cuda", nvcc, cublas, [f"CUDA backend: {where}, cuBLAS in {cublas.library.parent}"]
 
 
@@ -184,12 +184,34 @@ def _ver(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
 
-def _wheel_notes(cublas: Cublas) -> list[str]:
-    return [
-        f"cuBLAS taken from the PyPI wheel ({cublas.origin}) in {cublas.library.parent}, not from the CUDA "
-        "toolkit (--cublas-from-wheel)",
-        "GGML_CUDA_NO_VMM=ON: linking without the libcuda driver library (--cublas-from-wheel)",
-    ]
+def _wheel_note(cublas: Cublas, why: str) -> str:
+    return f"cuBLAS taken from the PyPI wheel ({cublas.origin}) in {cublas.library.parent} ({why})"
+
+
+def no_vmm_flags(nvcc: Nvcc, notes: list[str]) -> list[str]:
+    """GGML_CUDA_NO_VMM=ON where no libcuda.so exists to link against (no driver, no toolkit stub): ggml's
+    virtual-memory pool calls the driver API (cuMem*), and linking that needs libcuda. Without VMM, ggml
+    uses its cudaMalloc pool, and the binary needs the driver only at run time, as every CUDA program does."""
+    if toolchain.find_libcuda(nvcc) is not None:
+        return []
+    notes.append(
+        "GGML_CUDA_NO_VMM=ON: no libcuda.so to link against (neither a driver's nor the toolkit's stub), "
+        "so ggml's CUDA memory pool is the cudaMalloc one, not the virtual-memory one"
+    )
+    return ["-DGGML_CUDA_NO_VMM=ON"]
+
+
+def tool_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """CMake's and ninja's environment: ccache's folder first on PATH when the ccache found is not the
+    one PATH gives (the venv's, outside nox), and ccache's cache in the per-user cache folder
+    (``<cache>/ccache``) unless ``CCACHE_DIR`` says otherwise; without the Hub token (procs.child_env)."""
+    out = dict(os.environ if env is None else env)
+    search = out.get("PATH", os.defpath)
+    ccache = toolchain.find_ccache(out)
+    if ccache and shutil.which("ccache", path=search) != ccache:
+        out["PATH"] = f"{Path(ccache).parent}{os.pathsep}{search}"
+    out.setdefault("CCACHE_DIR", str(paths.cache_dir() / "ccache"))
+    return procs.child_env(out)
 
 
 def ccache_flags(env: Mapping[str, str], cuda: bool) -> list[str]:
@@ -237,7 +259,6 @@ def wheel_cublas_flags(cublas: Cublas) -> list[str]:
         f"-DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES={cublas.include_dir}",
         f"-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES={cublas.include_dir}",
         f"-DCMAKE_BUILD_RPATH={lib_dir}",  # so the built binary finds the wheel's libcublas.so.N
-        "-DGGML_CUDA_NO_VMM=ON",
     ]
     if cublas.lt_library:
         flags.insert(1, f"-DCUDA_cublasLt_LIBRARY={cublas.lt_library}")
@@ -263,7 +284,7 @@ def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# --- configure, build, publish ----------------------------------------------------------------------------------
+# --- configure, build, publish -------------------------------------------------------------------------------
 
 
 def is_configured(build_dir: Path) -> bool:
@@ -280,7 +301,7 @@ def configure(plan: Plan, cmake: str, ninja: str) -> None:
     cmd = configure_command(plan, cmake, ninja)
     print(f"build: configuring {plan.source.path}\n  {shlex.join(cmd)}", flush=True)
     (plan.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look configured
-    res = subprocess.run(cmd, check=False, env=procs.child_env())
+    res = subprocess.run(cmd, check=False, env=plan.env or tool_env())
     if res.returncode != 0:
         unpublish()
         raise UserError(
@@ -302,7 +323,7 @@ def compile_target(plan: Plan, ninja: str) -> float:
     cmd = ninja_command(plan, ninja)
     print(f"build: {shlex.join(cmd)}", flush=True)
     start = time.monotonic()
-    res = subprocess.run(cmd, check=False, env=procs.child_env())
+    res = subprocess.run(cmd, check=False, env=plan.env or tool_env())
     seconds = time.monotonic() - start
     if res.returncode != 0:
         unpublish()
@@ -346,7 +367,23 @@ def publish_binary(plan: Plan, seconds: float) -> Path:
     return dest
 
 
+def cpu_fallback(caps: Capabilities) -> bool | None:
+    """Whether a GPU build sees no GPU here (``--list-devices`` lists none: ggml's init failed, and it runs
+    on the CPU); None for a CPU build."""
+    return None if caps.backend in (None, "cpu") else not caps.gpus
+
+
+def cpu_fallback_note(caps: Capabilities) -> str | None:
+    if not cpu_fallback(caps):
+        return None
+    return (
+        f"this {caps.backend} build sees no GPU here (--list-devices lists none: ggml_{caps.backend}_init "
+        "failed), so on this machine it runs on the CPU; build-info.json says so (cpu_fallback)"
+    )
+
+
 def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
+    caps = probe(binary)
     return {
         "commit": plan.source.commit,
         "source": plan.source.info,
@@ -357,7 +394,9 @@ def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
         "cuda_architectures": plan.archs,
         "build_seconds": round(seconds, 2),
         "binary_sha256": sha256_file(binary),
-        "spec_types": _spec_types(binary),
+        "spec_types": sorted(caps.spec_types),
+        "devices": list(caps.gpus),  # what --list-devices showed when the binary was published
+        "cpu_fallback": cpu_fallback(caps),
         "build_dir": str(plan.build_dir),
     }
 
@@ -375,7 +414,3 @@ def _cmake_compiler(build_dir: Path) -> str | None:
         [path, "--version"], capture_output=True, text=True, check=False, env=procs.child_env()
     )
     return f"{path}: {res.stdout.splitlines()[0]}" if res.returncode == 0 and res.stdout else path
-
-
-def _spec_types(binary: Path) -> list[str]:
-    return sorted(probe(binary).spec_types)

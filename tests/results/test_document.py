@@ -110,6 +110,10 @@ CPU = {"name": "cpu", "class": "cpu-x86-64"}
          "PASSED: 1 passed"),  # --allow-cpu given, but the run had its GPU
         (_doc(_rec("a", tier="smoke"), options={"allow_cpu": True}, device=CPU, tier="smoke"),
          "PASSED: 1 passed"),
+        (_doc(_rec("a", tier="synthetic"), binary={"backend": "cuda"}, device=CPU, tier="synthetic"),
+         "PASSED, with warnings (CUDA BINARY ON THE CPU): 1 passed"),  # ggml_cuda_init failed: CPU numbers
+        (_doc(_rec("a", tier="synthetic"), binary={"backend": "cuda"}, device=GPU, tier="synthetic"),
+         "PASSED: 1 passed"),
     ],
 )  # fmt: skip
 def test_green_headline_names_what_weakens_it(doc: Run, headline: str) -> None:
@@ -117,6 +121,16 @@ def test_green_headline_names_what_weakens_it(doc: Run, headline: str) -> None:
     assert v.green and v.headline == headline
     first = _md(doc).splitlines()[0]
     assert first.endswith(f": {headline}")
+
+
+def test_cuda_binary_on_the_cpu_is_spelled_out() -> None:
+    doc = _doc(_rec("a"), binary={"backend": "cuda"}, device={"name": "AMD EPYC", "class": "cpu-x86-64-avx2"})
+    line = (
+        "CUDA BINARY ON THE CPU: this cuda build saw no GPU (ggml_cuda_init failed) and ran every case on "
+        "the CPU (AMD EPYC): these are CPU numbers"
+    )
+    assert verdict(doc).attention == [line]
+    assert f"- **{line}**" in summary_markdown(doc)
 
 
 def test_no_history_says_the_relative_gate_was_off() -> None:

@@ -119,7 +119,9 @@ def test_allow_cpu_gpu_case_is_flagged_in_the_summarys_first_line(tmp_path, chai
     assert runner.run_case(case, session).status == "passed"
     assert suite.finish_session(session)
     summary = (tmp_path / "r" / "summary.md").read_text().splitlines()
-    assert summary[0].endswith("PASSED, with warnings (GPU TIER WITHOUT A GPU): 1 passed"), summary[0]
+    # a CUDA build without a GPU (NO_GPU): both are said
+    headline = "PASSED, with warnings (GPU TIER WITHOUT A GPU; CUDA BINARY ON THE CPU): 1 passed"
+    assert summary[0].endswith(headline), summary[0]
     assert "GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu)" in summary[2]
 
 
