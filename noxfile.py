@@ -91,6 +91,12 @@ def bisect(session: nox.Session) -> None:
     _specsuite(session, "bisect", extras="test")
 
 
+@nox.session(default=False)  # not under -t gpu: it builds and runs on its own
+def gpu_check(session: nox.Session) -> None:
+    """On a machine with a GPU: CPU and CUDA builds, synthetic and smoke tiers on each, one table."""
+    _specsuite(session, "gpu-check", extras="test")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy over the code; actionlint and zizmor over the workflow (the pinned `lint` extra)."""

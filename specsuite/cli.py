@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "resolve": "specsuite.server.resolver",
     "bisect": "specsuite.bisect.command",
     "bench": "specsuite.bench.command",
+    "gpu-check": "specsuite.tools.gpucheck",
 }
 
 

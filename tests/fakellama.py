@@ -33,6 +33,7 @@ DEFAULT: dict[str, Any] = {
     "usage": "ok",  # ok | zero | missing
     "die_after_requests": None,  # a speculative server exits after this many /completion requests
     "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
+    "log_lines": [],  # printed to stderr when the server starts (e.g. llama.cpp's offload line)
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -53,6 +54,8 @@ if args[:1] == ["--list-devices"]:
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
 port = int(args[args.index("--port") + 1])
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
+for line in CONFIG["log_lines"]:
+    print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
 
 class H(BaseHTTPRequestHandler):

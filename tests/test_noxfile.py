@@ -40,6 +40,12 @@ def test_test_sessions_require_the_build_and_are_tagged(sessions) -> None:
     assert sessions["calibrate"].requires == ["build"] and sessions["bench"].requires == ["build"]
 
 
+def test_gpu_check_is_one_command_that_builds_by_itself(sessions) -> None:
+    fn = sessions["gpu_check"]
+    assert not fn.requires and not fn.tags and fn.default is False  # never part of a plain `nox`
+    assert 'session, "gpu-check"' in (paths.REPO_ROOT / "noxfile.py").read_text()
+
+
 def test_tests_session_runs_on_every_supported_python(noxfile, sessions) -> None:
     """The list is pyproject's classifiers: one place says which Pythons are supported."""
     pythons = sessions["tests"].python

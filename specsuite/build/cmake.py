@@ -84,6 +84,12 @@ def parser() -> CommandParser:
 
 
 def main(argv: list[str]) -> int:
+    build_binary(argv)
+    return 0
+
+
+def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
+    """The build command: its plan, and the published binary (None with --configure-only)."""
     args, unknown = parser().parse_known_args(argv)
     if unknown:
         print(f"build: ignoring arguments for other sessions: {shlex.join(unknown)}", flush=True)
@@ -100,7 +106,7 @@ def main(argv: list[str]) -> int:
             print(
                 f"build: configured {plan.backend} build in {plan.build_dir} (--configure-only: not building)"
             )
-            return 0
+            return plan, None
         seconds = compile_target(plan, ninja.path)
         published = publish_binary(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
@@ -113,7 +119,7 @@ def main(argv: list[str]) -> int:
         print(
             f"build: note: LLAMA_SERVER_BIN_PATH={other} is set: test sessions use that binary, not this one"
         )
-    return 0
+    return plan, published
 
 
 # --- planning -------------------------------------------------------------------------------------------
