@@ -457,27 +457,75 @@ def test_real_cpu_build_from_the_pinned_sdist(monkeypatch: pytest.MonkeyPatch) -
     assert needed <= set(info["spec_types"])
 
 
+NO_NVCC = toolchain.find_nvcc() is None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.skipif(toolchain.find_nvcc() is None, reason="no nvcc on this machine: nothing to configure")
-def test_cuda_configure_with_cublas_from_the_wheel(
+@pytest.mark.skipif(NO_NVCC, reason="no nvcc on this machine: nothing to configure")
+def test_cuda_configure_on_a_machine_without_cublas_or_libcuda(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The CUDA configure path of the main job, on a machine with nvcc but without cuBLAS or libcuda."""
-    for var in ("LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_CMAKE_ARGS"):
+    """`--cuda` alone configures the CUDA build here (nvcc from PyPI wheels, no cuBLAS, no driver, no GPU)."""
+    for var in ("LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_CMAKE_ARGS", "CMAKE_CUDA_ARCHITECTURES"):
         monkeypatch.delenv(var, raising=False)
     published = paths.BUILD_DIR / "bin" / "llama-server"
     before = published.stat().st_mtime_ns if published.exists() else None
-    assert build.main(["--cuda", "--cublas-from-wheel", "--configure-only"]) == 0
+    assert build.main(["--cuda", "--configure-only"]) == 0
     out = capsys.readouterr().out
-    assert "cuBLAS taken from the PyPI wheel (nvidia_cublas-" in out
-    assert "GGML_CUDA_NO_VMM=ON: linking without the libcuda driver library" in out
-    plan = build.make_plan(parse(["--cuda", "--cublas-from-wheel"]), os.environ)
+    plan = build.make_plan(parse(["--cuda"]), build.tool_env())
     cache = (plan.build_dir / "CMakeCache.txt").read_text()
     assert "GGML_CUDA:BOOL=ON" in cache or "GGML_CUDA:UNINITIALIZED=ON" in cache
-    assert f"CUDA_cublas_LIBRARY:FILEPATH={paths.cache_dir()}/cuda/cublas-wheel/" in cache
+    roots = toolchain.cublas_roots(plan.nvcc) if plan.nvcc else []
+    if toolchain.find_cublas(roots) is None:  # this machine: cuBLAS from the wheel
+        assert "cuBLAS taken from the PyPI wheel (nvidia_cublas-" in out
+        assert f"CUDA_cublas_LIBRARY:FILEPATH={paths.cache_dir()}/cuda/cublas-wheel/" in cache
+    if plan.nvcc and toolchain.find_libcuda(plan.nvcc) is None:
+        assert "GGML_CUDA_NO_VMM=ON: no libcuda.so to link against" in out and "GGML_CUDA_NO_VMM" in cache
+    if not toolchain.visible_compute_caps():
+        assert "CUDA architectures 90-real (from no GPU visible" in out
     assert build.is_configured(plan.build_dir)
     assert (published.stat().st_mtime_ns if published.exists() else None) == before  # nothing published
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(7200)
+@pytest.mark.skipif(
+    os.environ.get("SPEC_CUDA_BUILD_TEST") != "1",
+    reason="SPEC_CUDA_BUILD_TEST=1 runs it: the full CUDA build (the README's benchmarks give its time) and "
+    "the synthetic tier on it and on the CPU build",
+)
+@pytest.mark.skipif(NO_NVCC, reason="no nvcc on this machine: no CUDA build")
+def test_real_cuda_build_runs_the_synthetic_tier(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What .github/workflows/cuda-build.yml does, here: the CUDA build, then the synthetic tier on it; and
+    where it sees no GPU (it runs on the CPU), the same counters as the CPU build's, case by case."""
+    from specsuite.tools.gpucheck import counters, run_one
+
+    for var in (
+        "LLAMA_CPP_DIR",
+        "LLAMA_CPP_REF",
+        "SPEC_CMAKE_ARGS",
+        "LLAMA_SERVER_BIN_PATH",
+        "CMAKE_CUDA_ARCHITECTURES",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))  # not the user's history
+    assert build.main(["--cuda"]) == 0
+    info = buildinfo.load()
+    assert info is not None and info["backend"] == "cuda"
+    gpus = toolchain.visible_compute_caps()
+    assert info["cpu_fallback"] is (not gpus) and info["cuda_architectures"] == (";".join(gpus) or "90-real")
+    cuda = run_one("cuda", "synthetic", Path(info["build_dir"]) / "bin" / "llama-server", tmp_path)
+    assert build.main(["--cpu"]) == 0  # build/bin back to the CPU build, as the other tests expect it
+    cpu = run_one("cpu", "synthetic", paths.BUILD_DIR / "bin" / "llama-server", tmp_path)
+    assert cuda.code == 0 and cpu.code == 0 and cuda.doc and cpu.doc
+    headline = (cuda.dir / "summary.md").read_text().splitlines()[0]
+    assert ("CUDA BINARY ON THE CPU" in headline) is (not gpus), headline
+    if not gpus:  # the CPU fallback computes what the CPU build computes
+        got, want = cuda.records(), cpu.records()
+        assert got.keys() == want.keys()
+        assert {n: counters(r) for n, r in got.items()} == {n: counters(r) for n, r in want.items()}
 
 
 # --- AMX ------------------------------------------------------------------------------------------------
