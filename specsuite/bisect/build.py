@@ -21,7 +21,6 @@ from filelock import FileLock
 from specsuite.build import cmake as build
 from specsuite.build import toolchain
 from specsuite.cases.schema import Case
-from specsuite.common import procs
 from specsuite.common.errors import UserError
 from specsuite.common.procs import last_line, run_forwarding
 
@@ -58,9 +57,10 @@ def parse_build_argv(build_argv: list[str]) -> list[str]:
 
 
 def _env(tree: Path) -> dict[str, str]:
-    """The worktree as the source; no Hub tokens (procs.child_env) and no LLAMA_CPP_REF."""
+    """The worktree as the source, no LLAMA_CPP_REF; the build's own tool environment (build.tool_env: no
+    Hub tokens, ccache's cache where ``nox -s build`` keeps it)."""
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_REF"}
-    return procs.child_env({**env, "LLAMA_CPP_DIR": str(tree)})
+    return build.tool_env({**env, "LLAMA_CPP_DIR": str(tree)})
 
 
 def plan(tree: Path, build_argv: list[str]) -> build.Plan:
@@ -90,20 +90,20 @@ def build_commit(tree: Path, log: Path, build_argv: list[str]) -> Path:
     with FileLock(str(p.build_dir) + ".lock"):
         if not build.is_configured(p.build_dir):
             (p.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look done
-            _run("configure", build.configure_command(p, cmake.path, ninja.path), log)
-        _run("ninja", build.ninja_command(p, ninja.path), log)
+            _run("configure", build.configure_command(p, cmake.path, ninja.path), log, p.env)
+        _run("ninja", build.ninja_command(p, ninja.path), log, p.env)
     binary = p.build_dir / "bin" / build.TARGET
     if not binary.is_file():
         raise BuildFailed(f"ninja succeeded but {binary} does not exist")
     return binary
 
 
-def _run(what: str, cmd: list[str], log: Path) -> None:
+def _run(what: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
     t0 = time.monotonic()
 
     def heartbeat() -> None:
         print(f"bisect:   {what} {time.monotonic() - t0:.0f} s: {last_line(log)[:120]}", flush=True)
 
-    code = run_forwarding(cmd, env=procs.child_env(), log=log, heartbeat=heartbeat)
+    code = run_forwarding(cmd, env=env, log=log, heartbeat=heartbeat)
     if code != 0:
         raise BuildFailed(f"{what} failed (exit {code}): {last_line(log)[:300]}")
