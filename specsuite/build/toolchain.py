@@ -330,16 +330,14 @@ def _fetch_cublas_wheel(requirement: str, root: Path, record: Path) -> dict[str,
 
     tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=root))
     try:
-        print(f"build: downloading {requirement} from PyPI (--cublas-from-wheel)", flush=True)
+        print(f"build: downloading {requirement} from PyPI (cuBLAS for the CUDA build)", flush=True)
         wheels = pip_download(
             [requirement], tmp, binary=True,
             check="check access to PyPI (or PIP_INDEX_URL), or install cuBLAS with the CUDA toolkit",
         )  # fmt: skip
         wheels = [w for w in wheels if w.suffix == ".whl"]
         if not wheels:
-            raise UserError(
-                f"pip download of {requirement} left no wheel in {tmp}; rerun --cublas-from-wheel"
-            )
+            raise UserError(f"pip download of {requirement} left no wheel in {tmp}; run the build again")
         wheel, sha = wheels[0], sha256_file(wheels[0])
         dest = root / sha[:16]
         if not dest.is_dir():
