@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +130,11 @@ def gpu_check_command(argv: list[str]) -> int:
     make_results_dir(out)
     phases: list[tuple[str, float]] = []
     binaries = build_both(phases)
-    runs: list[Run] = []
-    for selector in a.run or DEFAULT_SELECTORS:
-        for side in SIDES:
-            t0 = time.monotonic()
-            runs.append(run_one(side, selector, binaries[side], out))
-            phases.append((f"{side} {selector}", time.monotonic() - t0))
+    runs = [
+        timed(phases, f"{side} {selector}", partial(run_one, side, selector, binaries[side], out))
+        for selector in a.run or DEFAULT_SELECTORS
+        for side in SIDES
+    ]
     report = judge(runs, phases)
     text = render(report, compute_caps=gpus)
     atomic.write_text(out / "gpu-check.md", text)
