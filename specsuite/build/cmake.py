@@ -250,10 +250,19 @@ def amx_flags(compiler: str, user: list[str], notes: list[str]) -> list[str]:
 
 
 def cuda_flags(nvcc: Nvcc, archs: str) -> list[str]:
-    # The real nvcc, not a wrapper script on PATH: CMake derives the toolkit root from it.
+    """The CUDA backend with this nvcc's toolkit for both of CMake's lookups. The real nvcc, not a wrapper
+    script on PATH: the compiler's toolkit root comes from it. ggml calls find_package(CUDAToolkit) before
+    it enables the CUDA language, and FindCUDAToolkit then ignores CMAKE_CUDA_COMPILER: without
+    CUDAToolkit_ROOT it takes CUDA_PATH, the nvcc on PATH or /usr/local/cuda, another toolkit or none (an nvcc
+    from PyPI wheels, as in the cuda-build workflow, is in none of them)."""
     real = nvcc.root / "bin" / "nvcc"
     compiler = str(real) if real.is_file() else nvcc.path
-    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={compiler}", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
+    return [
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_COMPILER={compiler}",
+        f"-DCUDAToolkit_ROOT={nvcc.root}",
+        f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
+    ]
 
 
 def wheel_cublas_flags(cublas: Cublas) -> list[str]:

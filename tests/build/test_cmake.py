@@ -268,9 +268,10 @@ def test_cuda_plan_flags(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     cuda_part = [
         "-DGGML_CUDA=ON",
         f"-DCMAKE_CUDA_COMPILER={root.resolve()}/bin/nvcc",
+        f"-DCUDAToolkit_ROOT={root.resolve()}",  # FindCUDAToolkit runs before CUDA is enabled: same toolkit
         "-DCMAKE_CUDA_ARCHITECTURES=90",
     ]
-    assert cuda.flags[-5:] == [*cuda_part, "-DGGML_CUDA_FA_QUANTS=all", "-DGGML_CUDA_GRAPHS=OFF"]
+    assert cuda.flags[-6:] == [*cuda_part, "-DGGML_CUDA_FA_QUANTS=all", "-DGGML_CUDA_GRAPHS=OFF"]
     assert "-DGGML_CUDA_NO_VMM=ON" not in cuda.flags
     assert "CUDA architectures 90 (from CMAKE_CUDA_ARCHITECTURES)" in cuda.notes
     given = build.make_plan(parse(["--cuda", "-DCMAKE_CUDA_ARCHITECTURES=121a-real"]), env)
@@ -305,7 +306,8 @@ def test_no_vmm_where_no_libcuda_exists(isolated: Path, monkeypatch: pytest.Monk
     }
     plan = build.make_plan(parse(["--cuda"]), env)
     lib = isolated / "wheel" / "lib"
-    assert plan.flags[-7:] == [
+    assert plan.flags[-8:] == [
+        f"-DCUDAToolkit_ROOT={(isolated / 'cuda').resolve()}",
         "-DCMAKE_CUDA_ARCHITECTURES=90-real",
         f"-DCUDA_cublas_LIBRARY={lib}/libcublas.so",
         f"-DCMAKE_LIBRARY_PATH={lib}",
