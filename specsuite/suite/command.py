@@ -28,9 +28,16 @@ NGRAM_N_MAX = {
 NGRAM_N_MIN = {"ngram-mod": "--spec-ngram-mod-n-min"}
 
 
+def runs_on_cpu(caps: Capabilities) -> bool:
+    """A CPU build, or a GPU build that sees no GPU (``--list-devices`` lists none: ggml falls back to the
+    CPU, ``ggml_cuda_init: failed to initialize CUDA``): it gets the CPU build's command line, so that its run
+    is the CPU build's run. A binary too old for ``--list-devices`` (backend unknown) keeps the GPU flags."""
+    return caps.backend == "cpu" or (caps.backend is not None and not caps.gpus)
+
+
 def gpu_layers(caps: Capabilities) -> str | None:
-    """-ngl value from N_GPU_LAYERS (default 99); None on a CPU-only build, where offload means nothing."""
-    if caps.backend == "cpu":
+    """-ngl value from N_GPU_LAYERS (default 99); None where it runs on the CPU (offload means nothing)."""
+    if runs_on_cpu(caps):
         return None
     return str(settings.load().n_gpu_layers)
 
@@ -86,7 +93,7 @@ def server_command(
         cmd += [caps.require_flag("fit"), "off"]
     if "--offline" in caps.options:  # models are local paths; never let the server reach the network
         cmd.append("--offline")
-    if caps.backend == "cpu":
+    if runs_on_cpu(caps):
         cmd += _no_polling(caps, draft)
     cmd += ["--temp", "0", caps.require_flag("seed"), SEED, "--host", "127.0.0.1", "--port", str(port)]
     if resolved is not None:
@@ -107,7 +114,7 @@ def _known(caps: Capabilities, flags: Sequence[str]) -> list[str]:
 
 
 def _no_polling(caps: Capabilities, draft: Path | None) -> list[str]:
-    """On a CPU build, busy-wait polling (default level 50) makes the target's and the draft's thread pools
+    """On the CPU, busy-wait polling (default level 50) makes the target's and the draft's thread pools
     starve each other on a few shared cores: measured 4.4 vs 46.8 tokens/s for draft-simple on 2 cores."""
     args = ["--poll", "0"] if "--poll" in caps.options else []
     if draft is not None and "--spec-draft-poll" in caps.options:

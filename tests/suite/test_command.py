@@ -20,11 +20,17 @@ from specsuite.suite.command import missing_reason, server_command
 HELP = DATA_ROOT / "help" / "current.txt"
 
 
-def _caps(backend: str, drop: tuple[str, ...] = ()) -> Capabilities:
+H100 = ("CUDA0: NVIDIA H100 80GB HBM3 (81007 MiB, 80468 MiB free)",)
+
+
+def _caps(backend: str, drop: tuple[str, ...] = (), devices: tuple[str, ...] | None = None) -> Capabilities:
+    """The pinned build's capabilities; a GPU backend sees an H100 unless ``devices`` says otherwise."""
     options, removed, types = parse_help(HELP.read_text())
+    devices = (H100 if backend != "cpu" else ()) if devices is None else devices
     return Capabilities(
-        "/b/llama-server", "version: x", "0c1e570", types - set(drop), options - set(drop), removed, backend
-    )
+        "/b/llama-server", "version: x", "0c1e570", types - set(drop), options - set(drop), removed, backend,
+        devices,
+    )  # fmt: skip
 
 
 def _case(body: str):
@@ -50,6 +56,20 @@ def test_command_cpu_build_omits_ngl_and_polls_not(monkeypatch) -> None:
         "--spec-synth-rates 0,0,0",
     ):
         assert part in s
+
+
+def test_command_of_a_cuda_build_without_a_gpu_is_the_cpu_builds(monkeypatch) -> None:
+    """ggml_cuda_init failed, the binary runs on the CPU: no offload, no polling, as the CPU build."""
+    monkeypatch.delenv("N_GPU_LAYERS", raising=False)
+    case = _case(
+        'spec_type = "draft-simple"\ndraft = "d.gguf"\nn_max = 3\n'
+        "min_accept_rate = 0.0\nmin_accept_len = 1.0\n"
+    )
+    fallback = server_command(_caps("cuda", devices=()), Path("/m/t.gguf"), 1, case, Path("/m/d.gguf"))
+    assert fallback == server_command(_caps("cpu"), Path("/m/t.gguf"), 1, case, Path("/m/d.gguf"))
+    assert "--poll" in fallback and "--n-gpu-layers" not in fallback
+    unknown = server_command(_caps(None, devices=()), Path("/m/t.gguf"), 1, case, Path("/m/d.gguf"))  # type: ignore[arg-type]
+    assert "--n-gpu-layers" in unknown and "--poll" not in unknown  # too old to say: GPU flags kept
 
 
 def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
