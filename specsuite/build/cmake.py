@@ -299,7 +299,7 @@ def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# --- configure, build, publish -------------------------------------------------------------------------------
+# --- configure, build, publish -----------------------------------------------------------------------------
 
 
 def is_configured(build_dir: Path) -> bool:

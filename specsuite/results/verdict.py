@@ -1,9 +1,9 @@
 """Whether a run may be called green, and everything that weakens it: computed once, when the run ends.
 
 Green only if some selected case ran (passed or failed) and none failed, errored or was interrupted. The
-``attention`` lines (skips, strict off, uncalibrated cases, missing counters, a GPU tier without a GPU, the
-relative gate off, an unrecorded history) follow the headline, and a green headline names them too
-(``PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCALIBRATED): ...``).
+``attention`` lines (skips, strict off, uncalibrated cases, missing counters, a GPU tier without a GPU, a
+GPU build on the CPU, the relative gate off, an unrecorded history) follow the headline, and a green
+headline names them too (``PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCALIBRATED): ...``).
 """
 
 from __future__ import annotations
@@ -62,6 +62,14 @@ def _gpu_tier_without_gpu(run: Run) -> bool:
     return run.run_options.allow_cpu and bool(tiers & set(GPU_TIERS)) and on_cpu
 
 
+def gpu_binary_on_cpu(run: Run) -> str | None:
+    """The backend of a GPU build (``cuda``, …) that ran on the CPU: it saw no GPU, ggml's init failed
+    (``ggml_cuda_init: failed to initialize CUDA``) and every case ran on the CPU; None otherwise."""
+    backend = run.binary.backend or "cpu"
+    on_cpu = str(run.device_class or "").startswith("cpu")
+    return backend if backend != "cpu" and on_cpu else None
+
+
 def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
@@ -86,6 +94,12 @@ def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
     if _gpu_tier_without_gpu(run):
         line = "GPU TIER ON A CPU BUILD OR WITHOUT A GPU (--allow-cpu): floors were measured on GPUs"
         out.append(("GPU TIER WITHOUT A GPU", [line]))
+    if backend := gpu_binary_on_cpu(run):
+        line = (
+            f"{backend.upper()} BINARY ON THE CPU: this {backend} build saw no GPU (ggml_{backend}_init "
+            f"failed) and ran every case on the CPU ({run.device_name}): these are CPU numbers"
+        )
+        out.append((f"{backend.upper()} BINARY ON THE CPU", [line]))
     if run.options is not None and not opts.history:  # floors only: a drop that clears them is not caught
         line = "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
         out.append(("RELATIVE GATE OFF", [line + "baseline, and the run was not recorded"]))

@@ -15,7 +15,6 @@ legitimately differ; the floors are what a case must meet on either.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -28,16 +27,12 @@ from typing import Any
 
 from specsuite.build import cmake, toolchain
 from specsuite.common import atomic, paths, procs, table
+from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
-from specsuite.results.document import (
-    case_records,
-    default_results_dir,
-    device_name,
-    load_run,
-    make_results_dir,
-    verdict,
-)
+from specsuite.results.document import Run as RunDocument
+from specsuite.results.document import default_results_dir, load_run, make_results_dir
 from specsuite.results.record import CaseRecord, is_finite
+from specsuite.results.verdict import verdict
 
 DEFAULT_SELECTORS = ("synthetic", "smoke")
 SIDES = ("gpu", "cpu")
@@ -52,14 +47,14 @@ class Run:
     selector: str
     dir: Path
     code: int
-    doc: dict[str, Any] | None = None
+    doc: RunDocument | None = None
 
     @property
     def label(self) -> str:
         return f"{self.side.upper()} {self.selector}"
 
     def records(self) -> dict[str, CaseRecord]:
-        return case_records(self.doc) if self.doc else {}
+        return dict(self.doc.cases) if self.doc else {}
 
     def problems(self) -> list[str]:
         """Why this run cannot count as a green one for the check ([] when it can)."""
@@ -67,9 +62,8 @@ class Run:
             return [f"{self.label}: no results.json (run-tier exit {self.code}; see its output above)"]
         v = verdict(self.doc)
         out = [] if v.green else [f"{self.label}: {v.headline}"]
-        dev = self.doc.get("device") or {}
-        if self.side == "gpu" and str(dev.get("class") or "cpu").startswith("cpu"):
-            out.append(f"{self.label} ran on the CPU ({device_name(self.doc)}), not on a GPU")
+        if self.side == "gpu" and str(self.doc.device_class or "cpu").startswith("cpu"):
+            out.append(f"{self.label} ran on the CPU ({self.doc.device_name}), not on a GPU")
         return out
 
 
@@ -101,12 +95,12 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specsuite gpu-check",
-        description="Build for the CPU and for the visible GPUs, run the synthetic and smoke tiers on each, "
-        "and print one table: counters, tokens/s and speedup on the GPU beside the CPU, and the verdict.",
-        allow_abbrev=False,
+def parser() -> CommandParser:
+    p = CommandParser(
+        "gpu-check",
+        "CPU and CUDA builds, the synthetic and smoke tiers on each: GPU against CPU, and a verdict.\n"
+        "Builds for the CPU and for the visible GPUs, runs the tiers on each (on the GPU with every layer "
+        "offloaded), and prints one table: counters, tokens/s and speedup on the GPU beside the CPU.",
     )
     p.add_argument(
         "--run",
@@ -118,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def gpu_check_command(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
     gpus = toolchain.visible_compute_caps()
     if not gpus:
@@ -221,7 +215,7 @@ def judge(runs: list[Run], phases: list[tuple[str, float]]) -> Report:
     for run in runs:
         report.problems += run.problems()
     gpu_docs = [r.doc for r in runs if r.side == "gpu" and r.doc]
-    report.device = device_name(gpu_docs[0]) if gpu_docs else "?"
+    report.device = gpu_docs[0].device_name if gpu_docs else "?"
     for selector in dict.fromkeys(r.selector for r in runs):
         gpu = next((r for r in runs if r.selector == selector and r.side == "gpu"), None)
         cpu = next((r for r in runs if r.selector == selector and r.side == "cpu"), None)

@@ -130,7 +130,7 @@ def test_cuda_binary_on_the_cpu_is_spelled_out() -> None:
         "the CPU (AMD EPYC): these are CPU numbers"
     )
     assert verdict(doc).attention == [line]
-    assert f"- **{line}**" in summary_markdown(doc)
+    assert f"- **{line}**" in _md(doc)
 
 
 def test_no_history_says_the_relative_gate_was_off() -> None:

@@ -11,12 +11,14 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 from fakellama import fake_llama
 
 from specsuite.build import toolchain
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.results.document import decode_run
 from specsuite.results.record import CaseRecord
 from specsuite.tools import gpucheck
 from specsuite.tools.gpucheck import Run, judge, render
@@ -33,15 +35,22 @@ def _run(tmp: Path, side: str, *recs: CaseRecord, device: dict | None = None, lo
     for rec in recs:
         rec.log = f"logs/{rec.name}.log"
         (folder / rec.log).write_text(f"llama.cpp says hello\n{logs}\n")
-        cases[rec.name] = rec.to_dict()
+        cases[rec.name] = msgspec.to_builtins(rec)
     device = device or (H200 if side == "gpu" else CPU)
     doc = {"cases": cases, "device": device, "binary": {"backend": "cuda" if side == "gpu" else "cpu"}}
-    return Run(side, "synthetic", folder, 0, doc)
+    return Run(side, "synthetic", folder, 0, decode_run(doc, "test"))
 
 
 def _rec(name: str, drafted: int = 12, accepted: int = 9, tps: float = 100.0, **kw: object) -> CaseRecord:
     return CaseRecord(
-        name, status="passed", drafted=drafted, accepted=accepted, drafts=4, decode_tps=tps, speedup=1.5, **kw
+        name=name,
+        status="passed",
+        drafted=drafted,
+        accepted=accepted,
+        drafts=4,
+        decode_tps=tps,
+        speedup=1.5,
+        **kw,
     )  # type: ignore[arg-type]
 
 
@@ -87,7 +96,7 @@ def test_a_layer_left_on_the_cpu_fails(tmp_path: Path, logs: str, seen: str) -> 
 
 
 def test_a_failed_or_missing_run_fails_the_check(tmp_path: Path) -> None:
-    bad = CaseRecord("a", status="failed", reason="floor", drafted=1, accepted=0, drafts=1)
+    bad = CaseRecord(name="a", status="failed", reason="floor", drafted=1, accepted=0, drafts=1)
     gpu = _run(tmp_path, "gpu", bad)
     missing = Run("cpu", "synthetic", tmp_path / "nothing", 2, None)
     report = judge([gpu, missing], [])
@@ -97,10 +106,10 @@ def test_a_failed_or_missing_run_fails_the_check(tmp_path: Path) -> None:
 
 
 def test_skipped_cases_need_no_offload_line(tmp_path: Path) -> None:
-    skip = CaseRecord("a", status="skipped", reason="binary_no_dspark")
+    skip = CaseRecord(name="a", status="skipped", reason="binary_no_dspark")
     gpu = _run(tmp_path, "gpu", skip, logs="")
     report = judge(
-        [gpu, _run(tmp_path, "cpu", CaseRecord("a", status="skipped", reason="binary_no_dspark"))], []
+        [gpu, _run(tmp_path, "cpu", CaseRecord(name="a", status="skipped", reason="binary_no_dspark"))], []
     )
     assert report.compared == 0 and not any("offloaded" in p for p in report.problems)
 
@@ -110,7 +119,7 @@ def test_without_a_gpu_it_says_what_to_run_instead(tmp_path: Path, monkeypatch: 
     with pytest.raises(
         UserError, match=r"^gpu-check needs a GPU: nvidia-smi lists none here .*run-tier synthetic"
     ):
-        gpucheck.gpu_check_command([])
+        gpucheck.main([])
 
 
 # --- the whole command, on fakes ------------------------------------------------------------------------
@@ -183,7 +192,7 @@ def test_the_whole_command_on_a_fake_gpu_machine(
     fake_llama(gpu_machine / "cuda", devices=h200, spec_ms_per_token=2.0, log_lines=[OFFLOAD], **ALL_ACCEPTED)
     fake_llama(gpu_machine / "cpu", spec_ms_per_token=10.0, **ALL_ACCEPTED)
     out = tmp_path / "check"
-    assert gpucheck.gpu_check_command(["--run", CASE, "--out", str(out)]) == 0
+    assert gpucheck.main(["--run", CASE, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     text = (out / "gpu-check.md").read_text()
     assert text in printed
@@ -220,7 +229,7 @@ def test_the_whole_command_fails_when_the_cuda_binary_sees_no_gpu(
     fake_llama(gpu_machine / "cuda", devices=no_gpu, **ALL_ACCEPTED)
     fake_llama(gpu_machine / "cpu", **ALL_ACCEPTED)
     out = tmp_path / "check"
-    assert gpucheck.gpu_check_command(["--run", CASE, "--out", str(out)]) == 1
+    assert gpucheck.main(["--run", CASE, "--out", str(out)]) == 1
     text = (out / "gpu-check.md").read_text()
     assert text.startswith("### gpu-check FAILED on ")
     assert (
