@@ -495,8 +495,8 @@ def test_cuda_configure_on_a_machine_without_cublas_or_libcuda(
 @pytest.mark.timeout(7200)
 @pytest.mark.skipif(
     os.environ.get("SPEC_CUDA_BUILD_TEST") != "1",
-    reason="SPEC_CUDA_BUILD_TEST=1 runs it: the full CUDA build (the README's benchmarks give its time) and "
-    "the synthetic tier on it and on the CPU build",
+    reason="SPEC_CUDA_BUILD_TEST=1 runs it: the full CUDA build (more than 40 CPU-minutes) and the synthetic "
+    "tier on it and on the CPU build",
 )
 @pytest.mark.skipif(NO_NVCC, reason="no nvcc on this machine: no CUDA build")
 def test_real_cuda_build_runs_the_synthetic_tier(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
