@@ -25,8 +25,9 @@ CASE_TIERS: tuple[str, ...] = get_args(Tier)
 GPU_TIERS = ("compact", "nightly")
 # What a selector may name besides case names: every tier, and "all" (the GPU tiers together, as upstream).
 TIERS = (*CASE_TIERS, "all")
-# Canonical --spec-type tokens at the pinned commit (common/speculative.cpp).
+# Canonical --spec-type tokens at the pinned commit (common/speculative.cpp), "none" included.
 SpecType = Literal[
+    "none",
     "draft-simple",
     "draft-eagle3",
     "draft-mtp",
@@ -42,8 +43,12 @@ SPEC_TYPES: tuple[str, ...] = get_args(SpecType)
 # "detect": pass no --spec-type and let the server pick the type from the draft's GGUF metadata.
 DETECT = "detect"
 Token = Literal[SpecType, "detect"]
-# The front end's user-facing modes (seed: frontend-mtp-handling.txt), resolved at run time.
-Mode = Literal["auto", "mtp", "ngram", "mtp+ngram", "off"]
+# Types without a draft length to set: "none" drafts nothing; ngram-cache drafts up to 8 in the pinned tree
+# (common/speculative.cpp create_state_ngram_cache: no flag sets it). A case of only these omits n_max.
+NO_DRAFT_LENGTH = ("none", "ngram-cache")
+# The front end's user-facing modes (seed: frontend-mtp-handling.txt; its canonical values, ngram-simple
+# passed through), resolved at run time.
+Mode = Literal["auto", "mtp", "ngram", "mtp+ngram", "off", "ngram-simple"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 Name = Annotated[str, Meta(pattern=r"^[a-z0-9_-]+$", description="made of a-z, 0-9, _ and -")]
@@ -63,6 +68,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # How speculation is configured: exactly one of spec_type (one type or a chain), mode, spec_default.
     spec_type: Annotated[Token | tuple[Token, ...], Meta(description="a type or a list of types")] = ()
     mode: Mode | None = None
+    # A mode case: the identifier the front end resolves by (its Hub repo, e.g.
+    # "unsloth/Qwen3.5-0.8B-MTP-GGUF": size and -MTP marker come from it); default the target's file name.
+    model_id: Text | None = None
     spec_default: bool = False
     draft: str | None = None
     n_max: Count | None = None
@@ -78,7 +86,10 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server_args: tuple[str, ...] = ()
     n_predict: Count = 128
     prompts: str = "seed"
+    # Exact counters over the measured pass (synthetic models make them deterministic).
+    expect_drafted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     expect_accepted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
+    expect_drafts: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     expect_all_accepted: bool = False
     expect_accept_len: float | None = None
     accept_len_tolerance: Positive | None = None
@@ -86,6 +97,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expect_full_positions: bool = False
     expect_draft_len: Count | None = None
     expect_log: tuple[str, ...] = ()
+    # A mode case: what the resolver must pick ("draft-mtp", "ngram-mod,draft-mtp", "ngram-mod", "default",
+    # "ngram-simple", or "none" when it emits no speculation).
+    expect_resolved: Text | None = None
     calibration: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
@@ -112,14 +126,19 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 f"give exactly one of spec_type, mode, spec_default (got {', '.join(given) or 'none'})"
             )
         types = list(self.chain)
-        if DETECT in types and types != [DETECT]:
-            raise ValueError(
-                f"spec_type {DETECT!r} (let the server detect the type) cannot be part of a chain"
-            )
+        for alone in (DETECT, "none"):
+            if alone in types and types != [alone]:
+                raise ValueError(f"spec_type {alone!r} cannot be part of a chain")
         if len(set(types)) != len(types):
             raise ValueError(f"spec_type {types} names a type twice")
-        if types and self.n_max is None:
-            raise ValueError("missing n_max (the draft length; mode and spec_default cases may omit it)")
+        if not set(types) <= set(NO_DRAFT_LENGTH) and self.n_max is None:
+            raise ValueError(
+                "missing n_max (the draft length; mode, spec_default, none and ngram-cache cases may omit it)"
+            )
+        if self.mode is None and (self.model_id is not None or self.expect_resolved is not None):
+            raise ValueError(
+                "model_id and expect_resolved are about resolving a mode: give them only with mode"
+            )
 
     def _check_floors(self) -> None:
         if not self.expect_no_drafts and not self.uncalibrated:

@@ -103,8 +103,10 @@ def _speed(case: Case, n: dict[str, Any]) -> list[Failure]:
 def _self_tests(case: Case, n: dict[str, Any]) -> list[Failure]:
     out = []
     acc, drafted, drafts, pos = n["accepted"], n["drafted"], n["drafts"], n["per_position"]
-    if case.expect_accepted is not None and acc != case.expect_accepted:
-        out.append(f"accepted={acc}, expected exactly {case.expect_accepted}")
+    exact = {"drafted": case.expect_drafted, "accepted": case.expect_accepted, "steps": case.expect_drafts}
+    for (key, want), got in zip(exact.items(), (drafted, acc, drafts), strict=True):
+        if want is not None and got != want:
+            out.append(f"{key}={got}, expected exactly {want}")
     if case.expect_all_accepted and acc != drafted:
         out.append(f"accepted={acc} != drafted={drafted} (synthetic rates all 1 accept every draft token)")
     if case.expect_accept_len is not None and case.accept_len_tolerance is not None and drafts:

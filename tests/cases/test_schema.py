@@ -97,7 +97,9 @@ def test_missing_floor_and_unknown_spec_type() -> None:
     with pytest.raises(UserError, match="missing floor 'min_accept_len'"):
         parse_cases(BASE.replace("min_accept_len = 1.5\n", ""))
     parse_cases(BASE.replace("min_accept_len = 1.5\n", "expect_no_drafts = true\n"))  # allowed there
-    with pytest.raises(UserError, match=r"spec_type must be one of draft-simple, .*, detect, got 'mtp'$"):
+    with pytest.raises(
+        UserError, match=r"spec_type must be one of none, draft-simple, .*, detect, got 'mtp'$"
+    ):
         parse_cases(BASE.replace('"ngram-mod"', '"mtp"'))
 
 
@@ -111,11 +113,20 @@ def test_missing_floor_and_unknown_spec_type() -> None:
         (('spec_type = "ngram-mod"', ""), "exactly one of spec_type, mode, spec_default (got none)"),
         (
             ('spec_type = "ngram-mod"', 'mode = "turbo"'),
-            "mode must be one of auto, mtp, ngram, mtp+ngram, off, got 'turbo'",
+            "mode must be one of auto, mtp, ngram, mtp+ngram, off, ngram-simple, got 'turbo'",
         ),
         (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "detect"]'), "cannot be part of a chain"),
         (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "ngram-mod"]'), "names a type twice"),
         (("n_max = 3\n", ""), "missing n_max"),
+        (
+            ('spec_type = "ngram-mod"', 'spec_type = ["none", "ngram-mod"]'),
+            "'none' cannot be part of a chain",
+        ),
+        (
+            ('spec_type = "ngram-mod"', 'spec_type = "ngram-mod"\nmodel_id = "x/Qwen3.5-0.8B-MTP"'),
+            "only with mode",
+        ),
+        (("n_max = 3\n", 'n_max = 3\nexpect_resolved = "ngram-mod"\n'), "only with mode"),
         (
             ("min_accept_len = 1.5", "min_accept_len = 1.5\nmin_speedup = 0"),
             "min_speedup must be a number > 0, got 0",
@@ -138,6 +149,21 @@ def test_chain_mode_spec_default_and_uncalibrated_parse() -> None:
     assert (mode.mode, mode.n_max, mode.method, mode.uncalibrated) == ("auto", None, "mode=auto", True)
     default = parse_cases(no_floors.replace('spec_type = "ngram-mod"\n', "spec_default = true\n"))[0]
     assert default.spec_default and default.method == "spec-default"
+    named = parse_cases(
+        no_floors.replace(
+            'spec_type = "ngram-mod"\n', 'mode = "auto"\nmodel_id = "org/Qwen3.5-0.8B-MTP-GGUF"\n'
+        )
+    )[0]
+    assert named.model_id == "org/Qwen3.5-0.8B-MTP-GGUF"
+
+
+@pytest.mark.parametrize("spec_type", ["none", "ngram-cache", ["ngram-cache"]])
+def test_types_without_a_draft_length_omit_n_max(spec_type) -> None:
+    text = BASE.replace('"ngram-mod"', repr(spec_type).replace("'", '"')).replace("n_max = 3\n", "")
+    (c,) = parse_cases(text)
+    assert c.n_max is None and c.spec_type == tuple(spec_type if isinstance(spec_type, list) else [spec_type])
+    with pytest.raises(UserError, match="missing n_max"):  # a chain with a type that has a length needs it
+        parse_cases(text.replace(repr(spec_type).replace("'", '"'), '["ngram-cache", "ngram-mod"]'))
 
 
 def test_seed_prompts_are_upstreams_byte_for_byte() -> None:
@@ -190,7 +216,10 @@ def test_select_by_tier_names_and_all() -> None:
     cases = load_cases(paths.CASES_FILE)
     assert select_cases(cases, "") == []
     compact = [c.name for c in select_cases(cases, "compact")]
-    assert compact == ["mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"]
+    assert compact == [
+        *("mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"),
+        "mtp-ngram-qwen35-4b-mtp",
+    ]
     every = [c.name for c in select_cases(cases, "all")]
     assert every == [*compact, "dflash2", "lilicorr"]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]

@@ -95,6 +95,14 @@ def test_self_tests() -> None:
     assert _reasons(check(c, _n(), OK, [], "")) == ["self_test"]
 
 
+def test_exact_counters_name_each_miss() -> None:
+    c = _case("expect_drafted = 90\nexpect_accepted = 60\nexpect_drafts = 30\n")
+    assert check(c, _n(), OK, [], "") == []
+    fails = check(c, _n(drafted=91, drafts=29), OK, [], "")
+    assert [f.message for f in fails] == ["drafted=91, expected exactly 90", "steps=29, expected exactly 30"]
+    assert _reasons(fails) == ["self_test", "self_test"]
+
+
 def test_expect_no_drafts_and_log() -> None:
     c = parse_cases(
         CASE.replace("min_accept_rate = 0.5\nmin_accept_len = 2.0\n", "expect_no_drafts = true\n")
