@@ -34,7 +34,7 @@ def _run(command: str, *positional: str | None, **options: Any) -> None:
         if value is True:
             argv.append(flag)
         elif value not in (None, False, ""):
-            argv += [flag, str(value)]
+            argv.append(f"{flag}={value}")  # one token: a value may itself start with "--" (extra args)
     code = main(argv)
     if code:
         raise Exit(code=code)
@@ -109,8 +109,28 @@ def history(c, case=None, device=None, last=None, plot=None, json=False, db=None
 
 
 @command()
-def resolve(c, model, mode=None, device=None, binary=None, mtp_drafter=None):
-    _run("resolve", model=model, mode=mode, device=device, binary=binary, mtp_drafter=mtp_drafter)
+def resolve(
+    c,
+    model,
+    mode=None,
+    device=None,
+    binary=None,
+    mtp_drafter=None,
+    model_id=None,
+    spec_draft_n_max=None,
+    extra_args=None,
+):
+    _run(
+        "resolve",
+        model=model,
+        mode=mode,
+        device=device,
+        binary=binary,
+        mtp_drafter=mtp_drafter,
+        model_id=model_id,
+        spec_draft_n_max=spec_draft_n_max,
+        extra_args=extra_args,
+    )
 
 
 ns = Collection(

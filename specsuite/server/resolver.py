@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsuite.common import paths
-from specsuite.common.argtypes import CommandParser
+from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.models.gguf import has_mtp_marker, read_info
 from specsuite.server.probe import Capabilities, probe
 
-# Below this size an embedded MTP head costs more per token than it saves (seed's clean bench: 0.8B GPU
-# draft-mtp 0.58x, 2B 0.82x vs off); 4B and up win.
+# Below 3B, auto drops an embedded MTP head. The seed's reason, in its words: "tiny dense models regress
+# with the MTP draft head" and "Clean-bench shows 2B regresses with draft-mtp"; it gives no figures for it.
+# A separate drafter is exempt ("B200 Q4_K_XL: gemma-4-E2B draft-mtp n=2 = 1.21x vs OFF", the seed's only
+# speed figure).
 MTP_MIN_SIZE_B = 3.0
-# Draft lengths the seed ships: the GPU / CPU sweet spots of its sweep (longer regresses on essays).
+# The draft lengths the seed's resolver emits for MTP: 2 on a GPU ("B200 default, n=2"), 3 on the CPU (its
+# resolver matrix); the seed does not say how they were chosen.
 GPU_DRAFT_N_MAX = 2
 CPU_DRAFT_N_MAX = 3
 # ngram-mod knobs: lookup length, draft range.
@@ -274,8 +277,10 @@ def resolve_for_model(
     mtp_draft_path: str | Path | None = None,
     spec_draft_n_max: int | None = None,
     extra_args: list[str] | None = None,
+    model_id: str | None = None,
 ) -> Resolution:
-    """``resolve`` for a GGUF file: MTP heads from its metadata (cached), the name from its file name."""
+    """``resolve`` for a GGUF file: MTP heads from its metadata (cached); the name (size, -MTP marker) from
+    ``model_id``, the identifier a front end loaded it by (a Hub repo), else from the file name."""
     model_path = Path(model_path)
     info = read_info(model_path)  # UserError when missing or not GGUF
     if mtp_draft_path is not None and not Path(mtp_draft_path).is_file():
@@ -283,7 +288,7 @@ def resolve_for_model(
     return resolve(
         mode,
         caps=caps,
-        model_name=model_path.name,
+        model_name=model_id or model_path.name,
         nextn_predict_layers=info.nextn_predict_layers,
         gpu=gpu,
         mtp_draft_path=str(mtp_draft_path) if mtp_draft_path is not None else None,
@@ -314,6 +319,23 @@ def parser() -> CommandParser:
     p.add_argument("--device", choices=["gpu", "cpu"], help="default: what the binary sees (--list-devices)")
     p.add_argument("--binary", help="llama-server to probe (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
     p.add_argument("--mtp-drafter", type=Path, help="a separate MTP drafter GGUF")
+    p.add_argument(
+        "--model-id",
+        help="the identifier the front end loaded the model by, e.g. a Hub repo (default: file name)",
+    )
+    p.add_argument(
+        "--spec-draft-n-max",
+        type=positive_int,
+        help="the user's MTP draft length (the front end's override; default: 2 on a GPU, 3 on the CPU)",
+    )
+    p.add_argument(
+        "--extra-args",
+        type=shlex.split,
+        default=[],
+        metavar="'ARGS'",
+        help="the user's extra server arguments, shell-quoted (--extra-args='--spec-type ngram-mod'): "
+        "a --spec-type or --spec-default there owns speculation, and nothing is emitted",
+    )
     return p
 
 
@@ -322,7 +344,14 @@ def main(argv: list[str]) -> int:
     caps = probe(Path(a.binary) if a.binary else paths.server_binary())
     gpu = (a.device == "gpu") if a.device else caps.backend != "cpu" and bool(caps.gpus)
     res = resolve_for_model(
-        a.mode, caps=caps_from_probe(caps), model_path=a.model, gpu=gpu, mtp_draft_path=a.mtp_drafter
+        a.mode,
+        caps=caps_from_probe(caps),
+        model_path=a.model,
+        gpu=gpu,
+        mtp_draft_path=a.mtp_drafter,
+        spec_draft_n_max=a.spec_draft_n_max,
+        extra_args=a.extra_args,
+        model_id=a.model_id,
     )
     print(f"binary: {caps.binary} ({caps.commit}, {caps.backend}); device: {'gpu' if gpu else 'cpu'}")
     print(explain(res))

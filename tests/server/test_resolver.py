@@ -657,3 +657,44 @@ def test_resolve_command_on_a_missing_model_is_one_line(tmp_path):
     proc = resolve_cli("--model", str(tmp_path / "absent.gguf"), "--binary", str(exe))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "model file not found" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [
+        # the user's draft length replaces the platform default
+        (["--mode", "mtp", "--spec-draft-n-max", "5"], ["flags: --spec-type draft-mtp --spec-draft-n-max 5"]),
+        # a --spec-type in the extra args owns speculation: nothing is emitted ("=" form: a value with "--")
+        (
+            ["--extra-args=--spec-type ngram-mod --seed 7"],
+            ["speculative mode: (set by the extra args) -> none", "flags: (none)"],
+        ),
+        (["--extra-args=--spec-default"], ["flags: (none)"]),
+        # tuning knobs in the extra args compose with the resolver's own flags
+        (["--extra-args=--spec-draft-n-max 4"], ["flags: --spec-type draft-mtp --spec-draft-n-max 2"]),
+        # the identifier decides size and marker: a 0.8B MTP repo drops to ngram-mod under auto
+        (
+            ["--model-id", "unsloth/Qwen3.5-0.8B-MTP-GGUF"],
+            [
+                "speculative mode: auto -> ngram-mod",
+                "flags: --spec-type ngram-mod --spec-ngram-mod-n-match 24",
+            ],
+        ),
+    ],
+)
+def test_resolve_command_takes_the_front_ends_other_inputs(tmp_path, args, lines):
+    exe = fake_llama(tmp_path / "bin")
+    model = write_gguf(tmp_path / "Qwen3.5-4B-Q4_K_M.gguf", nextn=1)
+    proc = resolve_cli("--model", str(model), "--device", "gpu", "--binary", str(exe), *args)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert all(any(ln.startswith(line) for ln in out) for line in lines), proc.stdout
+
+
+@pytest.mark.parametrize("bad", [["--spec-draft-n-max", "0"], ["--extra-args=--seed 'open"]])
+def test_resolve_command_refuses_bad_inputs_in_one_line(tmp_path, bad):
+    exe = fake_llama(tmp_path / "bin")
+    model = write_gguf(tmp_path / "Qwen3.5-4B-Q4_K_M.gguf", nextn=1)
+    proc = resolve_cli("--model", str(model), "--binary", str(exe), *bad)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert ("--spec-draft-n-max" if "0" in bad else "--extra-args") in proc.stderr.strip().splitlines()[-1]
