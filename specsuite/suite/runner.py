@@ -165,11 +165,17 @@ def _resolve(
         gpu=session.gpu,
         mtp_draft_path=str(draft) if draft else None,
         spec_draft_n_max=case.n_max,
+        extra_args=list(case.server_args),  # the user's extra args: a --spec-type there owns speculation
+        model_id=case.model_id,
     )
     rec.resolved = Resolved(
         flags=list(res.flags), spec_type=res.spec_type, why=res.why, fallback_reason=res.fallback_reason
     )
     rec.spec_type = res.spec_type
+    got = res.spec_type or "none"
+    if case.expect_resolved is not None and got != case.expect_resolved:
+        msg = f"mode {case.mode!r} resolved to {got}, expected {case.expect_resolved} ({res.why})"
+        raise CaseEnd("failed", "self_test", msg)
     if res.fallback_reason:
         raise _missing(session, f"support for {case.mode!r} as resolved ({res.why})", res.fallback_reason)
     return tuple(res.flags)

@@ -235,6 +235,45 @@ def test_a_mode_case_records_what_the_resolver_decided(env, models, monkeypatch,
         assert res.flags == ("--spec-default",) and "--spec-default" in (rec.command or [])
 
 
+NGRAM_KNOBS = [
+    "--spec-ngram-mod-n-match",
+    "24",
+    "--spec-ngram-mod-n-min",
+    "48",
+    "--spec-ngram-mod-n-max",
+    "64",
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "tail"),
+    [
+        # the identifier's -MTP marker and size (0.8B) decide: a small MTP model drops to ngram-mod
+        (
+            'model_id = "org/Qwen3.5-0.8B-MTP-GGUF"\nexpect_resolved = "ngram-mod"\n',
+            "passed",
+            ["--spec-type", "ngram-mod", *NGRAM_KNOBS],
+        ),
+        # the user's extra args set --spec-type: the resolver emits nothing, the args carry it
+        (
+            'server_args = ["--spec-type", "ngram-mod"]\nexpect_resolved = "none"\n',
+            "passed",
+            ["--spec-type", "ngram-mod"],
+        ),
+        ('expect_resolved = "draft-mtp"\n', "failed", None),
+    ],
+)
+def test_a_mode_case_is_resolved_by_its_model_id_and_extra_args(run, body, status, tail) -> None:
+    rec = run(_case('mode = "auto"\nmin_accept_rate = 0.5\nmin_accept_len = 2.0\n' + body))
+    assert rec.status == status, rec.message
+    assert rec.resolved is not None
+    if tail is None:  # the resolver's answer is the case's failure, before any server starts
+        assert rec.reason == "self_test" and rec.command is None
+        assert rec.message == f"mode 'auto' resolved to default, expected draft-mtp ({rec.resolved.why})"
+    else:
+        assert (rec.command or [])[-len(tail) :] == tail
+
+
 def test_foreign_process_on_the_port_is_not_taken_for_our_server(run, monkeypatch) -> None:
     foreign = http.server.HTTPServer(("127.0.0.1", 0), _Always200)
     threading.Thread(target=foreign.serve_forever, daemon=True).start()
