@@ -17,12 +17,17 @@ from dataclasses import dataclass
 # draft model", and a draft context that does not fit also logs "failed to create MTP context".
 RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
     ("port_in_use", ("couldn't bind HTTP server socket",)),  # server-http.cpp:517: another process has it
+    # The front end's rule (seeds/frontend-mtp-handling.txt): binary_outdated only for an unknown-architecture
+    # abort, "which proves the prebuilt predates the model"; an update is the fix.
+    ("binary_outdated", ("unknown model architecture",)),  # src/llama-model.cpp:371
+    # A refused argument proves no age: the flag or type may be newer than the binary, or removed from it
+    # (a removed flag's stub fails with "the argument has been removed"), or misspelled in cases.toml.
     (
-        "binary_outdated",
+        "bad_argument",
         (
-            "unknown model architecture",  # src/llama-model.cpp:371: the binary predates the model
-            "unknown speculative type",  # common/speculative.cpp:2256: ... or the method
-            "error: invalid argument:",  # common/arg.cpp:827: ... or a flag the suite passed
+            "error while handling argument",  # common/arg.cpp: a bad value, a removed flag, an unknown type
+            "unknown speculative type",  # common/speculative.cpp:2256 (older layouts print it alone)
+            "error: invalid argument:",  # common/arg.cpp:827: a flag the binary does not know
         ),
     ),
     (
@@ -68,10 +73,11 @@ RULES: tuple[tuple[str, tuple[str | re.Pattern[str], ...]], ...] = (
 
 SPEC_DROPPED = dict(RULES)["spec_init_failed"]
 
-# Newer binaries log this warning (SRV_WRN "[spec] failed to measure MTP context memory: ...") while --fit
-# measures the MTP context, also before a load that then succeeds; not in the pinned tree. It is evidence
-# only for a server that then died with no stronger line (forced MTP on a model without heads, the front
-# end's seed frontend-mtp-handling.txt): never above a RULES line, never for a server that kept serving.
+# The front end's document says llama-server aborts with this when draft-mtp is forced on a model without
+# heads (seeds/frontend-mtp-handling.txt); the pinned build never prints it (measured: it warns "failed to
+# measure the memory of the extra model, fitting without it" under --fit on, then exits 1 with "failed to
+# create MTP context", a spec_init_failed line). Kept as the weakest evidence, for builds that print the
+# document's line: only for a server that then died with no stronger line, never above a RULES line.
 MTP_FIT_WARNING = "failed to measure MTP context memory"
 
 # Fatal signals as a shell reports them (128 + N) when the server was started through one.
@@ -81,7 +87,8 @@ _SHELL_SIGNALS = {
 
 REASONS = {
     "port_in_use": "another process held the server's port; the run picks another one and retries",
-    "binary_outdated": "the binary predates the model architecture (or a method or flag): build a newer one",
+    "binary_outdated": "the binary predates the model's architecture: build a newer one",
+    "bad_argument": "the server refused an argument (unknown, removed or misspelled flag, type or value)",
     "spec_init_failed": "the speculative context could not be created, or the server dropped speculation",
     "out_of_memory": "an allocation failed (weights, KV cache or compute buffers)",
     "runtime_error": "the server failed at run time (backend error, assertion, context or model load)",
@@ -141,8 +148,9 @@ def _signal_name(signum: int) -> str:
 
 
 def classify(returncode: int | None, log_text: str, timed_out: bool = False) -> str:
-    """One of binary_outdated, spec_init_failed, out_of_memory, runtime_error, crashed, timeout,
-    server_exited, for a server that exited (``returncode``) or never became healthy (``timed_out``)."""
+    """One of binary_outdated, bad_argument, spec_init_failed, out_of_memory, runtime_error, crashed,
+    timeout, server_exited, for a server that exited (``returncode``) or never became healthy
+    (``timed_out``)."""
     return diagnose(returncode, log_text, timed_out).reason
 
 
