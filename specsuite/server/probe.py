@@ -1,9 +1,12 @@
 """What a llama-server binary can run: spec types, flag spellings, commit and backend, from its ``--help``.
 
-Upstream has renamed speculative types and flags more than once (``mtp`` -> ``draft-mtp``, ``--draft-max`` ->
-``--spec-draft-n-max``, ``-ngld`` -> ``--spec-draft-ngl``) and keeps removed flags as stubs whose help says
-"the argument has been removed". The suite builds every command line from this probe, so an old or new
-binary is skipped with a reason (``binary_no_<method>``) instead of dying on an unknown flag.
+Upstream has renamed speculative types and flags (``--draft-max`` -> ``--spec-draft-n-max``, ``-ngld`` ->
+``--spec-draft-ngl``) and keeps removed flags as stubs whose help says "the argument has been removed". The
+MTP type has two spellings: the front end's document (seeds/frontend-mtp-handling.txt) calls ``draft-mtp``
+the original naming (llama.cpp #22673) and says it was "Renamed upstream: draft-mtp -> mtp"; the pinned
+commit spells it ``draft-mtp``. Which came last does not matter here: both spellings are accepted
+(``OTHER_SPELLINGS``). The suite builds every command line from this probe, so an old or new binary is
+skipped with a reason (``binary_no_<method>``) instead of dying on an unknown flag.
 
 The help layout is llama.cpp's ``common_arg::to_string`` (``common/arg.cpp``): an option starts in column 0,
 its description starts in column 40 (on the same line when the names fit in 37 columns, else on the next).
@@ -48,8 +51,8 @@ FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
     "spec_default": ("--spec-default",),
 }
 
-# Canonical spec type (pinned commit) -> older names of the same method.
-LEGACY_TOKENS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}
+# Canonical spec type (the pinned commit's spelling) -> other spellings of the same method, accepted too.
+OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}
 
 
 def method_name(spec_type: str) -> str:
@@ -85,7 +88,7 @@ class Capabilities:
 
     def spec_token(self, spec_type: str) -> str | None:
         """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``)."""
-        for token in (spec_type, *LEGACY_TOKENS.get(spec_type, ())):
+        for token in (spec_type, *OTHER_SPELLINGS.get(spec_type, ())):
             if token in self.spec_types:
                 return token
         return None

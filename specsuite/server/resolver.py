@@ -54,7 +54,7 @@ class ResolverCaps:
     """What the resolver needs from a binary (the seed's probe result)."""
 
     found: bool  # a binary was probed
-    mtp_token: str | None  # the binary's own MTP spec type: "draft-mtp", legacy "mtp", or None
+    mtp_token: str | None  # the binary's own MTP spec type: "draft-mtp", the other spelling "mtp", or None
     ngram_mod_flavor: str | None  # "new", "legacy" or None: which ngram-mod knob set is live
     spec_draft_n_max_flag: str | None  # "--spec-draft-n-max", legacy "--draft-max", or None
 
