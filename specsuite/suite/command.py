@@ -93,6 +93,9 @@ def server_command(
         cmd += [caps.require_flag("fit"), "off"]
     if "--offline" in caps.options:  # models are local paths; never let the server reach the network
         cmd.append("--offline")
+    # As upstream's test helper (tools/server/tests/utils.py passes both by default): no /slots endpoint,
+    # the built-in chat templates. Neither touches /completion, where the counters and speed come from.
+    cmd += [flag for flag in ("--no-slots", "--no-jinja") if flag in caps.options]
     if runs_on_cpu(caps):
         cmd += _no_polling(caps, draft)
     cmd += ["--temp", "0", caps.require_flag("seed"), SEED, "--host", "127.0.0.1", "--port", str(port)]

@@ -49,7 +49,7 @@ def test_command_cpu_build_omits_ngl_and_polls_not(monkeypatch) -> None:
     s = " ".join(cmd)
     for part in (
         "-m /m/t.gguf --ctx-size 1024 --parallel 1",
-        "--flash-attn on --metrics --fit off",
+        "--flash-attn on --metrics --fit off --offline --no-slots --no-jinja",
         "--poll 0 --spec-draft-poll 0",
         "--temp 0 --seed 42 --host 127.0.0.1 --port 8111",
         "--spec-type draft-simple --spec-draft-model /m/t.gguf --spec-draft-n-max 3",
@@ -70,6 +70,16 @@ def test_command_of_a_cuda_build_without_a_gpu_is_the_cpu_builds(monkeypatch) ->
     assert "--poll" in fallback and "--n-gpu-layers" not in fallback
     unknown = server_command(_caps(None, devices=()), Path("/m/t.gguf"), 1, case, Path("/m/d.gguf"))  # type: ignore[arg-type]
     assert "--n-gpu-layers" in unknown and "--poll" not in unknown  # too old to say: GPU flags kept
+
+
+def test_upstreams_no_slots_and_no_jinja_only_where_the_binary_has_them() -> None:
+    for case in (
+        None,
+        _case('spec_type = "ngram-mod"\nn_max = 8\nmin_accept_rate = 0.5\nmin_accept_len = 2.0\n'),
+    ):
+        assert {"--no-slots", "--no-jinja"} <= set(server_command(_caps("cpu"), Path("/m/t.gguf"), 1, case))
+        old = _caps("cpu", drop=("--no-slots", "--no-jinja"))  # a binary from before the two switches
+        assert not {"--no-slots", "--no-jinja"} & set(server_command(old, Path("/m/t.gguf"), 1, case))
 
 
 def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
