@@ -301,6 +301,47 @@ def test_speed_floor_written_only_where_the_case_has_one_and_uncalibrated_cleare
     assert "speedup = {min = 2.0, max = 2.5, spread = 0.5}" in new
 
 
+def test_upstreams_observations_are_kept_beside_ours(tmp_path: Path) -> None:
+    """A compact case carries upstream's calibration in [case.calibration.upstream]: calibrating it on our
+    runner adds our provenance next to it and leaves upstream's numbers as they were written."""
+    from specsuite.tools.calibrate import CaseCalibration, apply
+
+    upstream = '[case.calibration.upstream]\ndevice = "DGX Spark"\nruns = 3\naccept_len = 3.1230\n'
+    text = CASES.replace("min_accept_len = 1.8\n", "min_accept_len = 1.8\n\n" + upstream, 1)
+    new = apply(
+        text,
+        {"ngram": CaseCalibration("ngram", [0.8], [2.0], [], ["r1"])},
+        {"commit": "c", "device": "d"},
+        "x",
+    )
+    assert upstream in new  # byte for byte, 3.1230 included
+    cal = _case_text(new, "ngram")["calibration"]
+    assert cal["upstream"] == {"device": "DGX Spark", "runs": 3, "accept_len": 3.123}
+    assert (cal["runs"], cal["run_ids"], cal["device"]) == (1, ["r1"], "d")
+    from specsuite.cases.schema import parse_cases
+
+    assert parse_cases(new)[0].min_accept_len == 1.8  # 2.0 - 0.2
+
+
+def _case_text(text: str, name: str) -> dict:
+    return next(c for c in tomlkit.parse(text).unwrap()["case"] if c["name"] == name)
+
+
+def test_upstream_floors_are_upstreams_observations_minus_its_margins() -> None:
+    """Each upstream case's floors are its recorded upstream observation minus 0.03 and 0.2, exactly."""
+    upstream = [c for c in load_cases() if "upstream" in c.calibration]
+    assert sorted(c.name for c in upstream) == ["dflash", "dflash2", "dspark", "eagle3", "lilicorr", "mtp"]
+    for c in upstream:
+        obs = c.calibration["upstream"]
+        assert obs["runs"] == 3 and obs["device"] == "DGX Spark"
+        assert obs["observed"].endswith(f"`{obs['accept_rate']:.4f} / {obs['accept_len']:.4f}`")
+        assert c.min_accept_rate == round(obs["accept_rate"] - calibrate.RATE_MARGIN, 4), c.name
+        assert c.min_accept_len == round(obs["accept_len"] - calibrate.LEN_MARGIN, 4), c.name
+        if "drafts" in obs:  # DFlash's counts give its rate and length
+            assert round(obs["accepted"] / obs["drafted"], 4) == obs["accept_rate"]
+            assert round(1 + obs["accepted"] / obs["drafts"], 4) == obs["accept_len"]
+
+
 def test_smoke_floors_are_the_recorded_calibration_runs(capsys) -> None:
     """Provenance: the smoke floors in cases.toml are what the three recorded real runs give, exactly."""
     from specsuite.common import paths
