@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import socket
 import time
@@ -40,15 +41,27 @@ def default_results_dir(selector: str) -> Path:
     return paths.RESULTS_DIR / new_run_id(selector)
 
 
-def make_results_dir(folder: Path) -> None:
-    """Create a results folder (and its parents); one UserError when that is impossible."""
+def check_results_dir(folder: Path, fix: str) -> None:
+    """Whether ``folder`` can be made and written (a UserError ending in ``fix`` if not), creating nothing:
+    a command refused later (bad input found after this check) leaves no empty folder behind."""
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+    if not existing.is_dir():
+        raise UserError(f"cannot create the results folder {folder}: {existing} is not a folder; {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "write into" if existing == folder else "create"
+        raise UserError(f"cannot {verb} the results folder {folder}: permission denied; {fix}")
+
+
+def make_results_dir(folder: Path, fix: str = "set SPEC_RESULTS_DIR to a writable folder") -> None:
+    """Create a results folder (and its parents); one UserError, ending in ``fix``, when that is impossible
+    or when the folder (an existing one, reused) cannot be written."""
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(
-            f"cannot create the results folder {folder}: {exc.strerror or exc}; set SPEC_RESULTS_DIR to a "
-            "writable folder"
-        ) from None
+        raise UserError(f"cannot create the results folder {folder}: {exc.strerror or exc}; {fix}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into the results folder {folder}: permission denied; {fix}")
 
 
 class Harness(msgspec.Struct, kw_only=True):
