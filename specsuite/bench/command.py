@@ -129,7 +129,8 @@ def main(argv: list[str]) -> int:
     run_id = new_run_id(opts.model)
     out = (opts.out or paths.RESULTS_DIR / f"bench-{run_id}").resolve()
     caps = probe(paths.server_binary())  # a missing binary is one clear error, before any download
-    check_results_dir(out, "give --out a writable folder")  # before any server: not after an hour of them
+    # before any server, not after an hour of them
+    check_results_dir(out, "give --out a writable folder", "or give --out a new folder")
     found = _fetch([opts.model, *([opts.drafter] if opts.drafter else [])])
     stored, target = found[opts.model], found[opts.model].path
     drafter = found[opts.drafter] if opts.drafter else None

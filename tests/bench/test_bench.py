@@ -359,3 +359,15 @@ def test_out_in_a_read_only_folder_is_one_line_before_any_server(models: Path) -
     assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: cannot create the results folder {out / 'run'}")
     assert proc.stderr.count("\n") == 1 and "bench:" not in proc.stdout  # no mode was started
+
+
+def test_a_link_in_a_reused_out_folder_is_refused_before_any_server(env: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(env / "bin")))
+    out, outside = env / "out", env / "outside"
+    outside.mkdir()
+    out.mkdir()
+    (out / "logs").symlink_to(outside)
+    assert cli.main(["bench", "--model", MTP_TARGET, "--out", str(out)]) == errors.BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the results folder {out} holds a link: {out / 'logs'} (a symbolic link)")
+    assert err.endswith("remove it or give --out a new folder\n") and not list(outside.iterdir())

@@ -371,3 +371,22 @@ def test_a_read_only_results_folder_is_one_line_before_any_download(sandbox) -> 
     assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: cannot write into the results folder {results}")
     assert proc.stderr.count("\n") == 1 and not (sandbox / "models").exists()
+
+
+@pytest.mark.parametrize("plant", ["junit.xml", "logs"])
+def test_a_link_planted_in_a_reused_results_folder_is_refused_before_anything(
+    tmp_path, chain_env, plant: str
+) -> None:
+    """pytest writes junit.xml and the servers their logs by path: nothing may go through a planted link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.xml").write_text("not yours\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / plant).symlink_to(outside / "victim.xml" if plant == "junit.xml" else outside)
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH)
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: the results folder {tmp_path / 'r'} holds a link: ")
+    assert proc.stderr.count("\n") == 1
+    assert [p.name for p in outside.iterdir()] == ["victim.xml"]
+    assert (outside / "victim.xml").read_text() == "not yours\n"
