@@ -4,8 +4,10 @@ Each command lives in the module that owns its concern, which declares its optio
 ``CommandParser``) and runs it (``main(argv) -> int``); this module only names those modules and
 dispatches to them. A command's module is imported when it runs (cli is the top layer, so this is dispatch,
 not a hidden cycle): one command never pays for another's imports. A ``UserError`` becomes one ``error:``
-line and its exit code; Ctrl-C becomes ``interrupted`` and 130. nox sessions and invoke tasks call these
-commands; the tasks take their help from the same parsers (``task_help``).
+line and its exit code; Ctrl-C becomes ``interrupted`` and 130; an OSError one ``error:`` line and 2; any
+other exception is a bug: its traceback, one ``internal error`` line and 3 (the codes: common.errors).
+nox sessions and invoke tasks call these commands; the tasks take their help from the same parsers
+(``task_help``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from typing import Any
 
-from specsuite.common import procs
+from specsuite.common import errors, procs
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 
@@ -77,19 +80,28 @@ def entry() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code (common.errors: 0 green, 1 no, 2 bad input, 3 a bug, 130 stopped)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if not argv or argv[0] not in COMMANDS:
             # --help lists the commands; anything else is one usage error naming the valid ones
             top_parser(summaries=argv[:1] in (["-h"], ["--help"])).parse_args(argv)
-            return 2
+            return errors.BAD_INPUT
         code: int = _attr(argv[0], "main")(argv[1:])
         return code
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else errors.BAD_INPUT
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return errors.INTERRUPTED
+    except OSError as exc:  # a folder or file the environment refuses: what and why, not where in the code
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return errors.BAD_INPUT
+    except Exception as exc:  # a bug: its traceback for the report, then one line saying so
+        traceback.print_exc()
+        print(f"internal error (a bug in specsuite): {type(exc).__name__}: {exc}", file=sys.stderr)
+        return errors.INTERNAL

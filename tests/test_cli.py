@@ -11,20 +11,28 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from readonly import sandbox_dir, sandbox_env, specsuite_readonly
 from testdata import DATA_ROOT, as_history_run
 
 from specsuite import cli
-from specsuite.common import paths
+from specsuite.common import errors, paths
 from specsuite.history import db as history
 from specsuite.results.document import decode_run
 
 DATA = DATA_ROOT / "results"
 
 BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Path]:
+    with sandbox_dir() as folder:
+        yield folder
 
 
 def _run(*argv: str, tool: str = "specsuite", **kw) -> subprocess.CompletedProcess[str]:
@@ -204,3 +212,78 @@ def test_history_json_on_an_empty_database(tmp_path: Path) -> None:
     proc = _run("history", "--json", env={**os.environ, "SPEC_HISTORY": str(tmp_path / "h.sqlite")})
     assert proc.returncode == 0
     assert json.loads(proc.stdout) == [] and "no runs recorded yet" in proc.stderr
+
+
+# --- exit codes: defined once (common.errors), followed by every command --------------------------------
+
+
+def test_exit_codes_are_distinct_and_documented_in_the_readme() -> None:
+    assert (errors.OK, errors.FAILED, errors.BAD_INPUT, errors.INTERNAL) == (0, 1, 2, 3)
+    readme = (paths.REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    for code in errors.EXIT_CODES:
+        assert f"| `{code}` |" in readme, f"README.md's exit-code table lacks {code}"
+
+
+def test_an_internal_error_is_exit_3_and_says_it_is_a_bug(monkeypatch, capsys) -> None:
+    def broken(argv: list[str]) -> int:
+        raise RuntimeError("an invariant broke")
+
+    monkeypatch.setattr("specsuite.suite.probe_report.main", broken)
+    assert cli.main(["probe"]) == errors.INTERNAL
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("internal error (a bug in specsuite): RuntimeError: an invariant broke")
+
+
+def test_an_os_error_is_bad_input_in_one_line(monkeypatch, capsys) -> None:
+    def unwritable(argv: list[str]) -> int:
+        raise PermissionError(13, "Permission denied", "/some/where/file.json")
+
+    monkeypatch.setattr("specsuite.suite.probe_report.main", unwritable)
+    assert cli.main(["probe"]) == errors.BAD_INPUT
+    assert capsys.readouterr().err == "error: /some/where/file.json: Permission denied\n"
+
+
+def test_a_usage_error_is_2_not_a_regression() -> None:
+    for argv in (["compare"], ["history", "--last", "x"], ["bench"]):
+        assert cli.main(argv) == errors.BAD_INPUT, argv
+
+
+def test_a_user_error_cannot_claim_the_internal_code() -> None:
+    with pytest.raises(ValueError, match="exits 1 or 2"):
+        errors.UserError("x", code=errors.INTERNAL)
+
+
+def test_verify_models_in_a_read_only_folder_is_no_traceback(sandbox: Path) -> None:
+    """--full re-hashes and would refresh the stamps: a folder the user cannot write keeps them, says so."""
+    from specsuite.models.synthetic.generate import make_synthetic_models
+
+    models = sandbox / "models"
+    make_synthetic_models(out=models)
+    for stamp in models.glob(".*.stamp"):
+        stamp.unlink()  # nothing vouches for the files: every one is hashed
+    for lock in models.glob(".*.lock"):
+        lock.unlink()
+    proc = specsuite_readonly(
+        "verify-models", "--full", "--model-dir", str(models), folders=[models], env=sandbox_env(sandbox)
+    )
+    assert proc.returncode == errors.OK, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "ok (hashed" in proc.stdout
+    assert proc.stderr == f"note: stamps not saved: {models} is not writable (the next check hashes again)\n"
+    assert not list(models.glob(".*.stamp"))
+
+
+def test_an_unwritable_step_summary_never_turns_a_green_run_red(tmp_path: Path, capsys) -> None:
+    from specsuite.results.summary import append_step_summary
+
+    summary = tmp_path / "summary.md"
+    summary.write_text("### green\n")
+    target = tmp_path / "a-folder"
+    target.mkdir()  # appending to a folder fails for root too
+    os.environ["GITHUB_STEP_SUMMARY"] = str(target)
+    try:
+        append_step_summary(summary)
+    finally:
+        del os.environ["GITHUB_STEP_SUMMARY"]
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: GITHUB_STEP_SUMMARY={target}: cannot append the summary (")
+    assert err.count("\n") == 1

@@ -16,8 +16,9 @@ from pathlib import Path
 from specsuite.bench.measure import ModeRun, Workload, measure_modes, resolve_modes
 from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
 from specsuite.bench.report import BenchContext, document, markdown
+from specsuite.cases.schema import CTX_SIZE
 from specsuite.common import atomic, paths
-from specsuite.common.argtypes import CommandParser, positive_int
+from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.models.store import StoredModel
 from specsuite.server.resolver import canonicalize_spec_mode
@@ -53,12 +54,19 @@ def parser() -> CommandParser:
     )
     p.add_argument("--model", required=True, help="a models.lock name (fetched and verified first)")
     p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of modes (default {DEFAULT_MODES})")
-    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT, help="timed rounds per mode (3)")
+    p.add_argument(
+        "--repeat",
+        type=repeat_count,
+        default=DEFAULT_REPEAT,
+        help="timed rounds per mode (3; at most 100)",
+    )
     p.add_argument(
         "--prompts", help="a prompt set of cases.toml (default: synthetic for generated models, else seed)"
     )
     p.add_argument(
-        "--n-predict", type=positive_int, help="tokens per request (default: 32 generated, else 128)"
+        "--n-predict",
+        type=int_up_to(CTX_SIZE),
+        help=f"tokens per request (default: 32 generated, else 128; at most {CTX_SIZE}, the context)",
     )
     p.add_argument("--mtp-drafter", metavar="NAME", help="a separate MTP drafter (a models.lock name)")
     p.add_argument("--out", type=Path, help="output folder (default: results/bench-<run id>/)")
@@ -111,14 +119,18 @@ def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
 
 
 def main(argv: list[str]) -> int:
-    from specsuite.results.document import new_run_id, utc_now
+    from specsuite.results.document import check_results_dir, new_run_id, utc_now
     from specsuite.server.probe import probe
 
     opts = options(argv)
     set_name, n_predict = _model_defaults(opts.model, opts.drafter)
     set_name = opts.prompts or set_name
     prompts = _prompt_set(set_name)
+    run_id = new_run_id(opts.model)
+    out = (opts.out or paths.RESULTS_DIR / f"bench-{run_id}").resolve()
     caps = probe(paths.server_binary())  # a missing binary is one clear error, before any download
+    # before any server, not after an hour of them
+    check_results_dir(out, "give --out a writable folder", "or give --out a new folder")
     found = _fetch([opts.model, *([opts.drafter] if opts.drafter else [])])
     stored, target = found[opts.model], found[opts.model].path
     drafter = found[opts.drafter] if opts.drafter else None
@@ -127,8 +139,6 @@ def main(argv: list[str]) -> int:
     drafter_path = drafter.path if drafter else None
     gpu = caps.backend != "cpu" and bool(caps.gpus)
     plans = resolve_modes(opts.modes, caps, target, gpu, drafter_path)
-    run_id = new_run_id(opts.model)
-    out = (opts.out or paths.RESULTS_DIR / f"bench-{run_id}").resolve()
     work = Workload(
         caps, target, prompts, opts.n_predict or n_predict, opts.repeat, out / "logs", drafter_path
     )

@@ -26,7 +26,7 @@ from specsuite.bisect.report import Report, log2_bound
 from specsuite.bisect.step import Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
 from specsuite.common import paths
-from specsuite.common.argtypes import CommandParser
+from specsuite.common.argtypes import CommandParser, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.results.document import load_run, new_run_id
 from specsuite.results.summary import append_step_summary
@@ -51,7 +51,9 @@ def parser() -> CommandParser:
     p.add_argument("--case", required=True, metavar="NAME", help="one case of cases.toml")
     p.add_argument("--metric", default="accept_rate", help=f"{', '.join(METRICS)} (default accept_rate)")
     p.add_argument("--rtol", default="0.05", help="relative drop against the good commit that is bad (0.05)")
-    p.add_argument("--repeat", type=int, help="speed rounds per run (--metric speedup needs 4 or more)")
+    p.add_argument(
+        "--repeat", type=repeat_count, help="speed rounds per run, <= 100 (--metric speedup needs 4 or more)"
+    )
     p.add_argument("--allow-cpu", action="store_true", help="run a GPU case on a CPU build")
     p.add_argument("--out", type=Path, help="results folder (default results/bisect-<id>)")
     p.add_argument("--builder", default=DEFAULT_BUILDER, help=argparse.SUPPRESS)  # module:function (tests)
@@ -88,8 +90,6 @@ def check_options(args: argparse.Namespace) -> float:
         rtol = float("nan")
     if not 0 < rtol < 1:
         raise UserError(f"--rtol {args.rtol!r}: give a fraction between 0 and 1 (0.05 = a 5 % drop is bad)")
-    if args.repeat is not None and args.repeat < 1:
-        raise UserError(f"--repeat {args.repeat}: give 1 or more speed rounds")
     if args.metric == "speedup" and (args.repeat or 1) < 4:
         raise UserError(
             "--metric speedup needs --repeat 4 or more: a speed drop counts only when it is significant "

@@ -1,6 +1,7 @@
 """The git side of a bisect: commits in the llama.cpp mirror, one stable worktree per repository, git bisect.
 
-The mirror is source.py's (``<cache>/llama.cpp/git``, a bare full-history clone). The worktree lives at
+The mirror is source.py's (``<cache>/llama.cpp/git``, or ``git-<hash>`` for another LLAMA_CPP_REPO: a bare
+full-history clone per remote). The worktree lives at
 ``<cache>/bisect/tree-<hash of the repository>`` and is reused by every bisect of that repository, so its
 build folder (keyed by the folder path) is reused too and ninja rebuilds only what a checkout changed. One
 bisect per worktree at a time: ``exclusive`` holds its lock for the whole command.
@@ -39,7 +40,7 @@ def mirror(cache: Path, repository: str) -> Path:
     """The llama.cpp mirror, cloned once (full history) when the cache has none."""
     root = cache / "llama.cpp"
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "git"
+    path = source.mirror_path(cache, repository)  # one per remote: a changed LLAMA_CPP_REPO is another clone
     with FileLock(str(root / "git.lock")):
         if not (path / "HEAD").exists():
             print(f"bisect: cloning {repository} into {path} (full history, once)", flush=True)

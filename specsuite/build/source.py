@@ -8,6 +8,7 @@ concurrent runs and interrupted runs never see half a tree.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
@@ -130,7 +131,7 @@ def source_from_ref(ref: str, repository: str, cache: Path) -> Source:
     check_ref(ref, "LLAMA_CPP_REF=")
     root = cache / "llama.cpp"
     root.mkdir(parents=True, exist_ok=True)
-    mirror = root / "git"
+    mirror = mirror_path(cache, repository)
     with FileLock(str(root / "git.lock")):
         ensure_mirror(mirror, repository)
         commit = resolve_ref(mirror, ref, repository)
@@ -148,8 +149,29 @@ def check_ref(ref: str, what: str) -> None:
         raise UserError(f"{what}{ref!r} is not a commit; give a commit hash (full or abbreviated)")
 
 
+def mirror_path(cache: Path, repository: str) -> Path:
+    """The full-history clone of ``repository`` in the cache, one per remote: ``<cache>/llama.cpp/git``
+    for the pinned repository (where every mirror lived before), ``git-<hash of the remote>`` for another
+    LLAMA_CPP_REPO, so a changed remote is never served (or fetched into) another repository's clone."""
+    root = cache / "llama.cpp"
+    if repository == load_pin().repository:
+        return root / "git"
+    return root / f"git-{hashlib.sha256(repository.encode()).hexdigest()[:16]}"
+
+
+def _remote(mirror: Path) -> str | None:
+    res = git.run(["config", "--get", "remote.origin.url"], mirror)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
 def ensure_mirror(mirror: Path, repository: str) -> None:
+    """Clone ``repository`` into ``mirror`` once; a mirror there of another remote is refused (one line)."""
     if (mirror / "HEAD").exists():
+        if (remote := _remote(mirror)) != repository:
+            raise UserError(
+                f"the llama.cpp mirror {mirror} was cloned from {remote or 'an unknown remote'}, not "
+                f"{repository} (LLAMA_CPP_REPO); move it aside (the next run clones {repository} anew)"
+            )
         return
     tmp = Path(tempfile.mkdtemp(prefix=".git-", dir=mirror.parent))
     res = git.run(["clone", "--bare", "--quiet", repository, str(tmp)], mirror.parent)

@@ -18,6 +18,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
+from specsuite.common.serverflags import owned_flag
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -56,6 +57,11 @@ Unit = Annotated[float, Meta(ge=0, le=1, description="a number in [0, 1]")]
 Positive = Annotated[float, Meta(gt=0, description="a number > 0")]
 Count = Annotated[int, Meta(ge=1, description="an integer >= 1")]
 Text = Annotated[str, Meta(min_length=1, description="a non-empty string")]
+# The server's context (--ctx-size, as upstream's CI): no request can generate more tokens than it holds.
+CTX_SIZE = 1024
+NPredict = Annotated[
+    int, Meta(ge=1, le=CTX_SIZE, description=f"an integer from 1 to {CTX_SIZE} (the server's context)")
+]
 FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
 
 
@@ -84,7 +90,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
     server_args: tuple[str, ...] = ()
-    n_predict: Count = 128
+    n_predict: NPredict = 128
     prompts: str = "seed"
     # Exact counters over the measured pass (synthetic models make them deterministic).
     expect_drafted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
@@ -106,6 +112,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         self._check_method()
         self._check_floors()
         self._check_synth()
+        self._check_server_args()
+        if self.n_max is not None and self.n_max > self.n_predict:
+            raise ValueError(
+                f"n_max = {self.n_max} is more than n_predict = {self.n_predict}: a draft longer than the "
+                "generation it speeds up is never accepted"
+            )
         if (self.expect_accept_len is None) != (self.accept_len_tolerance is None):
             raise ValueError("expect_accept_len and accept_len_tolerance go together")
 
@@ -151,6 +163,15 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         top = self.n_max + 1 if self.n_max is not None and not self.mode else float("inf")
         if self.min_accept_len is not None and not 0.0 <= self.min_accept_len <= top:
             raise ValueError(f"min_accept_len = {self.min_accept_len:g} is outside [0, n_max + 1]")
+
+    def _check_server_args(self) -> None:
+        for arg in self.server_args:
+            if (found := owned_flag(arg)) is not None:
+                flag, what = found
+                raise ValueError(
+                    f"server_args: {flag!r} is a flag the harness sets ({what}) on every server it starts; "
+                    "remove it (a case may add flags, never change the model, address or measurement)"
+                )
 
     def _check_synth(self) -> None:
         if self.synth_rates is not None and self.synth_len is not None:

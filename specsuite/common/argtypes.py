@@ -6,7 +6,10 @@ A bad value is argparse's usage error naming the option (exit 2), raised here as
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
+
+from specsuite.common import settings
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -45,6 +48,22 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be >= 1")
     return value
+
+
+def int_up_to(top: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``top``: an upper bound where a typo (an extra zero) would mean days."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > top:
+            shown = text if len(text) <= 12 else f"{text[:12]}…"
+            raise argparse.ArgumentTypeError(f"{shown} must be <= {top}")
+        return value
+
+    return parse
+
+
+repeat_count = int_up_to(settings.MAX_REPEAT)  # speed rounds: run-tier, bench and bisect --repeat
 
 
 def fraction(text: str) -> float:

@@ -1,4 +1,9 @@
-"""Atomic small-file writes: readers see the previous file or the complete new one, never half of it."""
+"""Atomic small-file writes: readers see the previous file or the complete new one, never half of it.
+
+The temp file is created with O_EXCL|O_NOFOLLOW and renamed over the target, so a link planted at the
+target is replaced, never written through. ``first_link`` finds links planted in a folder a command
+reuses (files it opens by path, such as pytest's junit.xml, would follow them).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import io
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,20 @@ def _open_temp(folder: Path, name: str) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"could not create a temp file for {name} in {folder}")
+
+
+def first_link(folder: Path) -> tuple[Path, str] | None:
+    """The first link under ``folder`` and its kind: a symbolic link (a folder too: listed, never entered),
+    or a file with a second hard link (writing by its path would write that other file); None if none."""
+    for root, dirs, files in os.walk(folder):
+        for name in sorted((*dirs, *files)):
+            path = Path(root, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                return path, "a symbolic link"
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                return path, "a hard link"
+    return None
 
 
 def write_bytes(path: Path, data: bytes) -> None:

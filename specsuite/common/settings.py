@@ -21,6 +21,10 @@ from specsuite.common.errors import UserError
 
 _POSITIVE = msgspec.Meta(gt=0, lt=1e9)  # finite and sane: an endless wait or retry is never meant
 _COUNT = msgspec.Meta(ge=1, le=1_000_000)
+# Speed rounds per case (SPEC_REPEAT, run-tier, bisect and bench --repeat): 4 or more let the history gate
+# judge speed; beyond 100 a typo (an extra zero) would hold a GPU runner for days.
+MAX_REPEAT = 100
+_REPEAT = msgspec.Meta(ge=1, le=MAX_REPEAT)
 _LAYERS = msgspec.Meta(ge=0, le=1_000_000)
 _FRACTION = msgspec.Meta(gt=0, lt=1)
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -42,7 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # how a run judges its cases (results.json records these as its `options`)
     methods: str = _var("SPEC_METHODS", "")
     strict: bool = _var("SPEC_STRICT", True)
-    repeat: Annotated[int, _COUNT] = _var("SPEC_REPEAT", 1)
+    repeat: Annotated[int, _REPEAT] = _var("SPEC_REPEAT", 1)
     allow_cpu: bool = _var("SPEC_ALLOW_CPU", False)
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
@@ -80,6 +84,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 _FIELDS = {f.encode_name: f for f in msgspec.structs.fields(Settings)}
 _KINDS = {
     id(_COUNT): "a whole number from 1 to 1000000",
+    id(_REPEAT): f"a whole number from 1 to {MAX_REPEAT}",
     id(_FRACTION): "a number between 0 and 1 (0.05 = 5 %)",
     id(_POSITIVE): "a finite number > 0 (below 1e9)",
     id(_LAYERS): "a whole number from 0 to 1000000",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import platform
 import random
 import re
@@ -121,6 +122,10 @@ class SchemaTooNew(sqlite3.DatabaseError):
     """The file was written by a newer specsuite; an older one must not guess at its tables."""
 
 
+class NotAHistory(sqlite3.DatabaseError):
+    """A SQLite file of something else (tables, no schema version of ours): never written, never read."""
+
+
 @dataclass(frozen=True)
 class Baseline:
     run_id: str
@@ -178,6 +183,20 @@ def _version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
+def _checked_version(conn: sqlite3.Connection, target: int = len(MIGRATIONS)) -> int:
+    """The schema version, once the file is known to be ours (or empty): reading it writes nothing.
+
+    SchemaTooNew for a newer specsuite's file, NotAHistory for a file with tables but no version of ours."""
+    version = _version(conn)
+    if version > target:
+        raise SchemaTooNew(f"history schema v{version} is newer than this specsuite's v{target}")
+    if version == 0:
+        found = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")]
+        if found:
+            raise NotAHistory(f"it is not a specsuite history (it holds the table(s) {', '.join(found)})")
+    return version
+
+
 def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
     """Switch to WAL (persistent: readers never block the writer), retrying while another process holds
     the file: SQLite answers "database is locked" to a journal-mode change at once, without calling the
@@ -203,6 +222,7 @@ def connect(path: Path, *, timeout_s: float | None = None) -> sqlite3.Connection
     conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        _checked_version(conn)  # a foreign or newer file: refused before its journal mode is touched
         _wal(conn, timeout_s)
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)
@@ -396,25 +416,54 @@ def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
 
 
 def _unreadable(path: Path, exc: BaseException) -> UserError:
-    fix = "upgrade specsuite" if isinstance(exc, SchemaTooNew) else "move it aside (a new one is started)"
-    return UserError(f"history {path}: cannot read it ({exc}); {fix}")
+    if isinstance(exc, SchemaTooNew):
+        fix = "upgrade specsuite"
+    elif isinstance(exc, NotAHistory):
+        fix = "point SPEC_HISTORY at a specsuite history (or at a new file)"
+    else:
+        fix = "it is damaged or not SQLite: move it aside (the next recording run starts a new one)"
+    return UserError(f"history {path}: cannot read it ({' '.join(str(exc).split())}); {fix}")
+
+
+def open_read_only(path: Path, timeout_s: float | None = None) -> sqlite3.Connection:
+    """The history opened so that SQLite writes nothing: ``mode=ro`` (no schema, no migration, no
+    journal-mode switch), and ``immutable=1`` when no write-ahead log is in use or this process cannot
+    write the folder (a read-only filesystem): a read-only open of a WAL database otherwise creates -wal
+    and -shm files it cannot remove. With no -wal file no writer has the database open, so the file
+    holds every committed run; a writer starting meanwhile can at worst make this read fail (an error
+    line), never change the file."""
+    timeout_s = busy_timeout_s() if timeout_s is None else timeout_s
+    uri = f"{path.absolute().as_uri()}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists() or not os.access(path.parent, os.W_OK):
+        uri += "&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        _checked_version(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 @contextlib.contextmanager
-def reading(path: Path | None) -> Iterator[sqlite3.Connection | None]:
-    """The history, opened and migrated; None when there is no file (reading never creates one).
+def reading(path: Path | None, *, recording: bool = False) -> Iterator[sqlite3.Connection | None]:
+    """The history for reading; None when there is no file or it holds no schema yet (reading never
+    creates or changes one). ``recording``: the lookups of a run that records itself at its end, which
+    may open it as its writer does (migrating an older schema); every other reader opens it read-only.
 
-    A broken or newer file is a UserError naming it and what to do."""
+    A broken, foreign or newer file is a UserError naming it and what to do."""
     target = Path(path) if path is not None else default_path()
     if not target.exists():
         yield None
         return
     try:
-        conn = connect(target)
+        conn = connect(target) if recording else open_read_only(target)
     except (sqlite3.Error, OSError) as exc:
         raise _unreadable(target, exc) from None
     try:
-        yield conn
+        yield conn if _version(conn) else None
     except sqlite3.Error as exc:
         raise _unreadable(target, exc) from None
     finally:
@@ -438,9 +487,48 @@ def runs(
             conn.execute(f"SELECT r.* FROM runs r WHERE r.id IN ({sel}) ORDER BY {_TIME}, r.id", args)
         )
     for row in rows:
-        row["models"] = json.loads(row["models"])
-        row["options"] = json.loads(row["options"]) if row["options"] else None
+        for key in ("models", "options"):
+            row[key] = _parsed(row, key)
     return rows
+
+
+def _parsed(row: dict[str, Any], key: str) -> Any:
+    """A JSON column's value; None (and a warning naming the run) when the stored text is broken."""
+    if row[key] is None:
+        return None
+    try:
+        return json.loads(row[key])
+    except (TypeError, ValueError, RecursionError):
+        print(f"warning: broken JSON in history run {row['run_id']}: {key} (shown as null)", file=sys.stderr)
+        return None
+
+
+# What each listed column must hold (SQLite stores whatever it is given: a hand-edited or damaged row can
+# hold text where a number belongs). A row that breaks this is skipped with a warning, not printed.
+_TEXT = ("run_id", "commit", "device", "device_class", "backend", "case")
+_TEXT_OR_NULL = ("started", "tier", "status", "reason")
+_NUMBERS = ("accept_rate", "accept_len", "pos0_rate", "speedup")
+
+
+def _broken(row: dict[str, Any]) -> str | None:
+    for key in (*_TEXT, *_TEXT_OR_NULL):
+        if not isinstance(row[key], str) and not (row[key] is None and key in _TEXT_OR_NULL):
+            return f"{key} is {row[key]!r}, not text"
+    for key in _NUMBERS:
+        if row[key] is not None and finite(row[key]) is None:
+            return f"{key} is {row[key]!r}, not a number"
+    return None
+
+
+def _sound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        if (why := _broken(row)) is None:
+            out.append(row)
+            continue
+        print(f"warning: skipping a broken history row of {row['case']!r} in run {row['run_id']}: {why}",
+              file=sys.stderr)  # fmt: skip
+    return out
 
 
 def case_rows(
@@ -461,7 +549,7 @@ def case_rows(
     order = f"c.name, {_TIME}, r.id"
     sql = f"SELECT {_CASE_COLS} FROM cases c JOIN runs r ON r.id = c.run WHERE {where} ORDER BY {order}"
     with reading(path) as conn:
-        return [] if conn is None else _dicts(conn.execute(sql, params))
+        return [] if conn is None else _sound(_dicts(conn.execute(sql, params)))
 
 
 def names(path: Path | None = None) -> tuple[list[str], list[str]]:
@@ -495,8 +583,10 @@ def _by_ancestry(rows: list[sqlite3.Row], ancestors: list[str]) -> list[sqlite3.
 
 
 def _stored_record(conn: sqlite3.Connection, row: sqlite3.Row, case: str) -> CaseRecord | None:
-    """The case's stored record at ``row``'s run; None (and a warning naming the run) when it is broken."""
-    found = conn.execute("SELECT record FROM case_texts WHERE run = ? AND name = ?", (row["run"], case))
+    """The case's stored record at ``row``'s run; None (and a warning naming the run) when it is broken.
+    (Schema v1, read as it is by a reader that never migrates, kept it in the cases table.)"""
+    table = "case_texts" if _version(conn) >= 2 else "cases"
+    found = conn.execute(f"SELECT record FROM {table} WHERE run = ? AND name = ?", (row["run"], case))
     (text,) = found.fetchone() or ("null",)
     try:
         return decode_record(case, json.loads(str(text)), f"history run {row['run_id']}")
@@ -523,6 +613,7 @@ def find_baseline(
     commit: str,
     ancestors: list[str] | None,
     before: str | None = None,
+    recording: bool = False,
 ) -> Baseline | None:
     """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
 
@@ -540,7 +631,8 @@ def find_baseline(
     with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
     prefix, so a short recorded sha equals its full spelling. A candidate whose stored record is broken
     (not JSON, the wrong shape) is skipped with a warning: the next one is the baseline. None when there is
-    no candidate (or no history yet); a history that cannot be read is a UserError.
+    no candidate (or no history yet); a history that cannot be read is a UserError. ``recording``: the
+    lookup of a run that records itself (see ``reading``); otherwise the file is opened read-only.
     """
     commit = commit.strip().lower()
     # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
@@ -551,7 +643,7 @@ def find_baseline(
         f"AND (:before IS NULL OR julianday({_TIME}) < julianday(:before)) ORDER BY {_TIME} DESC, r.id DESC"
     )
     args = {"case": case, "device_class": device_class, "backend": backend, "cases_sha256": cases_sha256}
-    with reading(path) as conn:
+    with reading(path, recording=recording) as conn:
         if conn is None:
             return None
         _check_time(conn, before)

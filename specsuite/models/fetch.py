@@ -563,6 +563,9 @@ def verify_models(
         if not ok:
             bad.append(f"{final}: {how}")
     print(render(("file", "status"), rows))
+    if any(stamps.NOT_SAVED in status for _, status in rows):
+        note = f"note: stamps not saved: {folder} is not writable (the next check hashes again)"
+        print(note, file=sys.stderr)
     if bad:
         raise UserError(
             "files that do not match the lock:\n  "

@@ -3,7 +3,8 @@
 A swapped, truncated or wrong model then fails here with one message naming the file and what it lacks,
 not later as an unexplained server exit. Metadata is read with the ``gguf`` package's GGUFReader (the
 reference reader from llama.cpp's gguf-py); it memory-maps the file, so a multi-GiB model costs only the
-pages of its header.
+pages of its header. Every count and length of the header is checked against the file's size first
+(``gguflayout``): GGUFReader trusts them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from specsuite.common.errors import UserError
 from specsuite.common.statcache import StatCache
+from specsuite.models.gguflayout import check_layout
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -84,6 +86,7 @@ def _read_uncached(path: Path) -> ModelInfo:
     from gguf import GGUFReader  # heavy (numpy): imported only when a model is read
 
     try:
+        check_layout(path)  # every count and length against the file's size: GGUFReader trusts them
         reader = GGUFReader(path, "r")
     except _READ_ERRORS as exc:
         raise UserError(

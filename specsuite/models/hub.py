@@ -48,8 +48,8 @@ def endpoint() -> str:
     """``HF_ENDPOINT`` without a trailing slash (default the Hub); UserError unless http(s)://host[:port][/path]."""
     raw = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
     value = raw.strip().rstrip("/")
-    parts = urlsplit(value)
     try:
+        parts = urlsplit(value)  # raises ValueError itself on an unclosed "[" (http://[::1)
         parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
         ok = (
             parts.scheme in ("http", "https")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import socket
 import time
@@ -40,15 +41,42 @@ def default_results_dir(selector: str) -> Path:
     return paths.RESULTS_DIR / new_run_id(selector)
 
 
-def make_results_dir(folder: Path) -> None:
-    """Create a results folder (and its parents); one UserError when that is impossible."""
+def check_results_dir(folder: Path, fix: str, other: str) -> None:
+    """Whether ``folder`` can be made and written (a UserError ending in ``fix`` if not) and, reused, holds
+    no link (``other``: the alternative to removing it), creating nothing: a command refused later (bad
+    input found after this check) leaves no empty folder behind."""
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+    if not existing.is_dir():
+        raise UserError(f"cannot create the results folder {folder}: {existing} is not a folder; {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "write into" if existing == folder else "create"
+        raise UserError(f"cannot {verb} the results folder {folder}: permission denied; {fix}")
+    if existing == folder:
+        refuse_links(folder, other)
+
+
+def make_results_dir(folder: Path, fix: str = "set SPEC_RESULTS_DIR to a writable folder") -> None:
+    """Create a results folder (and its parents); one UserError, ending in ``fix``, when that is impossible
+    or when the folder (an existing one, reused) cannot be written."""
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        raise UserError(f"cannot create the results folder {folder}: {exc.strerror or exc}; {fix}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into the results folder {folder}: permission denied; {fix}")
+    refuse_links(folder)
+
+
+def refuse_links(folder: Path, other: str = "or set SPEC_RESULTS_DIR to a new folder") -> None:
+    """A reused results folder may hold no link: junit.xml (pytest's), the server logs and the folders
+    above them are opened by path, and a planted link would have them write outside the folder."""
+    if (found := atomic.first_link(folder)) is not None:
+        link, kind = found
         raise UserError(
-            f"cannot create the results folder {folder}: {exc.strerror or exc}; set SPEC_RESULTS_DIR to a "
-            "writable folder"
-        ) from None
+            f"the results folder {folder} holds a link: {link} ({kind}), and a run writes only files of "
+            f"its own there; remove it {other}"
+        )
 
 
 class Harness(msgspec.Struct, kw_only=True):
@@ -151,6 +179,7 @@ class RunResults:
     def __init__(self, results_dir: Path, run: Run) -> None:
         self.dir = Path(results_dir)
         self.logs = self.dir / "logs"
+        make_results_dir(self.dir)
         make_results_dir(self.logs)
         self._t0 = time.monotonic()
         self.run = run

@@ -4,6 +4,7 @@ its copy in ``$GITHUB_STEP_SUMMARY`` (a job summary on Actions)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,13 @@ def write_summary(run: Run, v: Verdict, results_dir: Path) -> Path:
 
 
 def append_step_summary(summary: Path) -> None:
-    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions)."""
+    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions).
+
+    The job summary is a copy: one that cannot be written is a warning, never the run's verdict."""
     if target := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(summary.read_text(encoding="utf-8") + "\n")
+        try:
+            with open(target, "a", encoding="utf-8") as fh:
+                fh.write(summary.read_text(encoding="utf-8") + "\n")
+        except OSError as exc:
+            why = f"GITHUB_STEP_SUMMARY={target}: cannot append the summary ({exc.strerror or exc})"
+            print(f"warning: {why}", file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.common.procs import child_env, stop_group
+from specsuite.common.serverflags import FLAG_SPELLINGS
 from specsuite.common.statcache import StatCache
 
 SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
@@ -31,25 +32,6 @@ HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
 
-# Canonical flag name -> spellings in order of preference (current first, legacy after).
-FLAG_SPELLINGS: dict[str, tuple[str, ...]] = {
-    "spec_type": ("--spec-type",),
-    "draft_model": ("--spec-draft-model", "--model-draft", "-md"),
-    "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
-    "draft_n_min": ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
-    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
-    "draft_ngl": ("--spec-draft-ngl", "--n-gpu-layers-draft", "--gpu-layers-draft", "-ngld"),
-    "synth_len": ("--spec-synth-len",),
-    "synth_rates": ("--spec-synth-rates",),
-    "fit": ("--fit", "-fit"),
-    "metrics": ("--metrics",),
-    "flash_attn": ("--flash-attn", "-fa"),
-    "n_gpu_layers": ("--n-gpu-layers", "--gpu-layers", "-ngl"),
-    "ctx_size": ("--ctx-size", "-c"),
-    "parallel": ("--parallel", "-np"),
-    "seed": ("--seed", "-s"),
-    "spec_default": ("--spec-default",),
-}
 
 # Canonical spec type (the pinned commit's spelling) -> other spellings of the same method, accepted too.
 OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import requests
 
@@ -61,6 +61,15 @@ def _child_env(config_home: str) -> dict[str, str]:
     return env
 
 
+def _new_file(path: Path) -> BinaryIO:
+    """``path`` as a new, empty file: what was there (an earlier run's log, or a link planted in a reused
+    results folder) is unlinked, never written through (O_EXCL|O_NOFOLLOW, as the model store)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
 def _die_with_parent() -> None:
     """In the child: its own process group, and SIGKILL when the test process dies (even by SIGKILL)."""
     os.setpgrp()
@@ -93,7 +102,7 @@ class LlamaServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._config_home = tempfile.mkdtemp(prefix="specsuite-xdg-")
-        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        with _new_file(self.log_path) as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 self.command,
                 stdin=subprocess.DEVNULL,

@@ -11,21 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsuite.cases.schema import DETECT, Case
+from specsuite.cases.schema import CTX_SIZE, DETECT, Case
 from specsuite.common import settings
+from specsuite.common.serverflags import NGRAM_N_MAX, NGRAM_N_MIN
 from specsuite.server.probe import Capabilities, MissingFlag
 
-CTX_SIZE = "1024"
 SEED = "42"  # upstream's ServerProcess passes --seed 42; requests carry the same seed
-# ngram methods take their draft length (and ngram-mod its minimum) from their own flags, not from
-# --spec-draft-n-max; a case's n_max / n_min go there so they mean the same thing for every method.
-NGRAM_N_MAX = {
-    "ngram-simple": "--spec-ngram-simple-size-m",
-    "ngram-map-k": "--spec-ngram-map-k-size-m",
-    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
-    "ngram-mod": "--spec-ngram-mod-n-max",
-}
-NGRAM_N_MIN = {"ngram-mod": "--spec-ngram-mod-n-min"}
 
 
 def runs_on_cpu(caps: Capabilities) -> bool:
@@ -50,7 +41,7 @@ def _own_flag(caps: Capabilities, flag: str, fallback: str) -> str:
 def spec_args(caps: Capabilities, case: Case, draft: Path | None) -> list[str]:
     """The speculative part of a case with a fixed configuration (spec_type or spec_default)."""
     if case.spec_default:
-        return [caps.require_flag("spec_default"), *case.server_args]
+        return [caps.require_flag("spec_default")]
     args: list[str] = []
     if case.spec_type != (DETECT,):
         tokens = ",".join(caps.require_type(t) for t in case.spec_type)
@@ -68,7 +59,7 @@ def spec_args(caps: Capabilities, case: Case, draft: Path | None) -> list[str]:
         args += [caps.require_flag("synth_rates"), ",".join(f"{r:g}" for r in case.synth_rates)]
     if case.synth_len is not None:
         args += [caps.require_flag("synth_len"), f"{case.synth_len:g}"]
-    return args + list(case.server_args)
+    return args
 
 
 def server_command(
@@ -80,9 +71,13 @@ def server_command(
     resolved: Sequence[str] | None = None,
 ) -> list[str]:
     """The full argv. ``case=None`` is the baseline: the same server with speculation off. ``resolved``:
-    the flags the mode resolver chose for a ``mode`` case (instead of the case's fixed configuration)."""
+    the flags the mode resolver chose for a ``mode`` case (instead of the case's fixed configuration).
+
+    A case's ``server_args`` come first: llama.cpp takes the last of a repeated flag, so the harness's own
+    flags (cases.toml refuses them in server_args anyway) always win."""
     ngl = gpu_layers(caps)
-    cmd = [caps.binary, "-m", str(target), caps.require_flag("ctx_size"), CTX_SIZE]
+    extra = list(case.server_args) if case is not None else []
+    cmd = [caps.binary, *extra, "-m", str(target), caps.require_flag("ctx_size"), str(CTX_SIZE)]
     cmd += [caps.require_flag("parallel"), "1"]
     if ngl is not None:
         cmd += [caps.require_flag("n_gpu_layers"), ngl]
@@ -100,7 +95,7 @@ def server_command(
         cmd += _no_polling(caps, draft)
     cmd += ["--temp", "0", caps.require_flag("seed"), SEED, "--host", "127.0.0.1", "--port", str(port)]
     if resolved is not None:
-        cmd += _known(caps, resolved) + (list(case.server_args) if case is not None else [])
+        cmd += _known(caps, resolved)
     elif case is not None:
         cmd += spec_args(caps, case, draft)
     return cmd

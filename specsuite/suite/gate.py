@@ -36,6 +36,7 @@ class GateContext:
     ancestors: list[str] | None
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
+    recording: bool = False  # a run that records itself (it may open the history as its writer)
     used: dict[str, list[str]] = field(default_factory=dict)  # baseline "commit (run)" -> case names
     missing: list[str] = field(default_factory=list)
     problem: str | None = None
@@ -66,6 +67,7 @@ def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
         commit=ctx.commit,
         ancestors=ctx.ancestors,
         before=ctx.started,
+        recording=ctx.recording,
     )
 
 
@@ -97,6 +99,7 @@ def install(session: Session) -> None:
     if isinstance(ctx, str):
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
+    ctx.recording = True
     note = run.history = HistoryNote(line=_line(ctx))
 
     def gate(case: Case, rec: CaseRecord) -> list[Failure]:

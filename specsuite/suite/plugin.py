@@ -87,7 +87,7 @@ def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
     try:
         s = open_session(request.config.stash[_SELECTOR], request.config.stash[_CASES])
     except UserError as exc:
-        pytest.exit(f"error: {exc}", returncode=2)
+        pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)  # run-tier: bad input (2)
     request.config.stash[_SESSION] = s
     yield s
     finish_session(s)

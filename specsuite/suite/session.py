@@ -73,17 +73,19 @@ def binary_info(caps: Capabilities) -> Binary:
     sha = sha256_file(Path(caps.binary))
     if info.get("binary_sha256") != sha:  # build-info.json describes another binary (LLAMA_SERVER_BIN_PATH)
         info = {}
-    source = info.get("source") or {}
-    mirror = paths.cache_dir() / "llama.cpp" / "git" if source.get("kind") == "ref" else None
-    if source.get("kind") == "dir":
-        mirror = Path(source["path"]) if source.get("path") else None
+    built_from = info.get("source") or {}
+    mirror = None
+    if built_from.get("kind") == "ref" and built_from.get("repository"):
+        mirror = source.mirror_path(paths.cache_dir(), built_from["repository"])
+    if built_from.get("kind") == "dir":
+        mirror = Path(built_from["path"]) if built_from.get("path") else None
     return Binary(
         path=caps.binary,
         sha256=sha,
         commit=info.get("commit") or caps.commit,
         backend=info.get("backend") or caps.backend,
         version_text=caps.version_text,
-        source=BinarySource(kind=source.get("kind"), mirror=str(mirror) if mirror else None),
+        source=BinarySource(kind=built_from.get("kind"), mirror=str(mirror) if mirror else None),
     )
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import msgspec
 
 from specsuite.cases.schema import TIERS, load_cases, select_cases
-from specsuite.common import paths, procs, settings
-from specsuite.common.argtypes import CommandParser, fraction, positive_int
+from specsuite.common import errors, paths, procs, settings
+from specsuite.common.argtypes import CommandParser, fraction, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
@@ -46,7 +46,7 @@ def parser() -> CommandParser:
         help="run a GPU tier on a CPU build or with no GPU visible; flagged in the summary",
     )
     p.add_argument(
-        "--repeat", type=positive_int, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1)"
+        "--repeat", type=repeat_count, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1; <= 100)"
     )
     p.add_argument("--no-history", action="store_true", help="no history record and no relative gate")
     p.add_argument(
@@ -110,6 +110,7 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     env = _env(args, args.tier, results_dir, paths.server_binary())
     binary = preflight(args.tier, env)
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
+    (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
     from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
 
     if args.tier in TIERS:
@@ -121,6 +122,20 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.WORK_DIR)
 
 
+# pytest's exit codes (pytest.ExitCode) as the suite's (common.errors): a pytest usage or internal error
+# must never read as a regression, nor a run that ended without a verdict (no summary.md) as green or red.
+_FROM_PYTEST = {2: errors.INTERRUPTED, 3: errors.INTERNAL, 4: errors.BAD_INPUT, 5: errors.BAD_INPUT}
+
+
+def exit_code(pytest_code: int, has_verdict: bool) -> int:
+    """run-tier's exit code from pytest's and whether this run wrote its verdict (summary.md)."""
+    if pytest_code in _FROM_PYTEST:
+        return _FROM_PYTEST[pytest_code]
+    if pytest_code in (errors.OK, errors.FAILED) and has_verdict:
+        return pytest_code
+    return errors.INTERNAL  # killed by a signal, or ended without a verdict: the suite did not answer
+
+
 def main(argv: list[str]) -> int:
     rest, dropped = split_posargs(argv)
     args, pytest_args = parser().parse_known_args(rest)
@@ -128,11 +143,11 @@ def main(argv: list[str]) -> int:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
     results_dir = Path(settings.load().results_dir or default_results_dir(args.tier))
     code = run_tier(args, results_dir, pytest_args)
-    summary = results_dir / "summary.md"  # written by the suite when its session ends
+    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
     if summary.is_file():
         print(summary.read_text(encoding="utf-8"))
         append_step_summary(summary)
-    elif code == 0:
-        code = 1  # pytest passed but the suite wrote nothing: nothing ran that could be called green
+    elif code in (errors.OK, errors.FAILED):
+        print(f"error: the suite ended without a verdict (no {summary}); see pytest's output above")
     print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
-    return code
+    return exit_code(code, summary.is_file())

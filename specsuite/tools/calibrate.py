@@ -10,6 +10,7 @@ command exits 1 unless ``--allow-unstable``, so a calibration that cannot be tru
 from __future__ import annotations
 
 import difflib
+import hashlib
 import math
 import sys
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
-from specsuite.cases.schema import GPU_TIERS
+from specsuite.cases.schema import GPU_TIERS, Case
 from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
@@ -131,6 +133,86 @@ def collect(
         tier = (tiers or {}).get(name, "")
         out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"], tier=tier))
     return out
+
+
+def check_runs(runs: list[Run], names: list[str], selector: str | None, cases: dict[str, Case]) -> None:
+    """Refuse (UserError) runs a floor must not come from: one run given twice (by run id, or the same case
+    records under another id: a spread of 0 would hide any instability), runs of another tier or of
+    several, runs that measured a case otherwise than the cases file says (another cases file), or with a
+    number no server reports (an accept rate of -5 would write a floor of 0)."""
+    seen: dict[str, str] = {}
+    ids: set[tuple[str, str, str | None]] = set()
+    for run in runs:
+        key = (run.run_id, run.device_name, run.binary.sha256)  # two machines may start in the same second
+        if key in ids:
+            raise UserError(f"calibrate: run {run.run_id} is given twice; give each run once")
+        ids.add(key)
+        content = hashlib.sha256(msgspec.json.encode(run.cases)).hexdigest()
+        if content in seen:
+            raise UserError(
+                f"calibrate: run {run.run_id} holds the same case records as run {seen[content]}: one run "
+                "copied; give each run once"
+            )
+        seen[content] = run.run_id
+    _check_tiers(runs, names, selector, {n: c.tier for n, c in cases.items()})
+    for run in runs:
+        for name in names:
+            if (rec := run.cases.get(name)) is None:
+                continue
+            if why := _out_of_range(rec):
+                raise UserError(f"calibrate: run {run.run_id}: case {name!r}: {why}; not a measurement")
+            if name in cases and (why := _measured_otherwise(rec, cases[name])):
+                raise UserError(
+                    f"calibrate: run {run.run_id}: case {name!r} was measured with {why}: a run of another "
+                    "cases file; calibrate from runs of this one"
+                )
+
+
+def _measured_otherwise(rec: CaseRecord, case: Case) -> str | None:
+    """What the record says the case ran with, where it differs from the case (the method and target only
+    where the record has them: schema-1 records have no method)."""
+    ours = {"method": case.method, "n_max": case.n_max, "target": case.target, "draft": case.draft}
+    theirs = {
+        "method": rec.method or None,
+        "n_max": rec.n_max,
+        "target": rec.target or None,
+        "draft": rec.draft,
+    }
+    for key, value in theirs.items():
+        if (value is not None or key in ("n_max", "draft")) and value != ours[key]:
+            return f"{key} {value!r}; cases.toml has {ours[key]!r}"
+    return None
+
+
+def _check_tiers(runs: list[Run], names: list[str], selector: str | None, tiers: dict[str, str]) -> None:
+    """One tier for every run; with ``--tier``, the tier selected (for case names: their tiers)."""
+    found = sorted({str(r.tier) for r in runs})
+    if len(found) > 1:
+        raise UserError(f"calibrate: the runs are of several tiers ({', '.join(found)}); give runs of one")
+    allowed = {selector, *(tiers[n] for n in names if n in tiers)} if selector else None
+    for run in runs:
+        if allowed is not None and run.tier not in allowed:
+            raise UserError(f"calibrate: run {run.run_id} is of the {run.tier} tier, not {selector}")
+    for run in runs:
+        for name in names:
+            rec = run.cases.get(name)
+            if rec is not None and rec.tier and name in tiers and rec.tier != tiers[name]:
+                raise UserError(
+                    f"calibrate: run {run.run_id}: case {name!r} ran in the {rec.tier} tier; cases.toml has "
+                    f"it in {tiers[name]}"
+                )
+
+
+def _out_of_range(rec: CaseRecord) -> str | None:
+    rate, length, speedup = finite(rec.accept_rate), finite(rec.accept_len), finite(rec.speedup)
+    if rate is not None and not 0 <= rate <= 1:
+        return f"accept_rate {rate:g} is outside [0, 1]"
+    top = rec.n_max + 1 if rec.n_max is not None else math.inf
+    if length is not None and not 1 <= length <= top:
+        return f"accept_len {length:g} is outside [1, n_max + 1 = {top:g}]"
+    if speedup is not None and speedup <= 0:
+        return f"speedup {speedup:g} is not a speed ratio > 0"
+    return None
 
 
 def provenance(runs: list[Run], across_machines: bool = False) -> dict[str, str]:
@@ -374,6 +456,8 @@ def main(argv: list[str]) -> int:
         raise UserError("calibrate: no case to calibrate (check --tier and the results given)")
 
     tiers: dict[str, str] = {c.name: c.tier for c in cases}
+    prov = provenance(runs, args.across_machines)  # one commit (and binary): before any floor is computed
+    check_runs(runs, names, args.tier, {c.name: c for c in cases})
     cals = collect(runs, names, tiers)
     old = {c.name: c.floors for c in cases}
     groups = machine_groups(runs) if args.across_machines else [runs]
@@ -382,7 +466,7 @@ def main(argv: list[str]) -> int:
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    new, rejected = _validated(text, cals, provenance(runs, args.across_machines), date)
+    new, rejected = _validated(text, cals, prov, date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )

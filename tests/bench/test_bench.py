@@ -20,12 +20,14 @@ from typing import Any
 
 import pytest
 from fakellama import fake_llama
+from readonly import sandbox_dir, sandbox_env, specsuite_readonly
 from testdata import DATA_ROOT
 
 from specsuite import cli
 from specsuite.bench.command import parse_modes
 from specsuite.bench.measure import Measurement, ModeRun
 from specsuite.bench.report import auto_verdict
+from specsuite.common import errors
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.server.resolver import Resolution
@@ -279,6 +281,9 @@ def test_without_matplotlib_one_note_and_the_rest_is_written(bench, monkeypatch)
         (["--model", "nope.gguf"], "error: --model 'nope.gguf' is not in"),
         (["--model", MTP_TARGET, "--modes", "auto,turbo"], "error: --modes: unknown mode 'turbo'"),
         (["--model", MTP_TARGET, "--repeat", "0"], "argument --repeat: 0 must be >= 1"),
+        (["--model", MTP_TARGET, "--repeat", "101"], "argument --repeat: 101 must be <= 100"),
+        (["--model", MTP_TARGET, "--repeat", "9" * 30], "must be <= 100"),
+        (["--model", MTP_TARGET, "--n-predict", "1025"], "argument --n-predict: 1025 must be <= 1024"),
         (["--model", MTP_TARGET, "--prompts", "nope"], "error: --prompts 'nope' is not a prompt set"),
         (["--modes", "auto"], "the following arguments are required: --model"),
         (
@@ -328,3 +333,41 @@ def test_real_build_benches_the_separate_drafter(bench) -> None:
     for mode in ("auto", "mtp"):
         m = b.mode(mode)
         assert (m["drafted"], m["accepted"], m["drafts"]) == (69, 69, 24), m  # as tiny-mtp-drafter
+
+
+# --- where the reports go -----------------------------------------------------------------------------------
+
+
+def test_out_onto_a_file_is_one_line_before_any_server(env: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(env / "bin")))
+    afile = env / "a-file"
+    afile.write_text("keep me\n")
+    assert cli.main(["bench", "--model", MTP_TARGET, "--out", str(afile / "run")]) == errors.BAD_INPUT
+    assert cli.main(["bench", "--model", MTP_TARGET, "--out", str(afile)]) == errors.BAD_INPUT
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: cannot create the results folder") for line in err)
+    assert "give --out a writable folder" in err[0] and afile.read_text() == "keep me\n"
+
+
+def test_out_in_a_read_only_folder_is_one_line_before_any_server(models: Path) -> None:
+    with sandbox_dir() as box:
+        out = box / "ro"
+        out.mkdir()
+        env = sandbox_env(box, SPEC_MODEL_DIR=str(models), LLAMA_SERVER_BIN_PATH=str(fake_llama(box / "bin")))
+        proc = specsuite_readonly("bench", "--model", MTP_TARGET, "--out", str(out / "run"), folders=[out],
+                                  env=env)  # fmt: skip
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: cannot create the results folder {out / 'run'}")
+    assert proc.stderr.count("\n") == 1 and "bench:" not in proc.stdout  # no mode was started
+
+
+def test_a_link_in_a_reused_out_folder_is_refused_before_any_server(env: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(fake_llama(env / "bin")))
+    out, outside = env / "out", env / "outside"
+    outside.mkdir()
+    out.mkdir()
+    (out / "logs").symlink_to(outside)
+    assert cli.main(["bench", "--model", MTP_TARGET, "--out", str(out)]) == errors.BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the results folder {out} holds a link: {out / 'logs'} (a symbolic link)")
+    assert err.endswith("remove it or give --out a new folder\n") and not list(outside.iterdir())

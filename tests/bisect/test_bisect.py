@@ -484,3 +484,39 @@ def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> No
     assert good["verdict"] == "good" and first_bad["verdict"] == "bad"
     assert first_bad["value"] < good["value"] * 0.95
     _no_bisect_left(env)
+
+
+# --- the mirror is keyed by its remote (issue 19) -----------------------------------------------------------
+
+
+def _has(mirror: Path, sha: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=mirror).returncode == 0
+
+
+def test_a_changed_llama_cpp_repo_gets_its_own_mirror(env, monkeypatch) -> None:
+    """A mirror of another repository in the cache is never bisected instead, nor fetched into."""
+    one = make_repo(env / "one", [GOOD, WORSE])
+    two = make_repo(env / "two", [GOOD, GOOD, WORSE])
+    first = bisect_git.mirror(env / "cache", str(env / "one"))
+    monkeypatch.setenv("LLAMA_CPP_REPO", str(env / "two"))
+    assert bisect.main(_args(env, two[0], two[-1])) == 0
+    assert _result(env)["first_bad"]["commit"] == two[2]
+    second = bisect_git.mirror(env / "cache", str(env / "two"))
+    assert first != second and _has(second, two[2]) and not _has(first, two[2])
+    assert bisect_git.mirror(env / "cache", str(env / "one")) == first and _has(first, one[1])
+
+
+def test_a_mirror_cloned_from_another_remote_is_refused_in_one_line(env) -> None:
+    """The default mirror (an older specsuite kept one for every repository) cloned from elsewhere."""
+    from specsuite.build import source
+
+    make_repo(env / "elsewhere", [GOOD])
+    pinned = source.load_pin().repository
+    path = source.mirror_path(env / "cache", pinned)
+    path.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "--bare", "--quiet", str(env / "elsewhere"), str(path)], check=True)
+    with pytest.raises(UserError) as exc:
+        bisect_git.mirror(env / "cache", pinned)
+    message = str(exc.value)
+    assert message.startswith(f"the llama.cpp mirror {path} was cloned from {env / 'elsewhere'}, not ")
+    assert "\n" not in message

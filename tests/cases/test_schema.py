@@ -74,7 +74,7 @@ def test_full_vocabulary_parses() -> None:
     ("extra", "needle"),
     [
         ("colour = 1\n", "unknown key(s) colour"),
-        ("n_predict = true\n", "n_predict must be an integer >= 1, got True"),
+        ("n_predict = true\n", "n_predict must be an integer from 1 to 1024 (the server's context), got Tr"),
         ("synth_rates = [0.5, 1.0, 0.5]\n", "non-increasing"),
         ("synth_rates = [0.0, 0.0, 0.0]\nsynth_len = 2.0\n", "mutually exclusive"),
         ("expect_accept_len = 2.0\n", "go together"),
@@ -234,3 +234,78 @@ def test_select_unknown_lists_valid_names() -> None:
     msg = str(exc.value)
     assert "'medusa'" in msg and "valid tiers: smoke, synthetic, compact, nightly, all" in msg
     assert "mtp" in msg and "ngram-mod" in msg
+
+
+# --- server_args: never a flag the harness owns (issue 19) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--host", "0.0.0.0"],  # llama.cpp takes the last --host: the case would listen on every interface
+        ["--host=0.0.0.0"],
+        ["--port", "8080"],
+        ["-m", "other.gguf"],  # another model than results.json records
+        ["--model=other.gguf"],
+        ["-hf", "someone/model"],  # a model from the network
+        ["--model-url", "http://x/m.gguf"],
+        ["-md", "d.gguf"],
+        ["--spec-draft-model", "d.gguf"],
+        ["--spec-type", "draft-simple"],
+        ["--draft-max", "99"],
+        ["--spec-draft-n-max=9"],
+        ["--spec-ngram-mod-n-max", "64"],
+        ["-c", "99999"],
+        ["--ctx-size", "99999"],
+        ["-np", "4"],
+        ["--seed", "7"],
+        ["-s", "7"],
+        ["--metrics"],
+        ["--offline"],
+        ["--log-file", "/tmp/elsewhere.log"],
+        ["-ngl", "0"],
+        ["-fa", "off"],
+        ["--temp", "1.0"],
+        ["--fit", "on"],
+        ["--poll", "50"],
+        ["--spec-default"],
+        ["--spec-synth-rates", "1,1"],
+        ["--threads", "1", "--host", "::"],  # found wherever it is in the list
+    ],
+)
+def test_server_args_refuse_every_flag_the_harness_owns(args: list[str]) -> None:
+    flag = next(a for a in args if a not in ("--threads", "1")).split("=")[0]
+    with pytest.raises(UserError) as exc:
+        _one(f"server_args = {args!r}\n".replace("'", '"'))
+    message = str(exc.value)
+    assert message.startswith("cases.toml: [[case]] 'a': server_args: ") and "\n" not in message
+    assert f"{flag!r} is a flag the harness sets" in message, message
+
+
+def test_server_args_keep_what_the_harness_leaves_alone() -> None:
+    (c,) = _one('server_args = ["--threads", "1", "--spec-ngram-simple-size-n", "4", "-sm", "none"]\n')
+    assert c.server_args == ("--threads", "1", "--spec-ngram-simple-size-n", "4", "-sm", "none")
+
+
+def test_the_real_cases_file_gives_no_owned_flag() -> None:
+    load_cases(paths.CASES_FILE)  # a case of the real file breaking the rule would raise here
+
+
+# --- upper bounds: a typo must not start an endless run ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("n_predict = 1025\n", "n_predict must be an integer from 1 to 1024 (the server's context), got 10"),
+        ("n_predict = 100000000000\n", "n_predict must be an integer from 1 to 1024"),
+        ("n_predict = 8\n", "n_max = 3 is more than n_predict = 8"),
+    ],
+)
+def test_bounds_of_n_predict_and_n_max(extra: str, needle: str) -> None:
+    body = BASE if "n_max" not in needle else BASE.replace("n_max = 3", "n_max = 9")
+    needle = needle.replace("n_max = 3", "n_max = 9")
+    with pytest.raises(UserError) as exc:
+        _one(extra, base=body)
+    assert needle in str(exc.value)
+    assert _one("n_predict = 1024\n")[0].n_predict == 1024

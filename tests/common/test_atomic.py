@@ -51,3 +51,22 @@ def test_a_symlink_at_the_temp_name_is_never_followed(
     monkeypatch.setattr(atomic.secrets, "token_hex", lambda n: next(names))
     atomic.write_text(tmp_path / "t.json", "new")
     assert victim.read_text() == "keep" and (tmp_path / "t.json").read_text() == "new"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_a_link_at_the_target_is_replaced_never_written_through(tmp_path: Path, kind: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not yours\n")
+    target = tmp_path / "results.json"
+    target.symlink_to(victim) if kind == "symlink" else os.link(victim, target)
+    atomic.write_text(target, "{}\n")
+    assert victim.read_text() == "not yours\n"
+    assert not target.is_symlink() and target.read_text() == "{}\n" and target.stat().st_nlink == 1
+
+
+def test_first_link_finds_links_at_any_depth_and_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "logs" / "deep").mkdir(parents=True)
+    (tmp_path / "logs" / "deep" / "a.log").write_text("x")
+    assert atomic.first_link(tmp_path) is None
+    (tmp_path / "logs" / "deep" / "b.log").symlink_to(tmp_path / "elsewhere")  # dangling counts too
+    assert atomic.first_link(tmp_path) == (tmp_path / "logs" / "deep" / "b.log", "a symbolic link")

@@ -3,10 +3,12 @@ writers in real processes, reading, and the baseline lookup."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import platform
+import re
 import sqlite3
 import subprocess
 import sys
@@ -642,3 +644,92 @@ def test_a_broken_baseline_record_is_skipped_for_the_next_one(
     assert found is not None and found.commit == A and found.record.accept_rate == 0.61
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("warning: skipping a broken history record of 'mtp' in run ") and B in line
+
+
+# --- readers never write (issue 19): read-only opens, no migration, no journal-mode switch ---------------
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _foreign(db: Path, user_version: int = 0) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+        conn.execute(f"PRAGMA user_version = {user_version}")
+        conn.commit()
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda db: _foreign(db), "is not a specsuite history (it holds the table(s) notes)"),
+        (lambda db: _foreign(db, len(MIGRATIONS) + 1), "upgrade specsuite"),
+        (lambda db: db.write_bytes(b""), None),  # empty: no run yet, and no schema written into it
+    ],
+    ids=["foreign", "newer", "empty"],
+)
+def test_a_reader_writes_nothing_into_any_file(tmp_path: Path, make: Any, error: str | None) -> None:
+    db = tmp_path / "h.sqlite"
+    make(db)
+    before = _files(tmp_path)
+    readers = (
+        lambda: runs(db),
+        lambda: history.case_rows(db),
+        lambda: history.names(db),
+        lambda: base(db, C),
+    )
+    for read in readers:
+        if error is None:
+            assert read() in ([], ([], []), None)
+        else:
+            with pytest.raises(UserError, match=re.escape(error)):
+                read()
+    assert _files(tmp_path) == before  # no -wal/-shm, no schema, no journal-mode switch
+
+
+def test_reading_our_own_wal_history_leaves_no_wal_or_shm_file(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    record_run(doc(A, "2026-12-01T10:00:00+00:00"), db)
+    before = _files(tmp_path)
+    assert [r["llama_commit"] for r in runs(db)] == [A] and base(db, C) is not None
+    assert _files(tmp_path) == before
+
+
+def test_a_writer_refuses_a_foreign_file_and_leaves_it_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "h.sqlite"
+    _foreign(db)
+    before = _files(tmp_path)
+    assert record_run(doc(A), db) is None
+    assert "is not a specsuite history (it holds the table(s) notes)" in warned(capsys, db)
+    assert _files(tmp_path) == before
+
+
+def test_a_v1_history_is_read_as_it_is_never_migrated_by_a_reader(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    _v1_database_with_a_run(db)
+    before = _files(tmp_path)
+    assert [r["llama_commit"] for r in runs(db)] == ["abcdef0"]
+    found = base(db, "bbbbbbb")
+    assert found is not None and found.record.name == "mtp"
+    assert _files(tmp_path) == before and rows(db, "PRAGMA user_version") == [(1,)]
+
+
+def test_a_valid_history_reads_on_a_read_only_filesystem(tmp_path: Path) -> None:
+    from readonly import sandbox_dir, sandbox_env, specsuite_readonly
+
+    with sandbox_dir() as box:
+        folder = box / "history"
+        folder.mkdir()
+        db = folder / "h.sqlite"
+        record_run(doc(A, "2026-12-01T10:00:00+00:00"), db)
+        before = _files(folder)
+        proc = specsuite_readonly(
+            "history", "--json", folders=[folder], env=sandbox_env(box, SPEC_HISTORY=str(db))
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert [r["commit"] for r in json.loads(proc.stdout)] == [A] and "move it aside" not in proc.stderr
+        assert _files(folder) == before

@@ -130,3 +130,43 @@ def test_plot_without_matplotlib(
         run(capsys, path=db, plot=tmp_path / "trend.png")
     assert capsys.readouterr().out == ""  # the message alone, no table before it
     assert not (tmp_path / "trend.png").exists()
+
+
+# --- a broken row is skipped with a warning naming it, never a traceback ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        ("UPDATE cases SET accept_rate = 'high' WHERE run = 2", "accept_rate is 'high', not a number"),
+        ("UPDATE cases SET speedup = x'00ff' WHERE run = 2", "speedup is b'\\x00\\xff', not a number"),
+        ("UPDATE runs SET llama_commit = x'05' WHERE id = 2", "commit is b'\\x05', not text"),
+        ("UPDATE runs SET started = x'07' WHERE id = 2", "started is b'\\x07', not text"),
+        ("UPDATE cases SET status = x'03' WHERE run = 2", "status is b'\\x03', not text"),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_broken_row_is_skipped_with_a_warning_naming_it(
+    db: Path, capsys: pytest.CaptureFixture[str], sql: str, why: str, as_json: bool
+) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute(sql)
+    code = history_command(path=db, case="ngram-mod", device=None, last=None, plot=None, as_json=as_json)
+    out, err = capsys.readouterr()
+    assert code == 0
+    [line] = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert line.startswith("warning: skipping a broken history row of 'ngram-mod' in run ") and why in line
+    shown = json.loads(out) if as_json else out.strip().splitlines()[3:]
+    assert len(shown) == 1  # the other commit's row is listed
+
+
+def test_a_broken_models_or_options_text_is_skipped_too(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET models = '{not json', options = '[' WHERE id = 1")
+    rows = history.runs(db)
+    assert (rows[0]["models"], rows[0]["options"]) == (None, None) and rows[1]["models"] is not None
+    assert "warning: broken JSON in history run " in capsys.readouterr().err

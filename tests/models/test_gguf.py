@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -241,3 +245,91 @@ def test_unchanged_file_is_read_once_changed_file_again(tmp_path, monkeypatch):
     t.write_bytes(t.read_bytes()[:40])  # truncated after being cached: read again, and refused
     with pytest.raises(UserError, match="not a readable GGUF file"):
         read_info(t)
+
+
+# --- hostile headers: every count and length checked against the file's size first ----------------------
+
+U8, STR, ARR = 0, 8, 9  # GGUF value types
+
+
+def _s(text: bytes) -> bytes:
+    return struct.pack("<Q", len(text)) + text
+
+
+def _header(kv: bytes, n_kv: int = 1, n_tensors: int = 0) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + kv
+
+
+def _arch() -> bytes:
+    return _s(b"general.architecture") + struct.pack("<I", STR) + _s(b"llama")
+
+
+def _nested(depth: int) -> bytes:
+    """An array of arrays ``depth`` deep, one element each, the innermost a uint8."""
+    body = struct.pack("<IQ", U8, 1) + b"\0"
+    for _ in range(depth - 1):
+        body = struct.pack("<IQ", ARR, 1) + body
+    return _s(b"x") + struct.pack("<I", ARR) + body
+
+
+HOSTILE = {
+    # the issue's 98-byte file: a uint8 array claiming 2^62 elements (the reader spun and grew without end)
+    "u8 array of 2^62": _header(_s(b"tokenizer.ggml.token_type") + struct.pack("<IIQ", ARR, U8, 1 << 62)),
+    "string array of 2^62": _header(_s(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", ARR, STR, 1 << 62)),
+    "string of 2^63 bytes": _header(_s(b"general.name") + struct.pack("<IQ", STR, 1 << 63)),
+    "key of 2^40 bytes": _header(struct.pack("<Q", 1 << 40) + b"k"),
+    "2^60 keys": _header(_arch(), n_kv=1 << 60),
+    "2^60 tensors": _header(_arch(), n_tensors=1 << 60),
+    "a tensor of 2^31 dimensions": _header(_arch(), n_tensors=1) + _s(b"t") + struct.pack("<I", 1 << 31),
+    "arrays nested 100 000 deep": _header(_nested(100_000)),
+    "unknown value type": _header(_s(b"k") + struct.pack("<I", 99)),
+}
+
+
+def _read_bounded(path: Path) -> subprocess.CompletedProcess[str]:
+    """read_info in a child with a memory limit and a timeout: a reader that spins fails the test, not the
+    machine."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from specsuite.common.errors import UserError\n"
+        "from specsuite.models.gguf import read_info\n"
+        "try:\n    read_info(sys.argv[1])\nexcept UserError as exc:\n    print(exc); sys.exit(2)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SPEC_CACHE_DIR": str(path.parent / "cache")})  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_header_is_one_line_at_once(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(HOSTILE[name])
+    proc = _read_bounded(path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"{path}: not a readable GGUF file (") and proc.stdout.count("\n") == 1
+    assert "delete it and fetch it again" in proc.stdout and proc.stderr == ""
+
+
+def test_the_issues_file_is_98_bytes(tmp_path: Path) -> None:
+    data = HOSTILE["u8 array of 2^62"] + b"\0" * (98 - len(HOSTILE["u8 array of 2^62"]))
+    assert len(data) == 98
+    path = tmp_path / "x.gguf"
+    path.write_bytes(data)
+    proc = _read_bounded(path)
+    assert proc.returncode == 2 and "2^62" not in proc.stdout and "4611686018427387904" in proc.stdout
+
+
+def test_valid_files_with_arrays_strings_and_tensors_still_read(tmp_path: Path) -> None:
+    """The bounds pass what the gguf writer writes: a vocabulary, nested lists, many tensors."""
+    writer = gguf.GGUFWriter(tmp_path / "v.gguf", "llama")
+    writer.add_token_list([f"tok{i}" for i in range(5000)])
+    writer.add_token_types([1] * 5000)
+    writer.add_array("test.nested", [[1, 2], [3, 4]])
+    for i in range(300):
+        writer.add_tensor(f"blk.{i}.w", W)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    info = read_info(tmp_path / "v.gguf")
+    assert info.arch == "llama" and info.nextn_tensors == 0

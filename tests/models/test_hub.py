@@ -91,6 +91,7 @@ def test_missing_token_for_gated_repo(monkeypatch, tmp_path, hf_home):
         "http://user:pw@mirror.example",
         "https://mirror.example/?token=1",
         "https://mirror.example/#x",
+        "http://[::1",  # urlsplit itself raises on an unclosed IPv6 bracket
     ],
 )
 def test_malformed_endpoint_is_one_message_naming_the_variable(monkeypatch, value):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import msgspec
@@ -51,6 +52,41 @@ def test_unwritable_results_folder_is_one_clear_error(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match=r"cannot create the results folder .*SPEC_RESULTS_DIR"):
         RunResults(tmp_path / "file" / "run", Run(tier="smoke", selector="smoke"))
+
+
+@pytest.mark.parametrize(
+    "plant",
+    ["junit.xml", "summary.md", "logs", "logs/ngram-mod.log", "logs/deeper/x.log", "hard:junit.xml"],
+)
+def test_a_reused_results_folder_holding_a_link_is_refused(tmp_path: Path, plant: str) -> None:
+    """A run writes nothing through a link planted in a reused folder: it refuses the folder, naming the
+    link, before it writes anything (pytest's junit.xml and the server logs are opened by path)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("not yours\n")
+    folder = tmp_path / "run"
+    hard, name = plant.startswith("hard:"), plant.removeprefix("hard:")
+    link = folder / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if hard:
+        os.link(victim, link)  # a hard link: writing through its path writes the victim's inode
+    else:
+        link.symlink_to(outside if name == "logs" else victim)
+    with pytest.raises(UserError) as exc:
+        RunResults(folder, Run(tier="smoke", selector="smoke", binary=BINARY))
+    message = str(exc.value)
+    assert message.startswith(f"the results folder {folder} holds a link: {link}") and "\n" not in message
+    assert victim.read_text() == "not yours\n" and [p.name for p in outside.iterdir()] == ["victim.txt"]
+    assert not (folder / "results.json").exists()
+
+
+def test_a_reused_results_folder_without_links_is_fine(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "logs" / "old.log").write_text("an earlier run\n")
+    RunResults(folder, Run(tier="smoke", selector="smoke", binary=BINARY)).save()
+    assert (folder / "results.json").is_file()
 
 
 def test_summary_table_and_step_summary(tmp_path, monkeypatch) -> None:

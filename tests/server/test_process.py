@@ -42,6 +42,29 @@ def test_start_timeout_default_and_override(monkeypatch) -> None:
             start_timeout_s()
 
 
+@pytest.mark.parametrize("planted", ["symlink", "hardlink"])
+def test_a_server_log_is_a_new_file_never_written_through_a_link(tmp_path: Path, planted: str) -> None:
+    from fakellama import fake_llama
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not yours\n")
+    log = tmp_path / "logs" / "case.log"
+    log.parent.mkdir()
+    log.symlink_to(victim) if planted == "symlink" else os.link(victim, log)
+    exe = fake_llama(tmp_path / "bin")
+    srv = LlamaServer([str(exe), "--port", str(free_port())], log, start_timeout=60)
+    try:
+        srv.start()
+    finally:
+        srv.stop()
+    assert victim.read_text() == "not yours\n"
+    assert (
+        not log.is_symlink()
+        and log.stat().st_nlink == 1
+        and "fake llama-server: listening" in log.read_text()
+    )
+
+
 # --- the real binary ---------------------------------------------------------------------------------
 
 

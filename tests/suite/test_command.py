@@ -91,7 +91,9 @@ def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
     cmd = server_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
     s = " ".join(cmd)
     assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s and "--poll" not in s
-    assert s.endswith("--spec-draft-n-max 7 --spec-draft-p-min 0 --x 1")
+    assert s.startswith("/b/llama-server --x 1 -m /m/t.gguf") and s.endswith(
+        "--spec-draft-n-max 7 --spec-draft-p-min 0"
+    )
 
 
 def test_command_ngram_length_goes_to_its_own_flags_and_baseline_has_no_spec() -> None:
@@ -177,3 +179,21 @@ def test_resolved_flags_are_checked_against_the_binary() -> None:
     assert server_command(_caps("cpu"), Path("/m/t.gguf"), 1, mode, None, flags)[-1] == "--spec-default"
     with pytest.raises(MissingFlag, match="binary_no_spec_default"):
         server_command(_caps("cpu", ("--spec-default",)), Path("/m/t.gguf"), 1, mode, None, flags)
+
+
+@pytest.mark.parametrize("how", ["spec_type", "mode", "spec_default"])
+def test_a_cases_server_args_come_before_every_flag_of_the_harness(how: str) -> None:
+    """llama.cpp takes the last of a repeated flag: whatever a case adds, the harness's own flags win."""
+    body = {
+        "spec_type": 'spec_type = "draft-simple"\ndraft = "t.gguf"\nn_max = 3\n',
+        "mode": 'mode = "auto"\n',
+        "spec_default": "spec_default = true\n",
+    }[how]
+    case = _case(
+        body + 'uncalibrated = true\nserver_args = ["--threads", "1", "--spec-ngram-simple-size-n", "4"]\n'
+    )
+    draft = Path("/m/t.gguf") if how == "spec_type" else None
+    resolved = ("--spec-default",) if how == "mode" else None
+    cmd = server_command(_caps("cpu"), Path("/m/t.gguf"), 8111, case, draft, resolved)
+    assert cmd[:6] == ["/b/llama-server", "--threads", "1", "--spec-ngram-simple-size-n", "4", "-m"]
+    assert cmd.count("--threads") == 1 and cmd[cmd.index("--host") + 1] == "127.0.0.1"

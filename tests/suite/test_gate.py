@@ -247,3 +247,34 @@ def test_a_lookup_that_cannot_read_the_history_is_one_warning(
     assert gate.baselines_for(load_run(seed.run.dir)) == {}
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"warning: history {db}: cannot read it") and line.endswith("upgrade specsuite")
+
+
+@pytest.mark.parametrize("broken", ["{not json", "[" * 100_000, '{"accept_rate": "high"}'])
+def test_a_broken_baseline_record_never_turns_a_green_run_red(
+    seed: Seed, db: Path, tmp_path: Path, broken: str
+) -> None:
+    """A newer commit C, recorded after A, whose stored record is broken: skipped with a warning naming it,
+    A judges B, and B is green; `compare --against auto` and `history` say the same, with no traceback."""
+    from specsuite.results.document import decode_run
+
+    c = dict(seed.run.doc, run_id="c-run", started=seed.run.doc["finished"])  # after A, before B
+    c["binary"] = {**c["binary"], "commit": "c3c3c3c"}
+    assert history.record_run(decode_run(c, "c"), db) is not None
+    with sqlite3.connect(db) as conn:
+        c_id = "(SELECT id FROM runs WHERE run_id = 'c-run')"
+        conn.execute(f"UPDATE case_texts SET record = ? WHERE run = {c_id}", (broken,))
+    run = run_b(seed, tmp_path, db, GOOD)
+    assert run.proc.returncode == 0, run.output
+    assert run.case["status"] == "passed" and run.case["baseline"]["commit"] == A
+    env = {**os.environ, "SPEC_HISTORY": str(db), "SPEC_CACHE_DIR": str(tmp_path / "cache")}
+    errs = []
+    for argv in (
+        ["compare", "--against", "auto", "--no-plot", str(run.dir)],
+        ["history"],
+        ["history", "--json"],
+    ):
+        proc = subprocess.run([sys.executable, "-m", "specsuite", *argv], cwd=paths.REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        errs.append(proc.stderr)
+    assert errs[0].startswith(f"warning: skipping a broken history record of {CASE!r} in run c-run: ")

@@ -12,16 +12,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakellama import fake_llama
+from readonly import sandbox_dir, sandbox_env, specsuite_readonly
 
 from specsuite import cli
-from specsuite.common import paths
+from specsuite.common import errors, paths
 from specsuite.common.errors import UserError
 from specsuite.suite import tier
-from specsuite.suite.tier import parser, pytest_command
+from specsuite.suite.tier import exit_code, parser, pytest_command
 
 SYNTH = "tiny-simple-fixed"
 DSPARK = "tiny-dspark-fixed"
@@ -32,10 +34,18 @@ ALL_ACCEPTED = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]
 REFUSED = "--list-devices shows no GPU, and the selected cases are GPU tier"
 
 
+@pytest.fixture
+def sandbox() -> Iterator[Path]:
+    with sandbox_dir() as folder:
+        yield folder
+
+
 def test_options_and_pytest_args_are_told_apart() -> None:
     args, rest = parser().parse_known_args(["smoke", "--allow-missing", "--repeat", "3", "-x", "--lf"])
     assert (args.tier, args.allow_missing, args.repeat, rest) == ("smoke", True, 3, ["-x", "--lf"])
-    for bad in (["smoke", "--repeat", "0"], ["smoke", "--repeat", "abc"], ["smoke", "--rtol", "2"]):
+    bad_ones = (["smoke", "--repeat", "0"], ["smoke", "--repeat", "abc"], ["smoke", "--repeat", "101"],
+                ["smoke", "--rtol", "2"])  # fmt: skip
+    for bad in bad_ones:
         with pytest.raises(SystemExit):
             parser().parse_args(bad)
 
@@ -312,3 +322,71 @@ def test_a_signal_to_run_tier_records_the_interrupted_case_and_leaves_nothing_ru
             break
         time.sleep(0.1)
     assert _pids_of(str(exe)) == []  # neither the baseline nor the speculative server outlived the run
+
+
+# --- exit codes: pytest's mapped onto the suite's (common.errors) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pytest_code", "summary", "ours"),
+    [
+        (0, True, errors.OK),
+        (1, True, errors.FAILED),  # a red run: its summary says why
+        (1, False, errors.INTERNAL),  # pytest failed but no verdict was written: not a regression
+        (0, False, errors.INTERNAL),  # "passed" without a verdict: nothing ran that could be called green
+        (2, False, errors.INTERRUPTED),
+        (3, False, errors.INTERNAL),
+        (4, False, errors.BAD_INPUT),  # pytest's usage error
+        (5, False, errors.BAD_INPUT),  # no test collected: a -k that matches nothing
+        (-9, False, errors.INTERNAL),  # killed
+    ],
+)
+def test_pytests_exit_codes_become_the_suites(pytest_code: int, summary: bool, ours: int) -> None:
+    assert exit_code(pytest_code, summary) == ours
+
+
+def test_a_pytest_usage_error_is_bad_input_not_a_regression(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH, "--no-such-pytest-option")
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_stale_summary_of_an_earlier_run_is_not_this_runs_verdict(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "summary.md").write_text("### an earlier run: PASSED\n")
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH, "--no-such-pytest-option")
+    assert proc.returncode == errors.BAD_INPUT and "an earlier run" not in proc.stdout
+    assert not (tmp_path / "r" / "summary.md").exists()
+
+
+def test_a_read_only_results_folder_is_one_line_before_any_download(sandbox) -> None:
+    exe = fake_llama(sandbox / "bin", **ALL_ACCEPTED)
+    results = sandbox / "results"
+    results.mkdir()
+    env = sandbox_env(sandbox, LLAMA_SERVER_BIN_PATH=str(exe), SPEC_RESULTS_DIR=str(results),
+                      SPEC_MODEL_DIR=str(sandbox / "models"))  # fmt: skip
+    proc = specsuite_readonly("run-tier", SYNTH, folders=[results], env=env, cwd=paths.REPO_ROOT)
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: cannot write into the results folder {results}")
+    assert proc.stderr.count("\n") == 1 and not (sandbox / "models").exists()
+
+
+@pytest.mark.parametrize("plant", ["junit.xml", "logs"])
+def test_a_link_planted_in_a_reused_results_folder_is_refused_before_anything(
+    tmp_path, chain_env, plant: str
+) -> None:
+    """pytest writes junit.xml and the servers their logs by path: nothing may go through a planted link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.xml").write_text("not yours\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / plant).symlink_to(outside / "victim.xml" if plant == "junit.xml" else outside)
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH)
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: the results folder {tmp_path / 'r'} holds a link: ")
+    assert proc.stderr.count("\n") == 1
+    assert [p.name for p in outside.iterdir()] == ["victim.xml"]
+    assert (outside / "victim.xml").read_text() == "not yours\n"

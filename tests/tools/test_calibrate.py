@@ -6,13 +6,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomlkit
 from casetext import HEAD
 from testdata import DATA_ROOT
 
-from specsuite.cases.schema import load_cases
+from specsuite.cases.schema import load_cases, parse_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.tools import calibrate
@@ -164,23 +165,24 @@ def test_tier_filters_cases(cases_file: Path, tmp_path: Path) -> None:
 
 
 def test_floor_the_suite_rejects_is_not_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # simple measured accept len 2.60..2.64 -> floor 2.4, above n_max + 1 = 2 that cases.py allows
-    text = CASES.replace(
-        'draft = "fixture-target.gguf"\nn_max = 3', 'draft = "fixture-target.gguf"\nn_max = 1'
+    """The last guard: new floors the suite's own validation rejects are not written. Checked runs cannot
+    give one any more (a measured accept len above n_max + 1 is refused as out of range), so the floors
+    here are computed from numbers handed in directly."""
+    text = CASES.replace("min_accept_len = 2.3", "min_accept_len = 1.9")
+    simple = calibrate.CaseCalibration("simple", rates=[0.75, 0.76], lens=[4.6, 4.7], run_ids=["a", "b"])
+    ngram = calibrate.CaseCalibration("ngram", rates=[0.62, 0.63], lens=[2.0, 2.1], run_ids=["a", "b"])
+    prov = {"commit": "0c1e570", "device": "cpu"}
+    new, rejected = calibrate._validated(
+        text, {"simple": simple, "ngram": ngram}, prov, "2026-12-01T00:00:00Z"
     )
-    text = text.replace("min_accept_len = 2.3", "min_accept_len = 1.9")
-    assert text.count("n_max = 1") == 1 and "min_accept_len = 1.9" in text
-    cases = tmp_path / "cases.toml"
-    cases.write_text(text)
-    assert _calibrate(cases, "--allow-unstable") == 1
-    captured = capsys.readouterr()
+    assert rejected == ["simple"]
     assert (
-        "NOT WRITTEN simple: cases.toml: [[case]] 'simple': min_accept_len = 2.4 is outside" in captured.out
+        "NOT WRITTEN simple: cases.toml: [[case]] 'simple': min_accept_len = 4.4 is outside"
+        in capsys.readouterr().out
     )
-    assert "1 case(s) NOT WRITTEN" in captured.err
-    assert _case(cases, "simple")["min_accept_len"] == 1.9 and "calibration" not in _case(cases, "simple")
-    assert _case(cases, "ngram")["min_accept_rate"] == 0.591  # the others are written
-    load_cases(cases)
+    cases = {c.name: c for c in parse_cases(new)}
+    assert cases["simple"].min_accept_len == 1.9 and cases["simple"].calibration == {}
+    assert cases["ngram"].min_accept_rate == 0.59  # the others are written
 
 
 def test_runs_of_different_commits_are_refused(cases_file: Path) -> None:
@@ -358,12 +360,16 @@ def test_smoke_floors_are_the_recorded_calibration_runs(capsys) -> None:
     assert "UNSTABLE" not in out  # each machine's three runs agree exactly; the machines differ
 
 
-def _runs_with_speedups(tmp_path: Path, name: str, speedups: list[float]) -> list[Path]:
-    """Copies of the three calibration fixtures with ``name``'s median speedup replaced, one per run."""
+def _runs_with_speedups(tmp_path: Path, name: str, speedups: list[float], tier: str = "smoke") -> list[Path]:
+    """Copies of the three calibration fixtures with ``name``'s median speedup replaced, one per run, as
+    runs of ``tier``."""
     out = []
     for src, speedup in zip(CAL_RUNS, speedups, strict=True):
         data = json.loads((src / "results.json").read_text())
         data["cases"][name]["speedup"] = speedup
+        data["tier"] = data["selector"] = tier
+        for rec in data["cases"].values():
+            rec["tier"] = tier
         run = tmp_path / src.name
         run.mkdir()
         (run / "results.json").write_text(json.dumps(data))
@@ -380,7 +386,7 @@ def test_gpu_tier_speed_floor_never_goes_below_plain_decoding(
     text = text.replace("min_accept_len = 1.8\n", "min_accept_len = 1.8\nmin_speedup = 1.2\n", 1)
     cases = tmp_path / "cases.toml"
     cases.write_text(text)
-    runs = _runs_with_speedups(tmp_path, "ngram", [1.2, 1.1, 1.15])  # slowest 1.1 - 20 % = 0.88
+    runs = _runs_with_speedups(tmp_path, "ngram", [1.2, 1.1, 1.15], tier)  # slowest 1.1 - 20 % = 0.88
     assert _calibrate(cases, "--allow-unstable", "--tier", "ngram", runs=runs) == 0
     assert _case(cases, "ngram")["min_speedup"] == floor
     out = capsys.readouterr().out
@@ -393,3 +399,81 @@ def test_calibrate_usage_names_the_console_script(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         calibrate.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: specsuite calibrate ")
+
+
+# --- --from-results trusts nothing (issue 19) ---------------------------------------------------------------
+
+
+def _edited(tmp_path: Path, src: Path, name: str, edit: Any) -> Path:
+    """A copy of a recorded run, changed by ``edit`` (a function of the parsed results.json)."""
+    data = json.loads((src / "results.json").read_text())
+    edit(data)
+    run = tmp_path / name
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(data))
+    return run
+
+
+def _refused(cases: Path, runs: list[Path], needle: str, *extra: str) -> None:
+    with pytest.raises(UserError) as exc:
+        _calibrate(cases, "--allow-unstable", *extra, runs=runs)
+    assert needle in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+    assert cases.read_text() == CASES  # nothing written
+
+
+def test_the_same_run_twice_is_refused(cases_file: Path, tmp_path: Path) -> None:
+    """Three copies of one run have spread 0: the instability check could never fire."""
+    _refused(cases_file, [CAL_RUNS[0], CAL_RUNS[0], CAL_RUNS[1]], "run fixture-cal-1 is given twice")
+    renamed = _edited(tmp_path, CAL_RUNS[0], "copy", lambda d: d.update(run_id="another-name"))
+    _refused(cases_file, [CAL_RUNS[0], renamed, CAL_RUNS[1]], "another-name holds the same case records as")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("accept_rate", -5.0, "accept_rate -5 is outside [0, 1]"),
+        ("accept_rate", 1.5, "accept_rate 1.5 is outside [0, 1]"),
+        ("accept_len", 0.5, "accept_len 0.5 is outside [1, n_max + 1 = 4]"),
+        ("accept_len", 99.0, "accept_len 99 is outside [1, n_max + 1 = 4]"),
+        ("speedup", -1.0, "speedup -1 is not a speed ratio > 0"),
+    ],
+)
+def test_a_number_out_of_range_is_refused(
+    cases_file: Path, tmp_path: Path, field: str, value: float, needle: str
+) -> None:
+    bad = _edited(tmp_path, CAL_RUNS[2], "bad", lambda d: d["cases"]["ngram"].update({field: value}))
+    _refused(cases_file, [*CAL_RUNS[:2], bad], f"run fixture-cal-3: case 'ngram': {needle}")
+
+
+def test_runs_of_another_tier_are_refused(cases_file: Path, tmp_path: Path) -> None:
+    synthetic = [
+        _edited(tmp_path, r, f"s{i}", lambda d: d.update(tier="synthetic")) for i, r in enumerate(CAL_RUNS)
+    ]
+    _refused(
+        cases_file, synthetic, "run fixture-cal-1 is of the synthetic tier, not smoke", "--tier", "smoke"
+    )
+    _refused(cases_file, [*CAL_RUNS[:2], synthetic[2]], "the runs are of several tiers (smoke, synthetic)")
+    moved = _edited(tmp_path, CAL_RUNS[2], "moved", lambda d: d["cases"]["ngram"].update(tier="synthetic"))
+    _refused(
+        cases_file,
+        [*CAL_RUNS[:2], moved],
+        "case 'ngram' ran in the synthetic tier; cases.toml has it in smoke",
+    )
+
+
+def test_runs_of_another_cases_file_are_refused(cases_file: Path, tmp_path: Path) -> None:
+    """A run measured a case otherwise than cases.toml says (its n_max, draft or target): another file's.
+    (A cases file whose floors changed since is the same measurement: the sha256 alone does not refuse.)"""
+
+    def n_max_4(d: dict) -> None:
+        d["cases"]["ngram"]["n_max"] = 4
+
+    runs = [*CAL_RUNS[:2], _edited(tmp_path, CAL_RUNS[2], "n4", n_max_4)]
+    _refused(cases_file, runs, "case 'ngram' was measured with n_max 4; cases.toml has 3: a run of another")
+    other = _edited(tmp_path, CAL_RUNS[2], "sum", lambda d: d.update(cases_sha256="1" * 64))
+    assert _calibrate(cases_file, "--allow-unstable", runs=[*CAL_RUNS[:2], other]) == 0
+
+
+def test_runs_of_another_binary_commit_are_refused(cases_file: Path, tmp_path: Path) -> None:
+    other = _edited(tmp_path, CAL_RUNS[2], "o", lambda d: d["binary"].update(commit="1111111"))
+    _refused(cases_file, [*CAL_RUNS[:2], other], "differ in llama.cpp commit")
