@@ -197,3 +197,34 @@ def test_changes_on_no_history(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cli.main(["changes", "--db", str(tmp_path / "h.sqlite")]) == 0
     assert "no runs recorded yet" in capsys.readouterr().out
     assert not (tmp_path / "h.sqlite").exists()
+
+
+def test_the_real_tier_run_counts_every_round(tmp_path: Path) -> None:
+    """The synthetic tier once, for real: every case's rounds recorded; the n-gram cache learns in round 1."""
+    from testdata import DATA_ROOT
+
+    from specsuite.results.document import load_run
+
+    run = load_run(DATA_ROOT / "results" / "synthetic-tier-real")
+    assert len(run.cases) == 26 and all(len(r.rounds) == 4 for r in run.cases.values())
+    learning = {
+        n for n, r in run.cases.items() if len({(c.accepted, tuple(c.per_position)) for c in r.rounds}) > 1
+    }
+    assert learning == {
+        "tiny-auto-mtp",
+        "tiny-mtp-ngram",
+        "tiny-chain-mtp",
+        "tiny-auto-plain",
+        "tiny-auto-drafter",
+    }
+    for name in learning:
+        rec = run.cases[name]
+        assert not rec.nondeterministic and rec.spec_type in (
+            "ngram-mod,draft-mtp",
+            "default",
+        )  # default: ngram-mod
+        assert rec.rounds[1] == rec.rounds[2] == rec.rounds[3] != rec.rounds[0]
+        assert rec.accepted == rec.rounds[0].accepted  # the first round is the one reported
+    db = tmp_path / "h.sqlite"
+    assert history.import_runs([DATA_ROOT / "results" / "synthetic-tier-real"], db) == ["syn-2"]
+    assert find_changes(db) == []  # one run: nothing to compare
