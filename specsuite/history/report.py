@@ -87,7 +87,11 @@ def import_parser() -> CommandParser:
         "Enter finished runs into the history, once each (by run id), checked as a live run's record is.",
     )
     p.add_argument(
-        "files", nargs="+", type=Path, metavar="RESULTS.json", help="results.json files or results/<run> folders"
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS.json",
+        help="results.json files or results/<run> folders",
     )
     p.add_argument("--db", type=Path, help=_DB_HELP)
     return p
@@ -105,12 +109,16 @@ def changes_parser() -> CommandParser:
         "before and after, the relative change and its significance.",
     )
     p.add_argument("--case", help="only this case")
-    p.add_argument("--metric", help="accept_rate, accept_len, pos0_rate, speedup or decode_tps (default: all)")
+    p.add_argument(
+        "--metric", help="accept_rate, accept_len, pos0_rate, speedup or decode_tps (default: all)"
+    )
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument("--json", action="store_true", help="print the change points as JSON")
     p.add_argument("--db", type=Path, help=_DB_HELP)
     p.add_argument(
-        "--mirror", type=Path, help="llama.cpp git mirror that orders commits (default: <cache>/llama.cpp/git)"
+        "--mirror",
+        type=Path,
+        help="llama.cpp git mirror that orders commits (default: <cache>/llama.cpp/git)",
     )
     return p
 

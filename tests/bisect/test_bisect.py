@@ -539,7 +539,7 @@ def test_a_failed_case_without_a_baseline_is_said_not_bisected(tmp_path: Path) -
 def test_plan_command_writes_github_outputs(tmp_path, monkeypatch, capsys) -> None:
     out = tmp_path / "out"
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
-    assert bisect_command(["--plan", str(_red_run(tmp_path).parent)]) == 0
+    assert bisect.main(["--plan", str(_red_run(tmp_path).parent)]) == 0
     printed = json.loads(capsys.readouterr().out)
     lines = out.read_text().splitlines()
     assert lines[0] == f"plan={json.dumps(printed, separators=(',', ':'))}"
@@ -571,7 +571,7 @@ def test_max_steps_stops_and_gives_the_range_left(env, monkeypatch, capfd) -> No
     shas = _repo(env, monkeypatch, [GOOD] * 6 + [WORSE] * 11)  # 16 commits to bisect: 4 steps
     summary = env / "job-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert bisect_command(_args(env, shas[0], shas[-1], "--max-steps", "1")) == 1
+    assert bisect.main(_args(env, shas[0], shas[-1], "--max-steps", "1")) == 1
     doc = _result(env)
     assert doc["status"] == "stopped" and doc["first_bad"] is None and doc["steps"] == 1
     good, bad, left = doc["range_left"]
@@ -594,7 +594,7 @@ def test_a_plan_is_bisected_case_after_case(env, monkeypatch, capfd) -> None:
     plan = [{**entry, "good": shas[0], "bad": shas[-1]}, {**entry, "good": shas[0], "bad": shas[1]}]
     argv = ["--from-plan", json.dumps(plan), "--max-steps", "5", "--builder", "test_bisect:fake_build"]
     monkeypatch.setattr("specsuite.common.paths.RESULTS_DIR", env / "results")
-    assert bisect_command(argv) == 1  # the second entry is not bracketed: its bad commit is good
+    assert bisect.main(argv) == 1  # the second entry is not bracketed: its bad commit is good
     lines = summary.read_text().splitlines()
     assert lines[0].startswith(f"### specsuite bisect: first bad commit {shas[2]} 'commit 2:")
     assert any(line.startswith("### specsuite bisect: not_bracketed") for line in lines)

@@ -10,7 +10,7 @@ import histories
 import pytest
 
 from specsuite.tools import gatecheck
-from specsuite.tools.calibrate import calibrate_command
+from specsuite.tools.calibrate import main as calibrate_main
 
 
 def test_spread_separates_rounds_from_runs() -> None:
@@ -61,7 +61,7 @@ def test_calibrate_reports_the_gate_check(tmp_path, capsys: pytest.CaptureFixtur
     from specsuite.common import paths
 
     cases.write_text(paths.CASES_FILE.read_text())
-    calibrate_command(["--from-results", *map(str, files), "--cases", str(cases), "--dry-run"])
+    calibrate_main(["--from-results", *map(str, files), "--cases", str(cases), "--dry-run"])
     out = capsys.readouterr().out
     assert "gate check: " in out and " comparisons of runs of one commit" in out
     assert "tiny-mtp-random" in out and "drop caught 95 %" in out
