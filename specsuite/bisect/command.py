@@ -45,7 +45,10 @@ STEP_GRACE_S = 120.0  # after Ctrl-C: how long the running step may take to stop
 def parser() -> CommandParser:
     p = CommandParser(
         "bisect",
-        "Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).",
+        "Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).\n"
+        "`specsuite bisect --plan RESULTS.json...` prints which failed cases of a run to bisect, between "
+        "which commits; `specsuite bisect --from-plan JSON [--max-steps N] [--budget-min M]` bisects them "
+        "in turn.",
         epilog="Build flags (--cpu, --cuda, -DNAME=VALUE) are passed to every step's build.",
     )
     p.add_argument("--good", required=True, metavar="SHA", help="a commit where the case is good")
