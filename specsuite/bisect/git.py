@@ -25,7 +25,8 @@ from specsuite.common.procs import run_forwarding
 # `git bisect log` lines (stable since git 2.x): the verdict, or the candidates left when only skips remain
 _FIRST_BAD = re.compile(r"^# first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
 _POSSIBLE = re.compile(r"^# possible first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
-_MARK = re.compile(r"^git bisect (good|bad) ([0-9a-f]{40})$", re.M)
+# git writes one for every mark, those of `bisect start` too
+_MARK = re.compile(r"^# (good|bad): \[([0-9a-f]{40})\]", re.M)
 
 
 @dataclass(frozen=True)

@@ -599,3 +599,11 @@ def test_a_plan_is_bisected_case_after_case(env, monkeypatch, capfd) -> None:
     assert lines[0].startswith(f"### specsuite bisect: first bad commit {shas[2]} 'commit 2:")
     assert any(line.startswith("### specsuite bisect: not_bracketed") for line in lines)
     assert any("could not bisect tiny-simple-random by accept_rate" in line for line in lines)
+
+
+def test_range_left_reads_the_marks_of_the_log() -> None:
+    g, b1, b2 = "1" * 40, "2" * 40, "3" * 40
+    log = f"# bad: [{b1}] c8\n# good: [{g}] c1\ngit bisect start 'x' 'y'\n# bad: [{b2}] c4\n"
+    log += f"git bisect bad {b2}"
+    assert bisect_git.range_left(log) == (g, b2)
+    assert bisect_git.range_left(f"# bad: [{b1}] c8\n") is None
