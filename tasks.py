@@ -1,4 +1,5 @@
-"""invoke tasks for chores around the suite: fetch, lock and verify models, probe, compare, history, resolve.
+"""invoke tasks for chores around the suite: fetch, lock and verify models, probe, compare, history, changes,
+resolve.
 
 Each task is a thin wrapper over the ``specsuite`` command of the same name (the nox sessions call the same
 commands): its options become the command's arguments, so every option is checked in one place, and its
@@ -109,6 +110,11 @@ def history(c, case=None, device=None, last=None, plot=None, json=False, db=None
 
 
 @command()
+def changes(c, case=None, metric=None, device=None, json=False, db=None, mirror=None):
+    _run("changes", case=case, metric=metric, device=device, json=json, db=db, mirror=mirror)
+
+
+@command()
 def resolve(
     c,
     model,
@@ -134,5 +140,5 @@ def resolve(
 
 
 ns = Collection(
-    fetch_models, lock_models, verify_models, probe, compare, make_synthetic_models, history, resolve
+    fetch_models, lock_models, verify_models, probe, compare, make_synthetic_models, history, changes, resolve
 )

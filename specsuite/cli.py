@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "compare": "specsuite.tools.compare",
     "plot": "specsuite.results.plot",
     "history": "specsuite.history.report",
+    "changes": "specsuite.history.report:changes",
     "resolve": "specsuite.server.resolver",
     "bisect": "specsuite.bisect.command",
     "bench": "specsuite.bench.command",

@@ -27,8 +27,12 @@ DEFAULT: dict[str, Any] = {
     "accepted": 9,
     "drafts": 4,
     "per_pos": [4, 3, 2],  # null: the binary exports no per-position block
+    # per speculative /completion request in turn (cycled): {"accepted": a, "per_pos": [...]} replacing the
+    # two above, for a server whose counters differ between rounds of the same prompts
+    "by_request": None,
     "spec_ms_per_token": 10.0,  # decode speed of a speculative server
     "base_ms_per_token": 20.0,  # ... and of one without speculation
+    "ms_cv": 0.0,  # noise: each request's time drawn around the above with this coefficient of variation
     "diverge": False,  # speculative tokens differ from the baseline's
     "usage": "ok",  # ok | zero | missing
     "die_after_requests": None,  # a speculative server exits after this many /completion requests
@@ -37,7 +41,7 @@ DEFAULT: dict[str, Any] = {
 }
 
 SCRIPT = r"""#!__PYTHON__
-import json, os, sys, time, signal
+import json, os, random, sys, time, signal
 from http.server import BaseHTTPRequestHandler, HTTPServer
 CONFIG = json.loads(open(__CONFIG__).read())
 HELP = open(__HELP__).read()
@@ -94,6 +98,8 @@ class H(BaseHTTPRequestHandler):
         if spec and CONFIG["diverge"]:
             tokens[n // 2] = (tokens[n // 2] + 1) % 251
         ms = n * (CONFIG["spec_ms_per_token"] if spec else CONFIG["base_ms_per_token"])
+        if CONFIG["ms_cv"]:
+            ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
         timings = {"predicted_n": n, "predicted_ms": ms}
         if self.path == "/completion":
             state["requests"] += 1
@@ -102,9 +108,12 @@ class H(BaseHTTPRequestHandler):
                 os.kill(os.getpid(), signal.SIGABRT)
             if spec:
                 time.sleep(CONFIG["request_sleep_s"])
+                now = dict(CONFIG)
+                if CONFIG["by_request"]:
+                    now.update(CONFIG["by_request"][(state["requests"] - 1) % len(CONFIG["by_request"])])
                 for k in ("drafted", "accepted", "drafts"):
-                    state[k] += CONFIG[k]
-                for i, c in enumerate(CONFIG["per_pos"] or []):
+                    state[k] += now[k]
+                for i, c in enumerate(now["per_pos"] or []):
                     state["pos"][i] += c
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
         if self.path == "/v1/chat/completions":

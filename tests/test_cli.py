@@ -126,8 +126,19 @@ def test_compare_on_junk_is_one_line(tmp_path: Path, content: bytes, named: str)
 
 def test_invoke_tasks_use_the_same_checks() -> None:
     listed = _run("--list", tool="invoke")
-    for task in ("fetch-models", "lock-models", "verify-models", "probe", "compare", "history", "resolve"):
+    for task in (
+        "fetch-models",
+        "lock-models",
+        "verify-models",
+        "probe",
+        "compare",
+        "history",
+        "changes",
+        "resolve",
+    ):
         assert task in listed.stdout, listed.stdout
+    bad = _run("changes", "--metric", "drafted", tool="invoke")
+    assert bad.returncode == 2 and "--metric 'drafted': choose one of accept_rate" in bad.stderr
     bad = _run("fetch-models", "--jobs", "abc", tool="invoke")
     assert (
         bad.returncode == 2 and "'abc' is not a whole number" in bad.stderr and "Traceback" not in bad.stderr

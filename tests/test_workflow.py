@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,8 +27,16 @@ def wf() -> dict:
 
 @pytest.fixture(scope="module")
 def job(wf: dict) -> dict:
-    (only,) = wf["jobs"].values()
-    return only
+    return wf["jobs"]["suite"]
+
+
+@pytest.fixture(scope="module")
+def bisect_job(wf: dict) -> dict:
+    return wf["jobs"]["bisect"]
+
+
+def _step(job: dict, name: str) -> dict:
+    return next(s for s in job["steps"] if s.get("name") == name)
 
 
 def _on(wf: dict) -> dict:
@@ -153,11 +162,115 @@ def test_git_before_checkout_and_steps(job: dict) -> None:
             assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", s["uses"]), s["uses"]
 
 
-def test_no_input_interpolated_into_run(job: dict) -> None:
+def test_no_input_interpolated_into_run(wf: dict) -> None:
     text = WORKFLOW.read_text(encoding="utf-8")
     assert "github.event.inputs" not in text
-    for step in job["steps"]:
-        assert "${{" not in step.get("run", ""), step.get("name")
+    for job in wf["jobs"].values():
+        for step in job["steps"]:
+            assert "${{" not in step.get("run", ""), step.get("name")
+
+
+# --- the bisect of a red night ---------------------------------------------------------------------------
+
+
+def test_the_bisect_runs_only_after_a_failed_scheduled_suite(wf: dict, job: dict, bisect_job: dict) -> None:
+    assert set(wf["jobs"]) == {"suite", "bisect"}
+    assert bisect_job["needs"] == "suite"
+    cond = bisect_job["if"]
+    for part in ("always()", "github.event_name == 'schedule'", "needs.suite.result == 'failure'",
+                 "needs.suite.outputs.cases != ''"):  # fmt: skip
+        assert part in cond, part
+    plan = _step(job, "Plan the bisect of a red night")
+    assert plan["id"] == "plan" and plan["if"] == "${{ failure() && github.event_name == 'schedule' }}"
+    names = [s.get("name") for s in job["steps"]]
+    assert names.index("Plan the bisect of a red night") > names.index(
+        "Build llama-server with CUDA and run the tier"
+    )
+    assert job["outputs"] == {
+        "plan": "${{ steps.plan.outputs.plan }}",
+        "cases": "${{ steps.plan.outputs.cases }}",
+    }
+    # the same runner and container as the suite: the cache (mirror, history, ccache) and the models
+    for key in ("runs-on", "container", "env"):
+        assert bisect_job[key] == job[key], key
+
+
+def test_the_plan_and_bounds_reach_the_bisect_as_environment_variables(bisect_job: dict) -> None:
+    run = _step(bisect_job, "Bisect each failing case")
+    assert run["env"]["BISECT_PLAN"] == "${{ needs.suite.outputs.plan }}"
+    assert run["run"] == (
+        'nox -s bisect -- --from-plan "$BISECT_PLAN" --max-steps "$MAX_STEPS" --budget-min "$BUDGET_MIN" '
+        "--cuda"
+    )
+    bounds = _step(bisect_job, "Check the bounds")
+    assert bounds["env"] == {
+        "MAX_STEPS": "${{ vars.SPEC_BISECT_MAX_STEPS || '10' }}",
+        "BUDGET_MIN": "${{ vars.SPEC_BISECT_BUDGET_MIN || '180' }}",
+    }
+    upload = _step(bisect_job, "Upload the bisect results")
+    assert upload["if"] == "${{ always() }}" and upload["uses"].startswith("actions/upload-artifact@")
+
+
+@pytest.mark.parametrize(
+    ("steps", "budget", "ok"),
+    [("10", "180", True), ("1", "9999", True), ("0", "180", False), ("10", "0", False), ("$(id)", "1", False),
+     ("10", "1; id", False), ("100", "1", False)],
+)  # fmt: skip
+def test_bounds_step_script_in_bash(
+    bisect_job: dict, tmp_path: Path, steps: str, budget: str, ok: bool
+) -> None:
+    github_env = tmp_path / "github_env"
+    env = {
+        "PATH": os.environ["PATH"],
+        "MAX_STEPS": steps,
+        "BUDGET_MIN": budget,
+        "GITHUB_ENV": str(github_env),
+    }
+    script = _step(bisect_job, "Check the bounds")["run"]
+    proc = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True)
+    assert (proc.returncode == 0) is ok, proc.stdout
+    if ok:
+        assert github_env.read_text() == f"MAX_STEPS={steps}\nBUDGET_MIN={budget}\n"
+
+
+def _fake_nox(folder: Path) -> Path:
+    """``nox -s bisect -- ARGS`` as the workflow calls it, run as ``specsuite bisect ARGS`` here."""
+    folder.mkdir()
+    nox = folder / "nox"
+    body = (
+        f'[ "$1 $2 $3" = "-s bisect --" ] || exit 9\nshift 3\nexec {sys.executable} -m specsuite bisect "$@"'
+    )
+    nox.write_text(f"#!/bin/sh\n{body}\n")
+    nox.chmod(0o755)
+    return folder
+
+
+def test_the_plan_step_writes_the_failing_cases_as_outputs(job: dict, tmp_path: Path) -> None:
+    import histories
+
+    doc = histories.history_docs([1.0])[0]
+    rec = doc["cases"]["tiny-mtp-random"]
+    rec.update(status="failed", reason="drifted")
+    rec["drift"] = {"metric": "accept_rate", "before_commit": "ab" * 20, "after_commit": "cd" * 20,
+                    "after_run_id": "r", "mean_before": 0.5, "mean_after": 0.45, "change": -0.1,
+                    "p_value": None, "runs": 10}  # fmt: skip
+    histories.write([doc], tmp_path / "results")
+    out, summary = tmp_path / "github_output", tmp_path / "summary"
+    path = f"{_fake_nox(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}"
+    env = {"PATH": path, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+    script = _step(job, "Plan the bisect of a red night")["run"]
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert lines["cases"] == "tiny-mtp-random"
+    [entry] = json.loads(lines["plan"])
+    assert entry == {"case": "tiny-mtp-random", "good": "ab" * 20, "bad": doc["binary"]["commit"],
+                     "metric": "accept_rate", "reason": "drifted", "rtol": 0.05, "repeat": 4}  # fmt: skip
+    # no results at all (the build failed): nothing to bisect, said in the summary
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=empty, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "nothing to bisect" in summary.read_text()
 
 
 def _tool(name: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ import msgspec
 from filelock import FileLock, Timeout
 
 from specsuite.bisect import git as bisect_git
+from specsuite.bisect import night
 from specsuite.bisect.build import DEFAULT_BUILDER, load_builder, parse_build_argv, preflight
 from specsuite.bisect.judge import METRICS
 from specsuite.bisect.report import Report, log2_bound
-from specsuite.bisect.step import Params, run_step, step_command, step_lock
+from specsuite.bisect.step import STOPPED_FILE, Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
 from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser, repeat_count
@@ -43,7 +45,10 @@ STEP_GRACE_S = 120.0  # after Ctrl-C: how long the running step may take to stop
 def parser() -> CommandParser:
     p = CommandParser(
         "bisect",
-        "Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).",
+        "Find the llama.cpp commit that made a speculative-decoding case worse (git bisect run).\n"
+        "`specsuite bisect --plan RESULTS.json...` prints which failed cases of a run to bisect, between "
+        "which commits; `specsuite bisect --from-plan JSON [--max-steps N] [--budget-min M]` bisects them "
+        "in turn.",
         epilog="Build flags (--cpu, --cuda, -DNAME=VALUE) are passed to every step's build.",
     )
     p.add_argument("--good", required=True, metavar="SHA", help="a commit where the case is good")
@@ -55,8 +60,30 @@ def parser() -> CommandParser:
         "--repeat", type=repeat_count, help="speed rounds per run, <= 100 (--metric speedup needs 4 or more)"
     )
     p.add_argument("--allow-cpu", action="store_true", help="run a GPU case on a CPU build")
+    p.add_argument(
+        "--max-steps", type=int, metavar="N", help="stop after N bisect steps and report the range left"
+    )
+    p.add_argument(
+        "--budget-min",
+        type=float,
+        metavar="M",
+        help="start no step after M minutes (the endpoints included) and report the range left",
+    )
     p.add_argument("--out", type=Path, help="results folder (default results/bisect-<id>)")
     p.add_argument("--builder", default=DEFAULT_BUILDER, help=argparse.SUPPRESS)  # module:function (tests)
+    return p
+
+
+def plan_parser() -> CommandParser:
+    p = CommandParser(
+        "bisect --from-plan",
+        "Bisect every case of a plan (`specsuite bisect --plan RESULTS.json...`) in turn.",
+    )
+    p.add_argument("--from-plan", required=True, metavar="JSON", help="the plan, as --plan printed it")
+    p.add_argument("--max-steps", type=int, metavar="N", help="bisect steps per case before it stops")
+    p.add_argument("--budget-min", type=float, metavar="M", help="minutes for all the bisects together")
+    p.add_argument("--allow-cpu", action="store_true", help="run a GPU case on a CPU build")
+    p.add_argument("--builder", default=DEFAULT_BUILDER, help=argparse.SUPPRESS)
     return p
 
 
@@ -65,6 +92,14 @@ def main(argv: list[str]) -> int:
         if len(argv) != 2:
             raise UserError("usage: specsuite bisect --step BISECT_JSON (run by git bisect, not by hand)")
         return step_command(Path(argv[1]))
+    if argv[:1] == ["--plan"]:  # a red night's cases to bisect, from its results
+        if len(argv) < 2:
+            raise UserError("usage: specsuite bisect --plan RESULTS.json... (results/<run> folders or files)")
+        return night.plan_command([Path(a) for a in argv[1:]])
+    if any(a == "--from-plan" or a.startswith("--from-plan=") for a in argv):
+        args, rest = plan_parser().parse_known_args(argv)
+        check_bounds(args)
+        return night.from_plan(night.parse_plan(args.from_plan), args, parse_build_argv(rest), run_bisect)
     args, rest = parser().parse_known_args(argv)
     return run_bisect(args, parse_build_argv(rest))
 
@@ -90,12 +125,20 @@ def check_options(args: argparse.Namespace) -> float:
         rtol = float("nan")
     if not 0 < rtol < 1:
         raise UserError(f"--rtol {args.rtol!r}: give a fraction between 0 and 1 (0.05 = a 5 % drop is bad)")
+    check_bounds(args)
     if args.metric == "speedup" and (args.repeat or 1) < 4:
         raise UserError(
             "--metric speedup needs --repeat 4 or more: a speed drop counts only when it is significant "
             "over the rounds (Mann–Whitney, as the history gate); or bisect an acceptance metric"
         )
     return rtol
+
+
+def check_bounds(args: argparse.Namespace) -> None:
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserError(f"--max-steps {args.max_steps}: give 1 or more steps")
+    if args.budget_min is not None and not 0 < args.budget_min < 1e6:
+        raise UserError(f"--budget-min {args.budget_min:g}: give a number of minutes above 0")
 
 
 def repository() -> str:
@@ -135,6 +178,9 @@ def run_bisect(args: argparse.Namespace, build_argv: list[str]) -> int:
             builder=args.builder,
             build_argv=build_argv,
             run_argv=_run_argv(args),
+            max_steps=args.max_steps,
+            deadline=time.time() + args.budget_min * 60 if args.budget_min else None,
+            repository=repo,
         )
         report = Report(params, n_commits, bisect_git.history(mirror, good, bad))
         print(
@@ -235,8 +281,7 @@ def _git_run(report: Report, tree: Path) -> None:
         code = bisect_git.bisect_run(tree, [sys.executable, "-c", STEP_BOOT, state], env)
         outcome = bisect_git.outcome(bisect_git.log(tree))
         if outcome.first_bad is None and not outcome.candidates:
-            report.status = "failed"
-            report.message = f"git bisect run stopped (exit {code}); its output is above"
+            _stopped(report, tree, code)
             return
     report.candidates = outcome.candidates
     report.first_bad = outcome.first_bad
@@ -245,6 +290,20 @@ def _git_run(report: Report, tree: Path) -> None:
         report.first_bad_subject = bisect_git.subject(tree, outcome.first_bad)
     else:
         report.status = "undecided"
+
+
+def _stopped(report: Report, tree: Path, code: int) -> None:
+    """git bisect run ended without an answer: a bound reached (the range left said), or a broken step."""
+    stopped = report.out / STOPPED_FILE
+    if not stopped.is_file():
+        report.status = "failed"
+        report.message = f"git bisect run stopped (exit {code}); its output is above"
+        return
+    report.status = "stopped"
+    report.message = stopped.read_text(encoding="utf-8").strip()
+    left = bisect_git.range_left(bisect_git.log(tree))
+    if left is not None:
+        report.range_left = (left[0], left[1], bisect_git.count(tree, left[0], left[1]))
 
 
 def _save_log(report: Report, tree: Path) -> None:

@@ -26,6 +26,8 @@ from specsuite.common.procs import run_forwarding
 # `git bisect log` lines (stable since git 2.x): the verdict, or the candidates left when only skips remain
 _FIRST_BAD = re.compile(r"^# first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
 _POSSIBLE = re.compile(r"^# possible first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)
+# git writes one for every mark, those of `bisect start` too
+_MARK = re.compile(r"^# (good|bad): \[([0-9a-f]{40})\]", re.M)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def check_range(mirror_dir: Path, good: str, bad: str) -> int:
         )
     if res.returncode != 0:
         raise UserError(f"git merge-base failed in {mirror_dir}: {res.stderr.strip()[-400:]}")
-    return int(git.output(["rev-list", "--count", f"{good}..{bad}"], mirror_dir))
+    return count(mirror_dir, good, bad)
 
 
 def history(mirror_dir: Path, good: str, bad: str) -> list[str]:
@@ -144,6 +146,19 @@ def log(tree: Path) -> str:
 def outcome(log_text: str) -> BisectEnd:
     found = _FIRST_BAD.search(log_text)
     return BisectEnd(found.group(1) if found else None, [m.group(1) for m in _POSSIBLE.finditer(log_text)])
+
+
+def range_left(log_text: str) -> tuple[str, str] | None:
+    """(the last good, the last bad) a stopped bisect had marked: the first bad commit is after the one and
+    at or before the other. None before both were marked."""
+    last: dict[str, str] = {}
+    for m in _MARK.finditer(log_text):
+        last[m.group(1)] = m.group(2)
+    return (last["good"], last["bad"]) if len(last) == 2 else None
+
+
+def count(mirror_dir: Path, good: str, bad: str) -> int:
+    return int(git.output(["rev-list", "--count", f"{good}..{bad}"], mirror_dir))
 
 
 def bisect_run(tree: Path, step_cmd: list[str], env: Mapping[str, str]) -> int:

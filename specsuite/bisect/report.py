@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from specsuite.common import atomic, table
 from specsuite.results.document import utc_now
 
 # status -> exit code: found 0; every other end is "no answer", said in the headline
-STATUSES = ("running", "found", "undecided", "not_bracketed", "interrupted", "failed")
+STATUSES = ("running", "found", "undecided", "stopped", "not_bracketed", "interrupted", "failed")
 
 
 def log2_bound(n_commits: int) -> int:
@@ -30,6 +31,7 @@ class Report:
     first_bad: str | None = None
     first_bad_subject: str | None = None
     candidates: list[str] = field(default_factory=list)
+    range_left: tuple[str, str, int] | None = None  # stopped: (last good, last bad, commits in between)
     message: str = ""
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
@@ -52,6 +54,14 @@ class Report:
             return (
                 f"could not decide ({what}): only skipped commits left; first bad is one of {self.candidates}"
             )
+        if self.status == "stopped":
+            where = (
+                f"the first bad commit is in {self.range_left[0][:10]}..{self.range_left[1][:10]} "
+                f"({self.range_left[2]} commits)"
+                if self.range_left
+                else f"the first bad commit is in {self.params.good[:10]}..{self.params.bad[:10]}"
+            )
+            return f"could not pin it ({what}): {self.message}; {where}"
         return f"{self.status} ({what}): {self.message}" if self.message else f"{self.status} ({what})"
 
     def rows(self, steps: list[dict[str, Any]]) -> list[list[str]]:
@@ -72,6 +82,7 @@ class Report:
             "headline": self.headline(steps),
             "first_bad": first_bad,
             "candidates": self.candidates,
+            "range_left": list(self.range_left) if self.range_left else None,
             "params": asdict(self.params),
             "commits_in_range": self.n_commits,
             "steps": _n_steps(steps),
@@ -96,7 +107,11 @@ class Report:
         )
 
     def markdown(self, steps: list[dict[str, Any]]) -> str:
-        lines = [f"### specsuite bisect: {self.headline(steps)}", "", f"- {self._counts(steps)}", ""]
+        head = self.headline(steps)
+        sha = self.first_bad or ""
+        if self.status == "found" and (url := commit_url(self.params.repository, sha)):
+            head = head.replace(sha, f"[`{sha[:12]}`]({url})", 1)  # the first line links the commit
+        lines = [f"### specsuite bisect: {head}", "", f"- {self._counts(steps)}", ""]
         lines += [table.render(self.header, self.rows(steps), markdown=True), ""]
         lines += [
             f"- `{s['commit'][:10]}` {s['label']}: {s['verdict']} ({s['rule']}) {s['detail']}" for s in steps
@@ -106,6 +121,12 @@ class Report:
     def text(self, steps: list[dict[str, Any]]) -> str:
         body = table.render(self.header, self.rows(steps))
         return f"\nbisect: {self.headline(steps)}\n\n{body}\n\n{self._counts(steps)}; results in {self.out}"
+
+
+def commit_url(repository: str, sha: str) -> str | None:
+    """The web page of a commit of a GitHub repository (https or git@ spelling); None for any other."""
+    m = re.fullmatch(r"(?:https://github\.com/|git@github\.com:)([\w.-]+/[\w.-]+?)(?:\.git)?/?", repository)
+    return f"https://github.com/{m.group(1)}/commit/{sha}" if m and sha else None
 
 
 def _n_steps(steps: list[dict[str, Any]]) -> int:

@@ -30,6 +30,7 @@ from specsuite.common.procs import last_line, run_forwarding
 from specsuite.results.document import load_run
 
 STEP_FILE = "step.json"
+STOPPED_FILE = "stopped.txt"  # why the bisect stopped before pinning the commit (a bound reached)
 ABORT = 128  # `git bisect run` stops on a status of 128 or more
 
 
@@ -48,6 +49,9 @@ class Params:
     build_argv: list[str] = field(default_factory=list)
     run_argv: list[str] = field(default_factory=list)  # run-tier options: --allow-cpu, --repeat N
     reference: dict[str, Any] | None = None  # the good commit's case record, once measured
+    max_steps: int | None = None  # bisect steps (endpoints not counted) before it stops unpinned
+    deadline: float | None = None  # epoch seconds: no step starts after it (the time budget)
+    repository: str = ""  # where the commits come from (a link to the first bad one)
 
     @classmethod
     def load(cls, state: Path) -> Params:
@@ -153,6 +157,15 @@ def run_step(params: Params, label: str, folder_name: str) -> Step:
     return step
 
 
+def over_budget(params: Params, n: int) -> str | None:
+    """Why step ``n`` must not run: the step bound or the time budget reached; None when it may."""
+    if params.max_steps is not None and n > params.max_steps:
+        return f"--max-steps {params.max_steps} reached"
+    if params.deadline is not None and time.time() >= params.deadline:
+        return "the time budget (--budget-min) reached"
+    return None
+
+
 def _sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -165,6 +178,10 @@ def step_command(state: Path) -> int:
         params = Params.load(state)
         with FileLock(step_lock(Path(params.tree))):
             n = 1 + sum(1 for p in Path(params.out).glob("step-*") if p.is_dir())
+            if (why := over_budget(params, n)) is not None:
+                atomic.write_text(Path(params.out) / STOPPED_FILE, why)
+                _progress(f"step {n}", bisect_git.head(Path(params.tree)), f"not run: {why}")
+                return ABORT  # git stops; the bisect reports the range left
             return run_step(params, f"step {n}", f"step-{n:02d}").exit_code
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

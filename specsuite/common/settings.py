@@ -27,6 +27,7 @@ MAX_REPEAT = 100
 _REPEAT = msgspec.Meta(ge=1, le=MAX_REPEAT)
 _LAYERS = msgspec.Meta(ge=0, le=1_000_000)
 _FRACTION = msgspec.Meta(gt=0, lt=1)
+_WINDOW = msgspec.Meta(ge=3, le=1000)  # a drift is more than one step: at least two runs and this one
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -50,6 +51,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     allow_cpu: bool = _var("SPEC_ALLOW_CPU", False)
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
+    drift_window: Annotated[int, _WINDOW] = _var("SPEC_DRIFT_WINDOW", 10)
     # waits and retries
     start_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_START_TIMEOUT_S", 1800.0)
     history_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_HISTORY_TIMEOUT_S", 30.0)
@@ -69,6 +71,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "allow_cpu": self.allow_cpu,
             "history": not self.no_history,
             "rtol": self.rtol,
+            "drift_window": self.drift_window,
         }
 
     def to_env(self) -> dict[str, str]:
@@ -88,6 +91,7 @@ _KINDS = {
     id(_FRACTION): "a number between 0 and 1 (0.05 = 5 %)",
     id(_POSITIVE): "a finite number > 0 (below 1e9)",
     id(_LAYERS): "a whole number from 0 to 1000000",
+    id(_WINDOW): "a whole number of runs from 3 to 1000",
 }
 _WHOLE = re.compile(r"\+?[0-9]+")
 

@@ -33,3 +33,34 @@ def ancestors(mirror: Path, commit: str, limit: int = 5000) -> list[str] | None:
     if not shas or not shas[0].startswith(commit.lower()):
         return None  # rev-list always lists the commit itself first
     return shas[1:]
+
+
+def topo_positions(mirror: Path, commits: list[str]) -> dict[str, int] | None:
+    """Each of ``commits`` (full or abbreviated) at its place in the mirror's history, oldest first: a
+    parent always comes before its children (``git rev-list --topo-order --reverse``; commits on sibling
+    branches in git's order). None when the mirror is missing or lacks one of them: the caller then orders
+    by time, since half an ancestry order is no order."""
+    mirror = Path(mirror)
+    wanted = sorted({c.lower() for c in commits})
+    if not wanted or not mirror.is_dir() or not all(_COMMIT.fullmatch(c) for c in wanted):
+        return None
+    args = ["-C", str(mirror), "rev-list", "--topo-order", "--reverse", *wanted, "--"]
+    try:
+        out = git.run(args, ceiling=mirror.resolve().parent, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None  # a commit the mirror does not have
+    order = out.stdout.split()
+    by_prefix: dict[str, int] = {}
+    for i, sha in enumerate(order):
+        by_prefix.setdefault(sha[:7], i)  # short shas collide rarely; the full one is checked below
+    found: dict[str, int] = {}
+    for c in wanted:
+        at = by_prefix.get(c[:7])
+        if at is None or not order[at].startswith(c):
+            at = next((j for j, sha in enumerate(order) if sha.startswith(c)), None)
+        if at is None:
+            return None
+        found[c] = at
+    return found

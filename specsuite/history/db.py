@@ -32,7 +32,7 @@ import msgspec
 
 from specsuite.common import paths, settings
 from specsuite.common.errors import UserError
-from specsuite.results.document import Device, Harness, Run
+from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")
@@ -115,7 +115,10 @@ _V2 = (
     "ALTER TABLE cases DROP COLUMN record",
     "ALTER TABLE cases DROP COLUMN message",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# v3: whether the run's speculative rounds disagreed in a counter (the change points and the drift gate
+# treat such a case's acceptance as noisy); null in runs recorded before it was measured.
+_V3 = ("ALTER TABLE cases ADD COLUMN nondeterministic INTEGER",)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -319,6 +322,7 @@ def _case_row(rec: CaseRecord) -> dict[str, Any]:
         "speedups": _json(rec.speed_samples),
         "identical_fraction": finite(rec.identical_fraction),
         "wall_s": finite(rec.wall_s),
+        "nondeterministic": int(rec.nondeterministic) if rec.rounds else None,
     }
 
 
@@ -380,6 +384,50 @@ def record_run(run: Run, path: Path | None = None, *, timeout_s: float | None = 
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)
     return row
+
+
+# --- importing finished runs -----------------------------------------------------------------------------
+
+
+def _importable(file: Path) -> Run:
+    """A finished run's document, checked as a live run's record is; UserError naming the file."""
+    run = load_run(file)
+    commit, why = _commit(run)
+    if commit is None:
+        raise UserError(f"{file}: {why}")
+    if not run.run_id:
+        raise UserError(f"{file}: no run_id: a run is entered once by its id, and this one has none")
+    if not run.cases:
+        raise UserError(f"{file}: no cases: nothing to enter")
+    return run
+
+
+def import_runs(files: Sequence[str | Path], db_path: Path | None = None) -> list[str]:
+    """Enter finished runs (``results.json`` files or ``results/<run>`` folders) into the history; the run
+    ids entered, in order. The one way a run from elsewhere (an artifact, another machine, an older cache,
+    the shards of ``merge``) reaches the history.
+
+    Idempotent by run id: a run whose id the history already holds is left as it is (and not returned),
+    so importing the same runs twice enters each once. Every document is read and checked first, as a live
+    run's record is (its schema, a llama.cpp commit, a run id, some cases): one malformed document is one
+    UserError naming it, and nothing is entered. All runs go in one transaction."""
+    runs = [_importable(Path(f)) for f in files]
+    target = Path(db_path) if db_path is not None else default_path()
+    entered: list[str] = []
+    try:
+        with contextlib.closing(connect(target)) as conn, transaction(conn):
+            for run in runs:
+                if (
+                    run.run_id in entered
+                    or conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
+                ):
+                    continue
+                insert_run(conn, run)
+                entered.append(run.run_id)
+    except (sqlite3.Error, OSError) as exc:  # nothing was entered: the transaction rolled back
+        fix = "upgrade specsuite" if isinstance(exc, SchemaTooNew) else "check the file and try again"
+        raise UserError(f"history {target}: nothing entered ({' '.join(str(exc).split())}); {fix}") from None
+    return entered
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -634,23 +682,96 @@ def find_baseline(
     no candidate (or no history yet); a history that cannot be read is a UserError. ``recording``: the
     lookup of a run that records itself (see ``reading``); otherwise the file is opened read-only.
     """
+    with reading(path, recording=recording) as conn:
+        if conn is None:
+            return None
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        for row in rows:
+            if (record := _stored_record(conn, row, case)) is not None:  # a broken row: the next one
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record)
+    return None
+
+
+# The numbers of a case at a run that the change points and the drift gate read (no record decoded).
+_SERIES_COLS = (
+    f"r.run_id, r.llama_commit, {_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
+    "c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, "
+    "c.nondeterministic"
+)
+
+
+def _candidates(
+    conn: sqlite3.Connection,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None,
+) -> list[sqlite3.Row]:
+    """find_baseline's candidates for ``case`` at ``commit``, nearest first (see there)."""
     commit = commit.strip().lower()
     # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
     sql = (
-        f"SELECT r.run_id, r.llama_commit, {_TIME} AS t, c.run FROM cases c JOIN runs r ON r.id = c.run "
+        f"SELECT {_SERIES_COLS} FROM cases c JOIN runs r ON r.id = c.run "
         "WHERE c.name = :case AND c.measured = 1 AND r.device_class = :device_class "
         "AND r.backend = :backend AND r.cases_sha256 = :cases_sha256 "
         f"AND (:before IS NULL OR julianday({_TIME}) < julianday(:before)) ORDER BY {_TIME} DESC, r.id DESC"
     )
     args = {"case": case, "device_class": device_class, "backend": backend, "cases_sha256": cases_sha256}
+    _check_time(conn, before)
+    conn.row_factory = sqlite3.Row
+    found = conn.execute(sql, {**args, "before": before}).fetchall()
+    rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
+    return _by_ancestry(rows, ancestors) if ancestors is not None else rows
+
+
+def earlier_runs(
+    path: Path | None,
+    *,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None = None,
+    limit: int,
+    recording: bool = False,
+) -> list[dict[str, Any]]:
+    """The ``limit`` runs nearest before ``commit`` that measured ``case``, by find_baseline's rule
+    (same setup, measured, ancestors only when ``ancestors`` is given, started ``before``), nearest first.
+
+    Each: run_id, commit, started, status, reason, accept_rate, accept_len, pos0_rate, speedup (the median
+    of the repeats), decode_tps, speed_repeat, nondeterministic (1, 0, or None: not recorded).
+    ``recording`` as in find_baseline."""
     with reading(path, recording=recording) as conn:
         if conn is None:
-            return None
-        _check_time(conn, before)
+            return []
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        return [_series_row(r) for r in rows[:limit]]
+
+
+def _series_row(row: sqlite3.Row) -> dict[str, Any]:
+    out = {k: row[k] for k in row.keys() if k not in ("llama_commit", "t", "run")}  # noqa: SIM118
+    return {**out, "commit": row["llama_commit"], "started": row["t"]}
+
+
+def series(
+    path: Path | None = None, *, case: str | None = None, device: str | None = None
+) -> list[dict[str, Any]]:
+    """Every measured case of every run (``case`` only; on ``device``, a name or a class), oldest first:
+    earlier_runs' fields plus case, device_class, backend and cases_sha256."""
+    where, args = _run_filter(None, device)
+    sql = (
+        f"SELECT {_SERIES_COLS}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
+        f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "
+        + ("AND c.name = ? " if case is not None else "")
+        + f"ORDER BY c.name, {_TIME}, r.id"
+    )
+    with reading(path) as conn:
+        if conn is None:
+            return []
         conn.row_factory = sqlite3.Row
-        found = conn.execute(sql, {**args, "before": before}).fetchall()
-        rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
-        for row in _by_ancestry(rows, ancestors) if ancestors is not None else rows:
-            if (record := _stored_record(conn, row, case)) is not None:  # a broken row: the next one
-                return Baseline(row["run_id"], row["llama_commit"], row["t"], record)
-    return None
+        return [_series_row(r) for r in conn.execute(sql, [*args, *([case] if case is not None else [])])]

@@ -25,7 +25,7 @@ METRICS = ("accept_rate", "accept_len", "pos0_rate")
 ALPHA = 0.05
 MIN_SAMPLES = 3
 EXACT_MAX_N = 60  # n + m up to this: exact distribution; beyond, the normal approximation
-_EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
+EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _check_metric(
     if base <= 0:
         return None  # a zero baseline cannot drop (rates and lengths are never negative)
     change = (cur - base) / base
-    if -change <= rtol + _EPS:
+    if -change <= rtol + EPS:
         return None
     message = (
         f"{metric} {cur:.4f} is {_pct(-change)} below {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
@@ -78,7 +78,7 @@ def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str
     cur_med = statistics.median(samples)
     change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
     p = mann_whitney_less(samples, base)
-    if p >= ALPHA or -change <= rtol + _EPS:
+    if p >= ALPHA or -change <= rtol + EPS:
         return None
     message = (
         f"speedup median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
@@ -99,9 +99,42 @@ def regressions(
     return [r for r in found if r is not None]
 
 
+# --- the counters, exactly ------------------------------------------------------------------------------
+
+COUNTERS = ("drafted", "accepted", "drafts")
+
+
+def _signed(n: int) -> str:
+    return f"+{n}" if n > 0 else f"−{-n}"
+
+
+def counter_changes(current: CaseRecord, baseline: CaseRecord) -> str:
+    """The acceptance counters against the baseline's, exactly (one device class, backend and model make
+    them deterministic, so a change of one token is a change): ``identical``; the changes, e.g.
+    ``accepted 36 -> 33 (−3); position 2: 12 -> 9 (−3)``; ``nondeterministic`` when either run's own
+    rounds disagreed (the counters mean nothing exact then); or ``not recorded``."""
+    if current.nondeterministic or baseline.nondeterministic:
+        return "nondeterministic"
+    if any(getattr(r, k) is None for r in (current, baseline) for k in COUNTERS):
+        return "not recorded"
+    parts = []
+    for k in COUNTERS:
+        a, b = getattr(baseline, k), getattr(current, k)
+        if a != b:
+            parts.append(f"{k} {a} → {b} ({_signed(b - a)})")
+    if current.per_position and baseline.per_position:  # empty: the binary exports no per-position block
+        width = max(len(current.per_position), len(baseline.per_position))
+        pad = lambda p: [*p, *[0] * (width - len(p))]  # noqa: E731 - a missing position counted nothing
+        pairs = zip(pad(baseline.per_position), pad(current.per_position), strict=True)
+        parts += [f"position {i}: {a} → {b} ({_signed(b - a)})" for i, (a, b) in enumerate(pairs) if a != b]
+    return "; ".join(parts) or "identical"
+
+
 # --- Mann–Whitney U -------------------------------------------------------------------------------------
-# Written by hand: scipy is not a dependency (a large install for one test), and the exact permutation
-# distribution with ties, for the handful of repeats a run makes, is a short dynamic program.
+# Written by hand, although scipy is a dependency: scipy.stats.mannwhitneyu(method="exact") counts the
+# arrangements as if no two values were tied (its p is wrong with ties: 0.155 where the true one is 0.136),
+# and its PermutationMethod enumerates every arrangement (C(60, 30) for 30 repeats a side). The exact
+# distribution with ties, for the repeats a run makes, is a short dynamic program.
 
 
 def _doubled_midranks(values: Sequence[float]) -> list[int]:

@@ -1,8 +1,10 @@
-"""``history``: the recorded runs, one table per case over commits, as text, JSON or a trend plot."""
+"""``history``: the recorded runs, one table per case over commits, as text, JSON or a trend plot;
+``history import``: finished runs into it; ``changes``: its change points."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 from specsuite.common import atomic, table
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
+from specsuite.history import changes
 from specsuite.history import db as history
 
 HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup")
@@ -51,27 +54,80 @@ def as_json_lines(rows: Sequence[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
 
 
+_DB_HELP = (
+    "database (default: SPEC_HISTORY, else ~/.cache/specsuite/history.sqlite; SPEC_CACHE_DIR moves the cache)"
+)
+
+
 def parser() -> CommandParser:
     p = CommandParser(
-        "history", "Runs recorded in the history database: a table per case over commits, or a plot."
+        "history",
+        "Runs recorded in the history database: a table per case over commits, or a plot.\n"
+        "`specsuite history import RESULTS.json...` enters finished runs (see its --help).",
     )
     p.add_argument("--case", help="only this case")
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument("--last", type=positive_int, help="only the last N runs")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw the trend of each case")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument(
-        "--db",
-        type=Path,
-        help="database (default: SPEC_HISTORY, else ~/.cache/specsuite/history.sqlite; SPEC_CACHE_DIR "
-        "moves the cache)",
-    )
+    p.add_argument("--db", type=Path, help=_DB_HELP)
     return p
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["import"]:
+        return import_main(argv[1:])
     a = parser().parse_args(argv)
     return history_command(path=a.db, case=a.case, device=a.device, last=a.last, plot=a.plot, as_json=a.json)
+
+
+def import_parser() -> CommandParser:
+    p = CommandParser(
+        "history import",
+        "Enter finished runs into the history, once each (by run id), checked as a live run's record is.",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS.json",
+        help="results.json files or results/<run> folders",
+    )
+    p.add_argument("--db", type=Path, help=_DB_HELP)
+    return p
+
+
+def import_main(argv: list[str]) -> int:
+    a = import_parser().parse_args(argv)
+    return import_command(a.files, a.db)
+
+
+def changes_parser() -> CommandParser:
+    p = CommandParser(
+        "changes",
+        "Change points in the history: per case and metric, the commits around each change, the means "
+        "before and after, the relative change and its significance.",
+    )
+    p.add_argument("--case", help="only this case")
+    p.add_argument(
+        "--metric", help="accept_rate, accept_len, pos0_rate, speedup or decode_tps (default: all)"
+    )
+    p.add_argument("--device", help="only this device (name or class)")
+    p.add_argument("--json", action="store_true", help="print the change points as JSON")
+    p.add_argument("--db", type=Path, help=_DB_HELP)
+    p.add_argument(
+        "--mirror",
+        type=Path,
+        help="llama.cpp git mirror that orders commits (default: <cache>/llama.cpp/git)",
+    )
+    return p
+
+
+def changes_main(argv: list[str]) -> int:
+    a = changes_parser().parse_args(argv)
+    return changes_command(
+        path=a.db, case=a.case, metric=a.metric, device=a.device, mirror=a.mirror, as_json=a.json
+    )
 
 
 def history_command(
@@ -165,3 +221,81 @@ def _save(fig: Any, out: Path) -> Path:
         return atomic.save_figure(fig, out, bbox_inches="tight")  # the legend beside the axes is kept
     except OSError as exc:
         raise UserError(f"cannot write the plot to {out} ({exc}); give a writable .png path") from None
+
+
+# --- change points ---------------------------------------------------------------------------------------
+
+CHANGE_HEADER = (
+    "metric",
+    "device",
+    "before",
+    "after (first run)",
+    "mean before",
+    "mean after",
+    "change",
+    "p",
+)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _change_cells(c: changes.ChangePoint) -> list[str]:
+    fmt = ".3f" if c.metric in ("speedup", "decode_tps") else ".4f"
+    change = f"{c.change * 100:+.1f} %" if math.isfinite(c.change) else ("new" if c.change > 0 else "—")
+    return [
+        c.metric,
+        f"{c.device_class}/{c.backend}",
+        f"{c.before_commit[:10]} ({_runs(c.runs_before)})",
+        f"{c.after_commit[:10]} ({c.after_run_id}, {_runs(c.runs_after)})",
+        format(c.mean_before, fmt),
+        format(c.mean_after, fmt),
+        change,
+        "exact" if c.p_value is None else f"{c.p_value:.3g}",
+    ]
+
+
+def changes_command(
+    *,
+    path: Path | None,
+    case: str | None,
+    metric: str | None,
+    device: str | None,
+    mirror: Path | None,
+    as_json: bool,
+) -> int:
+    """Print every change point (one table per case, or JSON); exit 0, also when there is none."""
+    target = Path(path) if path is not None else history.default_path()
+    changes.check_metric(metric)
+    cases, devices = history.names(target)
+    if case is not None and cases and case not in cases:
+        raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
+    if device is not None and devices and device.lower() not in {d.lower() for d in devices}:
+        raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
+    found = changes.find_changes(target, case=case, metric=metric, device=device, mirror=mirror)
+    if as_json:
+        print(as_json_lines([c.as_dict() for c in found]) if found else "[]")
+        return 0
+    if not devices:
+        print(f"no runs recorded yet in {target}: every suite run records itself there when it ends")
+    elif not found:
+        print(f"no change point in {target}" + (f" for case {case!r}" if case else ""))
+    groups: dict[str, list[list[str]]] = {}
+    for c in found:
+        groups.setdefault(c.case, []).append(_change_cells(c))
+    if groups:
+        print("\n\n".join(f"{name}\n{table.render(CHANGE_HEADER, body)}" for name, body in groups.items()))
+    return 0
+
+
+def import_command(files: Sequence[Path], path: Path | None) -> int:
+    """``history import``: enter finished runs; one line per run entered, one for the total."""
+    target = Path(path) if path is not None else history.default_path()
+    entered = history.import_runs(files, target)
+    for run_id in entered:
+        print(f"entered {run_id}")
+    left = len(files) - len(entered)
+    tail = f"; {left} already there (a run is entered once, by its run id)" if left else ""
+    print(f"{len(entered)} of {len(files)} run(s) entered into {target}{tail}")
+    return 0

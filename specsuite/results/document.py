@@ -114,6 +114,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     allow_cpu: bool = False
     history: bool = True
     rtol: float = 0.05
+    drift_window: int = 10
 
 
 class ModelRef(msgspec.Struct, kw_only=True):

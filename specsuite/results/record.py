@@ -21,7 +21,7 @@ from specsuite.common.errors import UserError
 STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
-MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "speed"})
+MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "drifted", "speed"})
 
 
 def is_number(value: Any) -> bool:
@@ -68,14 +68,40 @@ class PromptCheck(msgspec.Struct, kw_only=True):
     prefix_fraction: float | None = None
 
 
+class Counters(msgspec.Struct, kw_only=True):
+    """The acceptance counters of one speculative round (a ``/metrics`` delta)."""
+
+    drafted: int
+    accepted: int
+    drafts: int
+    per_position: list[int] = []
+
+
 class BaselineRef(msgspec.Struct, kw_only=True):
-    """The history baseline a case was judged against, and what regressed."""
+    """The history baseline a case was judged against, what regressed, and how the counters compare."""
 
     commit: str
     run_id: str | None = None
     started: str | None = None
     rtol: float | None = None
     regressions: list[str] = []
+    # the acceptance counters against the baseline's, exactly: "identical", the changes ("accepted 36 -> 33
+    # (-3); position 2: 12 -> 9 (-3)"), or why they were not compared (nondeterministic, not recorded)
+    counters: str | None = None
+
+
+class DriftRef(msgspec.Struct, kw_only=True):
+    """A change point of more than rtol over the last runs of a case (the drift gate): where and how much."""
+
+    metric: str
+    before_commit: str  # the last commit before the change point
+    after_commit: str  # the first commit after it
+    after_run_id: str
+    mean_before: float
+    mean_after: float
+    change: float  # (mean_after - mean_before) / mean_before
+    p_value: float | None  # None: a deterministic counter changed (no statistics needed)
+    runs: int  # the runs judged together, this one included
 
 
 class CaseRecord(msgspec.Struct, kw_only=True):
@@ -110,6 +136,11 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     identical_fraction: float | None = None
     prompts: list[PromptCheck] = []
     baseline: BaselineRef | None = None
+    drift: DriftRef | None = None
+    rounds: list[Counters] = []  # each speculative round's counters (the first is the one reported)
+    # two rounds of this run disagree (from 3 rounds on: two after the first, which a method with an n-gram
+    # cache may change by learning): no exact comparison for it
+    nondeterministic: bool = False
     command: list[str] | None = None
     log: str | None = None
     wall_s: float | None = None

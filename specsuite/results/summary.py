@@ -15,6 +15,7 @@ from specsuite.results.verdict import Verdict
 
 SUMMARY_COLUMNS = (
     "case", "status", "reason", "accept rate (floor)", "accept len (floor)", "speedup (floor)", "identical",
+    "counters vs baseline",
 )  # fmt: skip
 
 
@@ -34,13 +35,36 @@ def _row(r: CaseRecord) -> list[str]:
         _vs(r.accept_len, fl.get("min_accept_len")),
         _vs(r.speedup, fl.get("min_speedup"), ".3f"),
         _vs(r.identical_fraction, fl.get("min_identical_fraction"), ".2f"),
+        counters(r),
     ]
+
+
+def counters(r: CaseRecord) -> str:
+    """The acceptance counters against the baseline's, exactly, or ``nondeterministic`` (its own rounds
+    disagreed: no exact comparison); empty without a baseline."""
+    if r.nondeterministic:
+        return "nondeterministic"
+    return (r.baseline.counters or "") if r.baseline is not None else ""
+
+
+def drift_lines(run: Run) -> list[str]:
+    """One line per drifted case: the metric, how much, and the first commit after the change point."""
+    out = []
+    for r in run.cases.values():
+        if (d := r.drift) is not None:
+            p = "exact counters" if d.p_value is None else f"p = {d.p_value:.3g}"
+            out.append(
+                f"DRIFTED {r.name}: {d.metric} {d.change * 100:+.1f} % over the last {d.runs} runs; first "
+                f"commit after the change point `{d.after_commit[:12]}` (run {d.after_run_id}), last before "
+                f"it `{d.before_commit[:12]}`; {d.mean_before:.4f} -> {d.mean_after:.4f} ({p})"
+            )
+    return out
 
 
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
-    lines += [f"- **{a}**" for a in v.attention]
+    lines += [f"- **{a}**" for a in [*drift_lines(run), *v.attention]]
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
     lines += [
@@ -61,13 +85,18 @@ def write_summary(run: Run, v: Verdict, results_dir: Path) -> Path:
 
 
 def append_step_summary(summary: Path) -> None:
-    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions).
+    """Append a run's summary.md to $GITHUB_STEP_SUMMARY, when set (a job summary on Actions)."""
+    append_text(summary.read_text(encoding="utf-8") + "\n")
+
+
+def append_text(text: str) -> None:
+    """Append markdown to $GITHUB_STEP_SUMMARY, when set.
 
     The job summary is a copy: one that cannot be written is a warning, never the run's verdict."""
     if target := os.environ.get("GITHUB_STEP_SUMMARY"):
         try:
             with open(target, "a", encoding="utf-8") as fh:
-                fh.write(summary.read_text(encoding="utf-8") + "\n")
+                fh.write(text)
         except OSError as exc:
             why = f"GITHUB_STEP_SUMMARY={target}: cannot append the summary ({exc.strerror or exc})"
             print(f"warning: {why}", file=sys.stderr)

@@ -1,11 +1,15 @@
-"""The history's part in a run: the relative gate against a baseline commit, and the run's own record.
+"""The history's part in a run: the relative gate against a baseline commit, the drift gate over the last
+runs, the counters against the baseline's, and the run's own record.
 
 The baseline of a case is the nearest earlier measured llama.cpp commit on the same device class and backend
 with the same cases.toml (history.find_baseline): nearest in ancestry when the binary came from a git
 checkout (the llama.cpp mirror, or LLAMA_CPP_DIR), else the latest earlier run; always a run that started
 before the one judged. A drop beyond ``rtol`` fails the case with reason ``regressed`` naming that commit
-(``regress.regressions``). A history that cannot be read or written never decides a run: it is one
-warning, and the summary says so.
+(``regress.regressions``). A case that passed that gate fails with reason ``drifted`` when its last
+``drift_window`` runs, this one included, hold a change point of more than rtol (``changes.drift``): a
+slow loss of a few percent a commit, every step below rtol. The acceptance counters are compared with the
+baseline's exactly (``regress.counter_changes``). A history that cannot be read or written never decides a
+run: it is one warning, and the summary says so.
 """
 
 from __future__ import annotations
@@ -13,14 +17,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
+from specsuite.history import changes, regress
 from specsuite.history import db as history
-from specsuite.history import regress
 from specsuite.history.ancestry import ancestors
 from specsuite.results.document import HistoryNote, Run
-from specsuite.results.record import BaselineRef, CaseRecord
+from specsuite.results.record import BaselineRef, CaseRecord, DriftRef
 from specsuite.suite.expect import Failure
 from specsuite.suite.runner import Session
 
@@ -37,12 +42,15 @@ class GateContext:
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
     recording: bool = False  # a run that records itself (it may open the history as its writer)
+    run_id: str = ""
+    drift_window: int = 10  # the runs the drift gate judges together, this one included
     used: dict[str, list[str]] = field(default_factory=dict)  # baseline "commit (run)" -> case names
     missing: list[str] = field(default_factory=list)
     problem: str | None = None
 
 
-def _context(run: Run, rtol: float) -> GateContext | str:
+def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
+    """What the gate needs from the run's header; a string saying why there is no gate."""
     commit, mirror = run.binary.commit, run.binary.source.mirror
     if not commit:
         return "the binary names no llama.cpp commit: no baseline lookup, no record"
@@ -54,31 +62,38 @@ def _context(run: Run, rtol: float) -> GateContext | str:
         ancestors=ancestors(Path(mirror), commit) if mirror else None,
         rtol=rtol,
         started=run.started,
+        run_id=run.run_id,
+        drift_window=drift_window,
     )
+
+
+def _setup(ctx: GateContext, name: str) -> dict[str, Any]:
+    return {
+        "case": name,
+        "device_class": ctx.device_class,
+        "backend": ctx.backend,
+        "cases_sha256": ctx.cases_sha256,
+        "commit": ctx.commit,
+        "ancestors": ctx.ancestors,
+        "before": ctx.started,
+    }
 
 
 def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
-    return history.find_baseline(
-        None,
-        case=name,
-        device_class=ctx.device_class,
-        backend=ctx.backend,
-        cases_sha256=ctx.cases_sha256,
-        commit=ctx.commit,
-        ancestors=ctx.ancestors,
-        before=ctx.started,
-        recording=ctx.recording,
-    )
+    return history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording)
 
 
-def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
+def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failure]:
+    """One case against its history: the relative gate (also after a failed floor: the baseline is where
+    a bisect of it starts), the counters against the baseline's, and, when nothing else failed, the drift
+    gate. Fills ``rec.baseline`` and ``rec.drift``."""
     try:
-        base = _lookup(ctx, case.name)
+        base = _lookup(ctx, rec.name)
     except UserError as exc:
         ctx.problem = str(exc)
         return []
     if base is None:
-        ctx.missing.append(case.name)
+        ctx.missing.append(rec.name)
         return []
     regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
     rec.baseline = BaselineRef(
@@ -87,23 +102,68 @@ def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
         started=base.started,
         rtol=ctx.rtol,
         regressions=[r.message for r in regs],
+        counters=regress.counter_changes(rec, base.record),
     )
-    ctx.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(case.name)
-    return [Failure("regressed", r.message) for r in regs]
+    ctx.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
+    if regs:
+        return [Failure("regressed", r.message) for r in regs]
+    return [] if failed else _drift(ctx, rec)
+
+
+def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
+    try:
+        rows = history.earlier_runs(
+            None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
+        )
+    except UserError as exc:
+        ctx.problem = str(exc)
+        return []
+    current = changes.record_row(rec, ctx.run_id, ctx.commit, ctx.started)
+    window = [*changes.drift_window(rows, ctx.drift_window), current]
+    for metric in changes.DRIFT_METRICS:
+        points = changes.points_of(window, metric)
+        found = changes.drift(points, metric, rtol=ctx.rtol)
+        if found is None:
+            continue
+        before, after = points[found.index - 1], points[found.index]
+        rec.drift = DriftRef(
+            metric=metric,
+            before_commit=before.commit,
+            after_commit=after.commit,
+            after_run_id=after.run_id,
+            mean_before=found.mean_before,
+            mean_after=found.mean_after,
+            change=found.change,
+            p_value=found.p_value,
+            runs=len(points),
+        )
+        return [Failure("drifted", drift_message(rec.drift, ctx.rtol))]
+    return []
+
+
+def drift_message(d: DriftRef, rtol: float) -> str:
+    """One line: the metric, how much, since which commit, over how many runs, and how sure."""
+    sure = "counters changed exactly" if d.p_value is None else f"permutation p = {d.p_value:.3g}"
+    return (
+        f"{d.metric} drifted {d.change * 100:+.1f} % over the last {d.runs} runs: first commit after the "
+        f"change point {d.after_commit[:12]} (run {d.after_run_id}), mean {d.mean_before:.4f} up to "
+        f"{d.before_commit[:12]}, {d.mean_after:.4f} from there on; no single step was caught at rtol "
+        f"{rtol * 100:g} % ({sure})"
+    )
 
 
 def install(session: Session) -> None:
-    """Give the session its relative gate; the summary line is written as cases use it."""
+    """Give the session its gate against history; the summary line is written as cases use it."""
     run = session.results.run
-    ctx = _context(run, session.options.rtol)
+    ctx = context(run, session.options.rtol, session.options.drift_window)
     if isinstance(ctx, str):
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
     ctx.recording = True
     note = run.history = HistoryNote(line=_line(ctx))
 
-    def gate(case: Case, rec: CaseRecord) -> list[Failure]:
-        failures = _gate(ctx, case, rec)
+    def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
+        failures = judge(ctx, rec, failed)
         note.line = _line(ctx)
         return failures
 
@@ -118,7 +178,10 @@ def _line(ctx: GateContext) -> str:
         parts.append(f"no earlier commit measured for {', '.join(ctx.missing)}")
     how = "nearest ancestor" if ctx.ancestors is not None else "latest earlier run"
     body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
-    return f"baseline ({how}, {ctx.device_class}/{ctx.backend}, rtol {ctx.rtol:.0%}): {body}"
+    return (
+        f"baseline ({how}, {ctx.device_class}/{ctx.backend}, rtol {ctx.rtol:.0%}, drift over the last "
+        f"{ctx.drift_window} runs): {body}"
+    )
 
 
 def record(session: Session) -> None:
@@ -138,7 +201,7 @@ def record(session: Session) -> None:
 
 def baselines_for(run: Run, rtol: float = 0.05) -> dict[str, history.Baseline]:
     """``compare --against auto``: each case's baseline by the gate's rule, for a finished run."""
-    ctx = _context(run, rtol)
+    ctx = context(run, rtol)
     if isinstance(ctx, str):
         raise UserError(f"{run.run_id}: {ctx}")
     found = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from specsuite.results.record import CaseRecord, PromptCheck, SpeedSamples
+from specsuite.results.record import CaseRecord, Counters, PromptCheck, SpeedSamples
 from specsuite.server.metrics import Delta
 
 SEED = 42
@@ -184,6 +184,17 @@ class RequestOutcome:
     completions: list[Completion]
     divergences: list[PromptDivergence] = field(default_factory=list)
     speed: Speed = field(default_factory=Speed)
+    rounds: list[Delta] = field(default_factory=list)  # every speculative round's counters, first included
+
+    @property
+    def nondeterministic(self) -> bool:
+        """Two speculative rounds of the same prompts disagree in a counter. From three rounds on, a first
+        round that differs from later rounds that agree is a method learning from its earlier requests (an
+        n-gram cache: its second round sees the prompts of the first), not noise: every run's first round
+        starts from the same state, and it is the one reported and compared."""
+        seen = [counters(d) for d in self.rounds]
+        later = seen[1:] if len(seen) > 2 else seen
+        return len(set(later)) > 1
 
     @property
     def speedup(self) -> float | None:
@@ -213,11 +224,18 @@ class RequestOutcome:
         }
 
     def fill(self, rec: CaseRecord) -> None:
-        """Put ``numbers()`` into the case's typed record."""
+        """Put ``numbers()`` and the rounds' counters into the case's typed record."""
         n = self.numbers()
         typed = {"speed": SpeedSamples, "prompts": list[PromptCheck]}
         for key, value in n.items():
             setattr(rec, key, msgspec.convert(value, typed[key]) if key in typed else value)
+        rec.rounds = [Counters(drafted=d.drafted, accepted=d.accepted, drafts=d.drafts,
+                               per_position=list(d.per_position)) for d in self.rounds]  # fmt: skip
+        rec.nondeterministic = self.nondeterministic
+
+
+def counters(d: Delta) -> tuple[int, int, int, tuple[int, ...]]:
+    return (d.drafted, d.accepted, d.drafts, tuple(d.per_position))
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:

@@ -10,6 +10,7 @@ relative gate against the history baseline. Every outcome, also an interruption,
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -61,8 +62,9 @@ class CaseEnd(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-# A relative gate against history: (case, record) -> failures; the session installs it when it has one.
-Gate = Callable[[Case, CaseRecord], list[expect.Failure]]
+# The gate against history: (case, record, whether the case already failed) -> failures; the session
+# installs it when it has one.
+Gate = Callable[[Case, CaseRecord, bool], list[expect.Failure]]
 
 
 @dataclass
@@ -212,12 +214,13 @@ def _serving(command: Command, log: Path) -> Iterator[LlamaServer]:
 
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer
-) -> tuple[metrics.Delta, list[Completion], list[Completion], Speed]:
-    """Warm-up (the baseline's was done when it started), then A-B-B-A rounds; the counters are the delta
-    over the first speculative round."""
+) -> tuple[list[metrics.Delta], list[Completion], list[Completion], Speed]:
+    """Warm-up (the baseline's was done when it started), then A-B-B-A rounds; the counters of each
+    speculative round are the ``/metrics`` delta over it (the first is the one reported, the others show
+    whether they repeat)."""
     warm_up(spec.post, case.prompt_texts)
-    before = spec.metrics()
-    speed, first_spec, first_base, after = Speed(), None, None, None
+    snapshots = [spec.metrics()]
+    speed, first_spec, first_base = Speed(), None, None
     for order in abba(session.options.repeat):
         for side in order:
             srv = spec if side == "spec" else base
@@ -225,13 +228,14 @@ def _rounds(
             tps = decode_tps(comps)
             if side == "spec":
                 first_spec = first_spec or comps
-                after = after or spec.metrics()
+                snapshots.append(spec.metrics())
                 speed.spec_tps.append(tps or 0.0)
             else:
                 first_base = first_base or comps
                 speed.base_tps.append(tps or 0.0)
-    assert first_spec is not None and first_base is not None and after is not None
-    return metrics.delta(before, after), first_spec, first_base, speed
+    assert first_spec is not None and first_base is not None
+    deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
+    return deltas, first_spec, first_base, speed
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
@@ -244,7 +248,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     with _serving(command, log) as spec:
         rec.command = spec.command
         try:
-            delta, comps, base_comps, speed = _rounds(session, case, spec, base)
+            deltas, comps, base_comps, speed = _rounds(session, case, spec, base)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
         except ServerFailed as exc:
             if not base.running:
@@ -256,7 +260,8 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
     ref = session.baseline_tokens(target, case, base_comps)
-    return Measured(RequestOutcome(delta, comps, divergence(ref, comps), speed), spec.log_text(), usage)
+    outcome = RequestOutcome(deltas[0], comps, divergence(ref, comps), speed, rounds=deltas)
+    return Measured(outcome, spec.log_text(), usage)
 
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
@@ -269,8 +274,8 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))
-    if not failures and session.gate is not None:
-        failures += session.gate(case, rec)
+    if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
+        failures += session.gate(case, rec, bool(failures))
     if failures:
         per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)

@@ -19,7 +19,7 @@ import msgspec
 
 from specsuite.cases.schema import TIERS, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
-from specsuite.common.argtypes import CommandParser, fraction, repeat_count
+from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
@@ -52,7 +52,20 @@ def parser() -> CommandParser:
     p.add_argument(
         "--rtol", type=fraction, help="relative drop that fails against the history baseline (0.05)"
     )
+    p.add_argument(
+        "--drift-window",
+        type=window,
+        metavar="N",
+        help="runs the drift gate judges together, this one included (SPEC_DRIFT_WINDOW, default 10)",
+    )
     return p
+
+
+def window(text: str) -> int:
+    value = positive_int(text)
+    if value < 3:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 3: a drift is more than one step")
+    return value
 
 
 def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
@@ -63,6 +76,7 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
         "repeat": args.repeat,
         "no_history": True if args.no_history else None,
         "rtol": args.rtol,
+        "drift_window": args.drift_window,
     }
     options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
     env = {**os.environ, **options.to_env()}

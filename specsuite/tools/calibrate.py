@@ -5,6 +5,8 @@ Per case the new floors are the minimum over the runs minus a margin (3 percenta
 ``[case.calibration]`` table. A case whose runs spread wider than its margin is UNSTABLE: its floor would
 flake. Its floors are still written (they are the best estimate there is and the diff shows them), but the
 command exits 1 unless ``--allow-unstable``, so a calibration that cannot be trusted never passes silently.
+The same runs then measure the gates' error rates (``gatecheck``): false alarms, speed spread, and the
+smallest speed drop caught.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
 from specsuite.cases.schema import GPU_TIERS, Case
-from specsuite.common import atomic, paths
+from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
 from specsuite.suite.posargs import split_posargs
+from specsuite.tools import gatecheck
 
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
@@ -426,6 +429,12 @@ def _validated(
             cals = {n: c for n, c in cals.items() if n != bad}
 
 
+def _gate_check(runs: list[Run], names: list[str]) -> None:
+    """The gates' error rates on these runs of one commit, at the configured rtol and drift window."""
+    opts = settings.load()
+    print(gatecheck.render(gatecheck.check(runs, names, opts.rtol, opts.drift_window), opts.rtol), flush=True)
+
+
 def _case_names(cases: list[Any], tier: str | None) -> list[str]:
     """Cases with floors (a tier's, or all); cases that must not draft have none to calibrate."""
     from specsuite.cases.schema import select_cases
@@ -463,6 +472,7 @@ def main(argv: list[str]) -> int:
     groups = machine_groups(runs) if args.across_machines else [runs]
     per_machine = [collect(g, names, tiers) for g in groups] if len(groups) > 1 else [cals]
     unstable = _report(cals, old, per_machine)
+    _gate_check(runs, names)
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,4 +1,4 @@
-"""``specsuite bisect``: git bisect run over real git repositories.
+"""``specsuite bisect``: git bisect run over real git repositories, and the bisect of a red night.
 
 Unit tests: a small local repository made here, whose every commit holds ``fake.json`` (the accepted count
 the "build" of that commit reports, whether its build fails, which spec types it lacks). The fake builder
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import histories
 import msgspec
 import pytest
 from fakellama import fake_llama
@@ -32,8 +33,10 @@ from fakellama import fake_llama
 from specsuite import cli
 from specsuite.bisect import command as bisect
 from specsuite.bisect import git as bisect_git
+from specsuite.bisect import night
 from specsuite.bisect.build import BuildFailed
 from specsuite.bisect.judge import judge
+from specsuite.bisect.report import commit_url
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.results.record import CaseRecord
@@ -520,3 +523,123 @@ def test_a_mirror_cloned_from_another_remote_is_refused_in_one_line(env) -> None
     message = str(exc.value)
     assert message.startswith(f"the llama.cpp mirror {path} was cloned from {env / 'elsewhere'}, not ")
     assert "\n" not in message
+
+
+# --- a red night: the plan from a run's results, the bounds, a plan case after case --------------------
+
+BAD_COMMIT = "ee" * 20
+
+
+def _red_run(tmp_path: Path) -> Path:
+    """A real run's results with four cases failed in four ways (as the gate writes them)."""
+    doc = histories.history_docs([1.0])[0]
+    doc["binary"]["commit"] = BAD_COMMIT
+    simple, mtp, dspark, dflash = (doc["cases"][n] for n in histories.CASES)
+    base = {"commit": "aa" * 20, "run_id": "r1", "rtol": 0.05}
+    dropped = ["speedup median 1.2 is 20.0 % below 1.5 at baseline aaaaaaa (...)", "accept_rate 0.5 is ..."]
+    simple.update(status="failed", reason="regressed", baseline={**base, "regressions": dropped})
+    mtp.update(status="failed", reason="drifted", baseline=base, drift={
+        "metric": "accept_len", "before_commit": "bb" * 20, "after_commit": "cc" * 20, "after_run_id": "r7",
+        "mean_before": 2.4, "mean_after": 2.2, "change": -0.083, "p_value": None, "runs": 10})  # fmt: skip
+    dspark.update(status="failed", reason="floor", baseline=base)
+    dflash.update(status="failed", reason="diverged")  # not a measurement: nothing to bisect
+    return histories.write([doc], tmp_path)[0]
+
+
+def test_the_plan_names_each_case_its_commits_and_metric(tmp_path: Path) -> None:
+    from specsuite.results.document import load_run
+
+    entries, notes = night.plan([load_run(_red_run(tmp_path))])
+    assert [(e["case"], e["good"], e["metric"], e["reason"], e["repeat"]) for e in entries] == [
+        ("tiny-simple-random", "aa" * 20, "speedup", "regressed", 4),
+        ("tiny-mtp-random", "bb" * 20, "accept_len", "drifted", 4),
+        ("tiny-dspark-random", "aa" * 20, "accept_rate", "floor", 4),
+    ]
+    assert {e["bad"] for e in entries} == {BAD_COMMIT} and notes == []
+
+
+def test_a_failed_case_without_a_baseline_is_said_not_bisected(tmp_path: Path) -> None:
+    from specsuite.results.document import load_run
+
+    path = _red_run(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["cases"]["tiny-dspark-random"]["baseline"] = None
+    path.write_text(json.dumps(doc))
+    entries, notes = night.plan([load_run(path)])
+    assert "tiny-dspark-random" not in {e["case"] for e in entries}
+    assert notes == [
+        "tiny-dspark-random (floor): no earlier commit measured on this setup, nothing to bisect"
+    ]
+
+
+def test_plan_command_writes_github_outputs(tmp_path, monkeypatch, capsys) -> None:
+    out = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    assert bisect.main(["--plan", str(_red_run(tmp_path).parent)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    lines = out.read_text().splitlines()
+    assert lines[0] == f"plan={json.dumps(printed, separators=(',', ':'))}"
+    assert lines[1] == "cases=tiny-simple-random,tiny-mtp-random,tiny-dspark-random"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("{", "not a bisect plan"), ('[{"case": "x"}]', "a JSON list of objects with bad, case, good")],
+)
+def test_a_plan_that_is_not_one(text: str, why: str) -> None:
+    with pytest.raises(UserError, match=why):
+        night.parse_plan(text)
+
+
+def test_commit_links() -> None:
+    sha = "ab" * 20
+    for repo in ("https://github.com/ggml-org/llama.cpp", "https://github.com/ggml-org/llama.cpp.git",
+                 "git@github.com:ggml-org/llama.cpp.git"):  # fmt: skip
+        assert commit_url(repo, sha) == f"https://github.com/ggml-org/llama.cpp/commit/{sha}"
+    assert commit_url("/srv/mirror/llama.cpp", sha) is None
+
+
+# --- the bounds, on a real git bisect ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_max_steps_stops_and_gives_the_range_left(env, monkeypatch, capfd) -> None:
+    shas = _repo(env, monkeypatch, [GOOD] * 6 + [WORSE] * 11)  # 16 commits to bisect: 4 steps
+    summary = env / "job-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert bisect.main(_args(env, shas[0], shas[-1], "--max-steps", "1")) == 1
+    doc = _result(env)
+    assert doc["status"] == "stopped" and doc["first_bad"] is None and doc["steps"] == 1
+    good, bad, left = doc["range_left"]
+    assert shas.index(good) < 6 <= shas.index(bad) and left == shas.index(bad) - shas.index(good)
+    assert left < 16  # one step halved it
+    first = summary.read_text().splitlines()[0]
+    assert first.startswith("### specsuite bisect: could not pin it (tiny-simple-random, accept_rate")
+    assert "--max-steps 1 reached" in first and f"{good[:10]}..{bad[:10]} ({left} commits)" in first
+    assert "could not pin it" in capfd.readouterr().out
+    _no_bisect_left(env)
+
+
+@pytest.mark.slow
+def test_a_plan_is_bisected_case_after_case(env, monkeypatch, capfd) -> None:
+    shas = _repo(env, monkeypatch, [GOOD] * 2 + [WORSE] * 2)
+    summary = env / "job-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.chdir(env)
+    entry = {"case": CASE, "metric": "accept_rate", "rtol": 0.05, "repeat": 1}
+    plan = [{**entry, "good": shas[0], "bad": shas[-1]}, {**entry, "good": shas[0], "bad": shas[1]}]
+    argv = ["--from-plan", json.dumps(plan), "--max-steps", "5", "--builder", "test_bisect:fake_build"]
+    monkeypatch.setattr("specsuite.common.paths.RESULTS_DIR", env / "results")
+    assert bisect.main(argv) == 1  # the second entry is not bracketed: its bad commit is good
+    lines = summary.read_text().splitlines()
+    assert lines[0].startswith(f"### specsuite bisect: first bad commit {shas[2]} 'commit 2:")
+    assert any(line.startswith("### specsuite bisect: not_bracketed") for line in lines)
+    assert any("could not bisect tiny-simple-random by accept_rate" in line for line in lines)
+
+
+def test_range_left_reads_the_marks_of_the_log() -> None:
+    g, b1, b2 = "1" * 40, "2" * 40, "3" * 40
+    log = f"# bad: [{b1}] c8\n# good: [{g}] c1\ngit bisect start 'x' 'y'\n# bad: [{b2}] c4\n"
+    log += f"git bisect bad {b2}"
+    assert bisect_git.range_left(log) == (g, b2)
+    assert bisect_git.range_left(f"# bad: [{b1}] c8\n") is None

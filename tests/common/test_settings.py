@@ -16,7 +16,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_defaults_without_any_variable() -> None:
     s = settings.load({})
     assert (s.strict, s.repeat, s.allow_cpu, s.no_history, s.rtol) == (True, 1, False, False, 0.05)
-    assert s.run_options() == {"strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05}
+    assert s.run_options() == {
+        "strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05, "drift_window": 10,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -225,3 +225,34 @@ def test_normal_approximation_agrees_with_the_exact_distribution(monkeypatch: py
     monkeypatch.setattr(regress, "EXACT_MAX_N", 0)  # the same samples through the large-sample path
     approx = mann_whitney_less(x, y)
     assert 0.001 < exact < 0.999 and approx == pytest.approx(exact, abs=0.005)
+
+
+# --- the counters, exactly -------------------------------------------------------------------------------
+
+COUNTED = {**BASE, "drafted": 111, "accepted": 53, "drafts": 38, "per_position": [34, 18, 1]}
+
+
+def counters(current: dict, baseline: dict) -> str:
+    return regress.counter_changes(decode_record("c", current), decode_record("c", baseline))
+
+
+def test_identical_counters() -> None:
+    assert counters(COUNTED, COUNTED) == "identical"
+
+
+def test_a_change_of_one_token_is_named_with_its_position() -> None:
+    # accept rate 53/111 -> 52/111: -1.9 %, far inside rtol, and still said exactly
+    worse = _with(COUNTED, accepted=52, per_position=[34, 17, 1])
+    assert counters(worse, COUNTED) == "accepted 53 → 52 (−1); position 1: 18 → 17 (−1)"
+    assert regressions(_with(worse, accept_rate=52 / 111), _with(COUNTED, accept_rate=53 / 111),
+                       baseline_commit=AT) == []  # fmt: skip
+    longer = _with(COUNTED, drafted=114, drafts=39, per_position=[34, 18, 1, 0])
+    assert counters(longer, COUNTED) == "drafted 111 → 114 (+3); drafts 38 → 39 (+1)"
+
+
+def test_counters_not_compared() -> None:
+    assert counters(_with(COUNTED, nondeterministic=True), COUNTED) == "nondeterministic"
+    assert counters(COUNTED, _with(COUNTED, nondeterministic=True)) == "nondeterministic"
+    assert counters(_with(COUNTED, accepted=None), COUNTED) == "not recorded"
+    # a binary without the per-position block: the totals are still compared
+    assert counters(_with(COUNTED, per_position=[]), COUNTED) == "identical"

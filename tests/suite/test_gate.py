@@ -148,7 +148,9 @@ def test_a_drop_against_the_earlier_commit_fails_regressed_naming_it(seed: Seed,
     assert [m.split()[0] for m in rec["baseline"]["regressions"]] == ["accept_rate", "accept_len"]
     head = run.summary_head()
     assert "FAILED" in head.splitlines()[0]
-    assert f"baseline (latest earlier run, {run.doc['device']['class']}/cpu, rtol 5%): {A} (run " in head
+    device = run.doc["device"]["class"]
+    line = f"baseline (latest earlier run, {device}/cpu, rtol 5%, drift over the last 10 runs)"
+    assert f"{line}: {A} (run " in head
     assert f"(run {seed.run.doc['run_id']}) for {CASE}" in head
     assert run.junit_properties()["history_baseline"] == A
     assert run.doc["history"]["recorded"] is True and commits(db) == [A, B]
@@ -175,7 +177,7 @@ def test_a_larger_rtol_passes_the_same_drop(seed: Seed, db: Path, tmp_path) -> N
     assert run.proc.returncode == 0, run.output
     assert run.case["status"] == "passed"
     assert run.case["baseline"] == {**run.case["baseline"], "commit": A, "rtol": 0.1, "regressions": []}
-    assert f"rtol 10%): {A} (run {seed.run.doc['run_id']})" in run.summary_head()
+    assert f"rtol 10%, drift over the last 10 runs): {A} (run {seed.run.doc['run_id']})" in run.summary_head()
     assert commits(db) == [A, B]
 
 
@@ -278,3 +280,29 @@ def test_a_broken_baseline_record_never_turns_a_green_run_red(
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
         errs.append(proc.stderr)
     assert errs[0].startswith(f"warning: skipping a broken history record of {CASE!r} in run c-run: ")
+
+
+# --- the counters against the baseline's, and rounds that disagree ----------------------------------------
+
+
+def test_counters_one_token_apart_are_named_in_the_summary(seed: Seed, db: Path, tmp_path) -> None:
+    """Accept rate -2.8 %: inside rtol, so the case passes; the summary still says which position moved."""
+    close = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]}
+    off_by_one = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 3 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    run = run_b(seed, tmp_path, db, {**close, "by_request": off_by_one})
+    assert run.proc.returncode == 0, run.output
+    # requests: the warm-up, then 3 prompts a round: the first round's third prompt is request 4
+    assert run.case["accepted"] == 35 and run.case["nondeterministic"] is False
+    assert run.case["baseline"]["counters"] == "accepted 36 → 35 (−1); position 2: 12 → 11 (−1)"
+    assert "| accepted 36 → 35 (−1); position 2: 12 → 11 (−1) |" in (run.dir / "summary.md").read_text()
+
+
+def test_rounds_that_disagree_mark_the_case_nondeterministic(seed: Seed, db: Path, tmp_path) -> None:
+    # a cycle of 4 requests against rounds of 3 prompts (after the warm-up): rounds 2 and 3 differ
+    cycle = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 3 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    run = run_b(seed, tmp_path, db, {**GOOD, "by_request": cycle}, "--repeat", "3")
+    assert run.proc.returncode == 0, run.output
+    assert run.case["nondeterministic"] is True
+    assert len({(r["accepted"], tuple(r["per_position"])) for r in run.case["rounds"]}) > 1
+    assert run.case["baseline"]["counters"] == "nondeterministic"
+    assert "| nondeterministic |" in (run.dir / "summary.md").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from specsuite.results.record import CaseRecord
 from specsuite.server.metrics import Delta
 from specsuite.suite.measure import (
     Completion,
@@ -128,3 +129,29 @@ def test_no_per_position_block_gives_no_rates_and_a_warning() -> None:
     assert d.sanity_errors() == [] and "exports no" in d.warnings()[0]
     n = RequestOutcome(d, [], []).numbers()
     assert n["per_position_rate"] == [] and n["pos0_rate"] is None
+
+
+A, B = Delta(90, 60, 30, (25, 20, 15)), Delta(90, 61, 30, (25, 21, 15))
+
+
+@pytest.mark.parametrize(
+    ("rounds", "nondeterministic"),
+    [
+        ([A, A, A, A], False),
+        ([A], False),
+        ([A, B], True),  # two rounds that disagree
+        ([A, A, B, A], True),
+        ([A, B, B, B], False),  # the first round differs, the later ones agree: a method that learns
+        ([B, A, A], False),
+    ],
+)
+def test_rounds_that_disagree_are_nondeterministic(rounds: list[Delta], nondeterministic: bool) -> None:
+    out = RequestOutcome(rounds[0], [], rounds=rounds)
+    assert out.nondeterministic is nondeterministic
+    rec = CaseRecord(name="c")
+    out.fill(rec)
+    assert rec.nondeterministic is nondeterministic
+    assert [(c.drafted, c.accepted, c.drafts, c.per_position) for c in rec.rounds] == [
+        (d.drafted, d.accepted, d.drafts, list(d.per_position)) for d in rounds
+    ]
+    assert rec.accepted == rounds[0].accepted  # the first round is the one reported

@@ -1,0 +1,335 @@
+"""Change points over the history: where a case's metric changed, between which commits, by how much, and
+how sure that is; and the drift rule the drift gate applies to a case's last runs.
+
+A series is one case's metric on one device class, backend and cases.toml, one value per run, ordered by
+commit ancestry when the llama.cpp mirror knows every commit of it (else by time). Two kinds:
+
+- Acceptance (accept_rate, accept_len, pos0_rate) comes from counters that are deterministic for one device
+  class, backend and model: any change between two commits is a change point, with no statistics
+  (``p_value`` None). A series where two runs of one commit disagree, or a run's own speculative rounds
+  did (``nondeterministic``), is judged as noisy instead.
+- Speed (speedup, tokens/s) is noisy. A change point is where the values before and after differ more
+  than a reshuffle of the same values would: Pettitt's rank scan (the largest standardised Mann–Whitney
+  difference over the splits between commits; ranks, so one outlier run moves nothing) with its p-value
+  from scipy's permutation test (the significance test of E-Divisive, Matteson & James, as Apache Otava
+  uses it on MongoDB's history), applied by binary segmentation: the best split of a stretch, if
+  significant, then the best split of each side.
+
+Why scipy and not a change-point package: apache-otava 0.8.0 pins numpy 2.2.* and pulls BigQuery, Postgres
+and Slack clients; signal-processing-algorithms (MongoDB's E-Divisive) supports Python 3.11 only, with
+numpy < 2 and gevent; ruptures finds segmentations by a penalised cost, with no significance, and the
+penalty has to be tuned to each series' noise. What is ours is the glue: the series, the split positions
+between commits, the scan statistic handed to scipy.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsuite.common import paths
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+from specsuite.history.ancestry import topo_positions
+from specsuite.results.record import CaseRecord
+
+METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps")
+DETERMINISTIC = frozenset({"accept_rate", "accept_len", "pos0_rate"})
+DRIFT_METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")  # what the relative gate gates too
+ALPHA = 0.01  # a speed change point needs p below this (about 1 % of noise-only stretches show one)
+RESAMPLES = 1999  # random reshuffles per test: p to about +-0.005 at 0.01; seeded, so the same answer
+MIN_SPEED_SAMPLES = 3  # speed is judged only over runs that repeated it (regress.MIN_SAMPLES)
+MIN_DRIFT_RUNS = 3  # a drift is more than one step
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    case: str
+    metric: str
+    device_class: str
+    backend: str
+    before_commit: str  # last commit before the change
+    after_commit: str  # first commit after it
+    after_run_id: str
+    mean_before: float
+    mean_after: float
+    change: float  # (mean_after - mean_before) / mean_before; +-inf from a zero mean
+    p_value: float | None  # None: a deterministic counter changed (exact, no statistics)
+    cases_sha256: str = ""  # the cases.toml of the series (a changed one starts a new series)
+    runs_before: int = 0  # the runs of the stretch before the change point (its mean's support)
+    runs_after: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: a non-finite change is null."""
+        out = dict(self.__dict__)
+        out["change"] = self.change if math.isfinite(self.change) else None
+        return out
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run's value of one metric."""
+
+    run_id: str
+    commit: str
+    started: str
+    value: float
+    nondeterministic: bool = False
+
+
+@dataclass(frozen=True)
+class Split:
+    index: int  # the first point after the change
+    p_value: float | None
+    mean_before: float
+    mean_after: float
+    runs_before: int
+    runs_after: int
+
+    @property
+    def change(self) -> float:
+        return relative(self.mean_before, self.mean_after)
+
+
+def relative(before: float, after: float) -> float:
+    if before == 0:
+        return 0.0 if after == 0 else math.copysign(math.inf, after)
+    return (after - before) / abs(before)
+
+
+# --- the statistics --------------------------------------------------------------------------------------
+
+
+def _boundaries(points: Sequence[Point]) -> list[int]:
+    """Where a split may fall: between two commits, never between two runs of one commit."""
+    return [k for k in range(1, len(points)) if points[k].commit != points[k - 1].commit]
+
+
+def is_deterministic(metric: str, points: Sequence[Point]) -> bool:
+    """An acceptance metric whose runs agree wherever they can be compared (same commit, own rounds)."""
+    if metric not in DETERMINISTIC or any(p.nondeterministic for p in points):
+        return False
+    seen: dict[str, float] = {}
+    return all(seen.setdefault(p.commit, p.value) == p.value for p in points)
+
+
+def _scan(ranks: Any, ks: Any) -> Any:
+    """Pettitt's statistic along the last axis: the largest |rank sum of the first k - its expectation|,
+    standardised by sqrt(k (n - k)), over the allowed splits ``ks``."""
+    import numpy as np
+
+    n = ranks.shape[-1]
+    firsts = np.cumsum(ranks, axis=-1)[..., ks - 1]
+    return (np.abs(firsts - ks * (n + 1) / 2) / np.sqrt(ks * (n - ks))).max(axis=-1)
+
+
+def _best(values: Sequence[float], ks: list[int], with_p: bool) -> tuple[int, float | None] | None:
+    """The best split among ``ks`` and its permutation p-value (None without ``with_p``); None when no
+    split separates anything (every value equal)."""
+    import numpy as np
+    from scipy import stats
+
+    if not ks:
+        return None
+    ranks = stats.rankdata(values)
+    allowed = np.asarray(ks, dtype=int)
+    devs = np.abs(np.cumsum(ranks)[allowed - 1] - allowed * (len(values) + 1) / 2)
+    if devs.max() <= _EPS:
+        return None
+    k = int(allowed[np.argmax(devs / np.sqrt(allowed * (len(values) - allowed)))])
+    if not with_p:
+        return k, None
+    # The null: every order of these values is equally likely (no change). 'pairings' reshuffles the
+    # values against a dummy first sample; the statistic reads the reshuffled order of the ranks.
+    test = stats.permutation_test(
+        (np.zeros(len(ranks)), ranks),
+        lambda _, r, axis=-1: _scan(r, allowed),
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=RESAMPLES,
+        alternative="greater",
+        rng=np.random.default_rng(0),
+    )
+    return k, float(test.pvalue)
+
+
+def _split(points: Sequence[Point], k: int, p: float | None, lo: int = 0, hi: int | None = None) -> Split:
+    hi = len(points) if hi is None else hi
+    before = [q.value for q in points[lo:k]]
+    after = [q.value for q in points[k:hi]]
+    return Split(k, p, statistics.fmean(before), statistics.fmean(after), len(before), len(after))
+
+
+def best_split(points: Sequence[Point], metric: str) -> Split | None:
+    """The most prominent change in ``points`` (oldest first): its place, the means of the two sides,
+    and its p-value (None for a deterministic metric, whose any change is real)."""
+    ks = _boundaries(points)
+    det = is_deterministic(metric, points)
+    found = _best([p.value for p in points], ks, with_p=not det)
+    return None if found is None else _split(points, found[0], found[1])
+
+
+def splits(points: Sequence[Point], metric: str, alpha: float = ALPHA) -> list[Split]:
+    """Every change point of a series (oldest first), the means being those of the stretches between them.
+
+    Deterministic: each commit whose value differs from the previous commit's. Noisy: binary segmentation,
+    each split kept when its p-value is below ``alpha``."""
+    if is_deterministic(metric, points):
+        cuts = [k for k in _boundaries(points) if points[k].value != points[k - 1].value]
+        ps: dict[int, float | None] = dict.fromkeys(cuts)
+    else:
+        ps = {}
+        _segment(points, 0, len(points), alpha, ps)
+        cuts = sorted(ps)
+    edges = [0, *cuts, len(points)]
+    return [_split(points, k, ps[k], edges[i], edges[i + 2]) for i, k in enumerate(cuts)]
+
+
+def _segment(points: Sequence[Point], lo: int, hi: int, alpha: float, found: dict[int, float | None]) -> None:
+    part = points[lo:hi]
+    found_here = _best([p.value for p in part], _boundaries(part), with_p=True)
+    if found_here is None or found_here[1] is None or found_here[1] >= alpha:
+        return
+    k = lo + found_here[0]
+    found[k] = found_here[1]
+    _segment(points, lo, k, alpha, found)
+    _segment(points, k, hi, alpha, found)
+
+
+# --- the drift rule --------------------------------------------------------------------------------------
+
+
+def drift_window(rows: Sequence[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+    """The earlier runs a drift is judged over (``rows`` nearest first, as history.earlier_runs gives
+    them), oldest first: the nearest ``size - 1``, cut after the nearest one that already failed
+    ``regressed`` or ``drifted``. That red run named its change; the window starts at its level, so one
+    change is red once and a drift that goes on is red again when it has lost rtol more."""
+    out: list[dict[str, Any]] = []
+    for row in rows[: max(0, size - 1)]:
+        out.append(row)
+        if row.get("reason") in ("regressed", "drifted"):
+            break
+    return out[::-1]
+
+
+def record_row(rec: CaseRecord, run_id: str, commit: str, started: str | None) -> dict[str, Any]:
+    """A case record as a history row (the judged run is recorded only when it ends)."""
+    speed = rec.speed
+    median = speed.speedup_median if speed is not None else None
+    return {
+        "run_id": run_id,
+        "commit": commit,
+        "started": started,
+        "reason": None,
+        "accept_rate": rec.accept_rate,
+        "accept_len": rec.accept_len,
+        "pos0_rate": rec.pos0,
+        "speedup": median if median is not None else rec.speedup,
+        "speed_repeat": speed.repeat if speed is not None else None,
+        "nondeterministic": rec.nondeterministic,
+    }
+
+
+def points_of(rows: Iterable[dict[str, Any]], metric: str) -> list[Point]:
+    """The runs' values of ``metric`` (history rows); a run without one is left out, and speed counts
+    only from runs that repeated it ``MIN_SPEED_SAMPLES`` times."""
+    out = []
+    for row in rows:
+        value = row.get(metric)
+        if value is None or not math.isfinite(value):
+            continue
+        if metric not in DETERMINISTIC and (row.get("speed_repeat") or 0) < MIN_SPEED_SAMPLES:
+            continue
+        nondet = bool(row.get("nondeterministic"))
+        out.append(Point(row["run_id"], row["commit"], str(row["started"] or ""), float(value), nondet))
+    return out
+
+
+def drift(points: Sequence[Point], metric: str, *, rtol: float, alpha: float = ALPHA) -> Split | None:
+    """The drop of more than ``rtol`` over ``points`` (a case's last runs oldest first, the judged run
+    last): the best split's mean after is below its mean before by more than rtol, and for a noisy metric
+    the split is significant. Improvements never count."""
+    if len(points) < MIN_DRIFT_RUNS:
+        return None
+    found = best_split(points, metric)
+    if found is None or found.mean_before <= 0 or found.change >= -rtol - _EPS:
+        return None
+    if found.p_value is not None and found.p_value >= alpha:
+        return None
+    return found
+
+
+# --- over the whole history ------------------------------------------------------------------------------
+
+
+def default_mirror() -> Path:
+    """The llama.cpp mirror the builds clone (``<cache>/llama.cpp/git``): it orders commits by ancestry."""
+    return paths.cache_dir() / "llama.cpp" / "git"
+
+
+def _ordered(rows: list[dict[str, Any]], mirror: Path | None) -> list[dict[str, Any]]:
+    """By ancestry when the mirror knows every commit (runs of one commit by time), else by time."""
+    pos = topo_positions(mirror, [r["commit"] for r in rows]) if mirror is not None else None
+    if pos is None:
+        return rows  # history.series gives them in time order
+    return sorted(rows, key=lambda r: (pos[r["commit"].lower()], str(r["started"])))
+
+
+def check_metric(metric: str | None) -> None:
+    if metric is not None and metric not in METRICS:
+        raise UserError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
+
+
+def find_changes(
+    path: Path | None = None,
+    *,
+    case: str | None = None,
+    metric: str | None = None,
+    device: str | None = None,
+    mirror: Path | None = None,
+) -> list[ChangePoint]:
+    """Every change point in the history (``case``, ``metric``, ``device`` — a name or a class — narrow
+    it), per series in commit order. ``mirror``: the llama.cpp git mirror that orders commits (default
+    ``default_mirror()``; a missing one orders by time). An unknown metric is a UserError."""
+    check_metric(metric)
+    rows = history.series(path, case=case, device=device)
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["case"], row["device_class"], row["backend"], str(row["cases_sha256"] or ""))
+        groups.setdefault(key, []).append(row)
+    where = default_mirror() if mirror is None else mirror
+    out = []
+    for key, group in groups.items():
+        ordered = _ordered(group, where)
+        for m in [metric] if metric else METRICS:
+            points = points_of(ordered, m)
+            out += [_change_point(key, m, points, s) for s in splits(points, m)]
+    return out
+
+
+def _change_point(
+    key: tuple[str, str, str, str], metric: str, points: Sequence[Point], s: Split
+) -> ChangePoint:
+    name, device_class, backend, cases_sha = key
+    after = points[s.index]
+    return ChangePoint(
+        case=name,
+        metric=metric,
+        device_class=device_class,
+        backend=backend,
+        before_commit=points[s.index - 1].commit,
+        after_commit=after.commit,
+        after_run_id=after.run_id,
+        mean_before=s.mean_before,
+        mean_after=s.mean_after,
+        change=s.change,
+        p_value=s.p_value,
+        cases_sha256=cases_sha,
+        runs_before=s.runs_before,
+        runs_after=s.runs_after,
+    )

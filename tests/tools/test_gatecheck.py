@@ -1,0 +1,67 @@
+"""The gates' error rates from runs of one commit: false alarms, speed spread, the smallest drop caught; and
+calibrate printing them."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import histories
+import pytest
+
+from specsuite.tools import gatecheck
+from specsuite.tools.calibrate import main as calibrate_main
+
+
+def test_spread_separates_rounds_from_runs() -> None:
+    rng = random.Random(5)
+    runs = []
+    for _ in range(40):  # run means with CV 4 %, rounds around them with CV 2 %
+        mean = 1 + rng.gauss(0, 0.04)
+        runs.append([mean * (1 + rng.gauss(0, 0.02)) for _ in range(6)])
+    within, between = gatecheck.spread(runs)
+    assert within == pytest.approx(0.02, rel=0.15) and between == pytest.approx(0.04, rel=0.25)
+    assert gatecheck.spread([[1.0, 1.1]]) is None  # one run says nothing about runs
+
+
+def test_the_smallest_drop_caught_grows_with_the_noise_and_shrinks_with_the_rounds() -> None:
+    quiet = gatecheck.smallest_drop(0.01, 0.0, 4, 0.05, sims=500)
+    noisy = gatecheck.smallest_drop(0.05, 0.0, 4, 0.05, sims=500)
+    more = gatecheck.smallest_drop(0.05, 0.0, 10, 0.05, sims=500)
+    assert quiet is not None and noisy is not None and more is not None
+    assert 0.05 < quiet < noisy and more < noisy  # never below rtol: the gate also wants the drop itself
+    assert gatecheck.smallest_drop(0.01, 0.0, 2, 0.05) is None  # 2 rounds: speed is not gated at all
+    # the issue's goal: CV 3 % per round at --repeat 4 catches a 10 % drop in 95 % of comparisons
+    assert gatecheck.power(0.10, 0.03, 0.0, 4, 0.05, 2000) >= 0.95
+
+
+def test_runs_of_one_commit_raise_no_acceptance_alarm() -> None:
+    runs = [histories.as_run(d) for d in histories.history_docs(histories.FLAT)]
+    checks = {c.name: c for c in gatecheck.check(runs, list(histories.CASES), 0.05, 10)}
+    for name, c in checks.items():
+        assert c.pairs == len(runs) * (len(runs) - 1) // 2, name
+        assert [c.false_alarms[m] for m in ("accept_rate", "accept_len", "pos0_rate")] == [0, 0, 0]
+        assert c.windows == len(runs) - 2 and c.repeat == 4
+        assert c.cv_within is not None and c.cv_within > 0 and math.isfinite(c.cv_within)
+    text = gatecheck.render(list(checks.values()), 0.05)
+    assert text.startswith(f"gate check: {sum(c.pairs for c in checks.values())} comparisons")
+
+
+def test_an_injected_step_is_counted_as_an_alarm() -> None:
+    docs = histories.history_docs([1.0, 1.0, 1.0, 0.8])
+    runs = [histories.as_run(d) for d in docs]
+    [c] = gatecheck.check(runs, ["tiny-mtp-random"], 0.05, 10)
+    assert c.false_alarms["accept_rate"] == 3  # the last run against each of the three before it
+    assert c.drift_alarms >= 1
+
+
+def test_calibrate_reports_the_gate_check(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = histories.write(histories.real_docs()[:3], tmp_path / "runs")  # three runs of one commit
+    cases = tmp_path / "cases.toml"
+    from specsuite.common import paths
+
+    cases.write_text(paths.CASES_FILE.read_text())
+    calibrate_main(["--from-results", *map(str, files), "--cases", str(cases), "--dry-run"])
+    out = capsys.readouterr().out
+    assert "gate check: " in out and " comparisons of runs of one commit" in out
+    assert "tiny-mtp-random" in out and "drop caught 95 %" in out
