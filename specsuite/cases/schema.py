@@ -18,7 +18,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
-from specsuite.common.serverflags import owned_flag
+from specsuite.common.serverflags import USER_SPEC_CHOICES, owned_flag
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -168,6 +168,8 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         for arg in self.server_args:
             if (found := owned_flag(arg)) is not None:
                 flag, what = found
+                if self.mode and what in USER_SPEC_CHOICES:
+                    continue  # the user's extra arguments to the resolver (serverflags.USER_SPEC_CHOICES)
                 raise ValueError(
                     f"server_args: {flag!r} is a flag the harness sets ({what}) on every server it starts; "
                     "remove it (a case may add flags, never change the model, address or measurement)"

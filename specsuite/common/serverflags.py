@@ -71,6 +71,12 @@ _OWNED_GROUPS: dict[str, tuple[str, ...]] = {
     "polling": ("--poll", "--spec-draft-poll", "--poll-draft"),
 }
 OWNED: dict[str, str] = {flag: what for what, flags in _OWNED_GROUPS.items() for flag in flags}
+# A mode case's server_args are the user's extra arguments, which the front end's resolver reads: a user who
+# sets the spec type or a draft length there decides it (the resolver then emits nothing of its own), so
+# such a case may give these; the model, address and measurement stay the harness's.
+USER_SPEC_CHOICES = frozenset(
+    {"spec type", "draft n max", "draft n min", "draft p min", "ngram draft length", "spec default"}
+)
 
 
 def owned_flag(arg: str) -> tuple[str, str] | None:

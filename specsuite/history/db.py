@@ -692,12 +692,14 @@ def find_baseline(
     return None
 
 
-# The numbers of a case at a run that the change points and the drift gate read (no record decoded).
-_SERIES_COLS = (
-    f"r.run_id, r.llama_commit, {_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
-    "c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, "
-    "c.nondeterministic"
-)
+def _series_cols(conn: sqlite3.Connection) -> str:
+    """The numbers of a case at a run that the change points and the drift gate read (no record decoded);
+    a history older than v3 (read as it is, never migrated by a reader) has no nondeterministic column."""
+    flag = "c.nondeterministic" if _version(conn) >= 3 else "NULL AS nondeterministic"
+    return (
+        f"r.run_id, r.llama_commit, {_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
+        f"c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, {flag}"
+    )
 
 
 def _candidates(
@@ -714,7 +716,7 @@ def _candidates(
     commit = commit.strip().lower()
     # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
     sql = (
-        f"SELECT {_SERIES_COLS} FROM cases c JOIN runs r ON r.id = c.run "
+        f"SELECT {_series_cols(conn)} FROM cases c JOIN runs r ON r.id = c.run "
         "WHERE c.name = :case AND c.measured = 1 AND r.device_class = :device_class "
         "AND r.backend = :backend AND r.cases_sha256 = :cases_sha256 "
         f"AND (:before IS NULL OR julianday({_TIME}) < julianday(:before)) ORDER BY {_TIME} DESC, r.id DESC"
@@ -764,14 +766,14 @@ def series(
     """Every measured case of every run (``case`` only; on ``device``, a name or a class), oldest first:
     earlier_runs' fields plus case, device_class, backend and cases_sha256."""
     where, args = _run_filter(None, device)
-    sql = (
-        f"SELECT {_SERIES_COLS}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
-        f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "
-        + ("AND c.name = ? " if case is not None else "")
-        + f"ORDER BY c.name, {_TIME}, r.id"
-    )
     with reading(path) as conn:
         if conn is None:
             return []
+        sql = (
+            f"SELECT {_series_cols(conn)}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
+            f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "
+            + ("AND c.name = ? " if case is not None else "")
+            + f"ORDER BY c.name, {_TIME}, r.id"
+        )
         conn.row_factory = sqlite3.Row
         return [_series_row(r) for r in conn.execute(sql, [*args, *([case] if case is not None else [])])]
