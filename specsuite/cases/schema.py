@@ -78,6 +78,8 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server_args: tuple[str, ...] = ()
     n_predict: Count = 128
     prompts: str = "seed"
+    # GPUs the case's servers see (run-tier gives each worker a group of this many; a GPU build only)
+    gpus: Annotated[int, Meta(ge=1, le=64, description="a whole number from 1 to 64")] = 1
     expect_accepted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     expect_all_accepted: bool = False
     expect_accept_len: float | None = None

@@ -23,6 +23,7 @@ _POSITIVE = msgspec.Meta(gt=0, lt=1e9)  # finite and sane: an endless wait or re
 _COUNT = msgspec.Meta(ge=1, le=1_000_000)
 _LAYERS = msgspec.Meta(ge=0, le=1_000_000)
 _FRACTION = msgspec.Meta(gt=0, lt=1)
+_WORKERS = msgspec.Meta(ge=1, le=64)
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -46,6 +47,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     allow_cpu: bool = _var("SPEC_ALLOW_CPU", False)
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
+    # how a run spreads over a box and over runners (run-tier --gpus, --workers, --shard, --plan)
+    gpus: str | None = _var("SPEC_GPUS", None)  # all | N | 0,2,5 on a CUDA build (None: all)
+    workers: Annotated[int, _WORKERS] = _var("SPEC_WORKERS", 1)  # a CPU build: parallel, acceptance only
+    shard: str | None = _var("SPEC_SHARD", None)  # K/N: shard K of the plan's N
+    plan: str | None = _var("SPEC_PLAN", None)  # a saved `specsuite plan --json` the shard is taken from
     # waits and retries
     start_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_START_TIMEOUT_S", 1800.0)
     history_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_HISTORY_TIMEOUT_S", 30.0)
@@ -65,6 +71,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "allow_cpu": self.allow_cpu,
             "history": not self.no_history,
             "rtol": self.rtol,
+            "speed": self.workers == 1,
         }
 
     def to_env(self) -> dict[str, str]:
@@ -83,6 +90,7 @@ _KINDS = {
     id(_FRACTION): "a number between 0 and 1 (0.05 = 5 %)",
     id(_POSITIVE): "a finite number > 0 (below 1e9)",
     id(_LAYERS): "a whole number from 0 to 1000000",
+    id(_WORKERS): "a whole number from 1 to 64",
 }
 _WHOLE = re.compile(r"\+?[0-9]+")
 
