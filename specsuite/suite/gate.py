@@ -36,9 +36,12 @@ class GateContext:
     ancestors: list[str] | None
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
-    used: dict[str, list[str]] = field(default_factory=dict)  # baseline "commit (run)" -> case names
-    missing: list[str] = field(default_factory=list)
-    problem: str | None = None
+    note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
+
+    def __post_init__(self) -> None:
+        how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
+        self.note.basis = f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%}"
+        self.note.line = self.note.render()
 
 
 def _context(run: Run, rtol: float) -> GateContext | str:
@@ -73,10 +76,10 @@ def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
     try:
         base = _lookup(ctx, case.name)
     except UserError as exc:
-        ctx.problem = str(exc)
+        ctx.note.problem = str(exc)
         return []
     if base is None:
-        ctx.missing.append(case.name)
+        ctx.note.missing.append(case.name)
         return []
     regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
     rec.baseline = BaselineRef(
@@ -86,7 +89,7 @@ def _gate(ctx: GateContext, case: Case, rec: CaseRecord) -> list[Failure]:
         rtol=ctx.rtol,
         regressions=[r.message for r in regs],
     )
-    ctx.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(case.name)
+    ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(case.name)
     return [Failure("regressed", r.message) for r in regs]
 
 
@@ -97,35 +100,23 @@ def install(session: Session) -> None:
     if isinstance(ctx, str):
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
-    note = run.history = HistoryNote(line=_line(ctx))
+    run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord) -> list[Failure]:
         failures = _gate(ctx, case, rec)
-        note.line = _line(ctx)
+        ctx.note.line = ctx.note.render()
         return failures
 
     session.gate = gate
 
 
-def _line(ctx: GateContext) -> str:
-    if ctx.problem:
-        return f"history unreadable, no relative gate: {ctx.problem}"
-    parts = [f"{base} for {', '.join(names)}" for base, names in ctx.used.items()]
-    if ctx.missing and ctx.used:
-        parts.append(f"no earlier commit measured for {', '.join(ctx.missing)}")
-    how = "nearest ancestor" if ctx.ancestors is not None else "latest earlier run"
-    body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
-    return f"baseline ({how}, {ctx.device_class}/{ctx.backend}, rtol {ctx.rtol:.0%}): {body}"
-
-
-def record(session: Session) -> None:
+def record(run: Run) -> None:
     """Append the finished run to the history; a failure is a warning in the summary, never a verdict.
 
     The reason goes into the document (history.warning, and the summary's history line) as well as to
     stderr: pytest keeps a passing session's teardown output to itself, so stderr alone would lose it."""
-    run = session.results.run
     note = run.history = run.history or HistoryNote()
-    row, problem = history.try_record(session.results.run)
+    row, problem = history.try_record(run)
     note.recorded = row is not None
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)
