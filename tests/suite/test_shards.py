@@ -157,16 +157,18 @@ def _tier(env: dict[str, str], out: Path, *args: str) -> subprocess.Popen[str]:
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(2400)  # the tier whole and in three shards, side by side on a shared 2-core machine
-def test_three_shards_of_the_synthetic_tier_merged_are_the_tier_run_whole(tmp_path: Path) -> None:
+def test_three_shards_of_the_synthetic_tier_merged_are_the_tier_run_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     binary = paths.server_binary()
     if not binary.is_file():
         pytest.skip("no llama-server build (nox -s build)")
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
-    env.update(
-        SPEC_CACHE_DIR=str(tmp_path / "cache"),
-        SPEC_HISTORY=str(tmp_path / "history.sqlite"),
-        SPEC_MODEL_DIR=str(tmp_path / "models"),
-    )
+    for var in DROPPED:
+        monkeypatch.delenv(var, raising=False)
+    mine = {"SPEC_CACHE_DIR": "cache", "SPEC_HISTORY": "history.sqlite", "SPEC_MODEL_DIR": "models"}
+    for var, name in mine.items():  # plan and merge run in this process: they read these too
+        monkeypatch.setenv(var, str(tmp_path / name))
+    env = dict(os.environ)
     from specsuite.models.fetch import fetch_models
 
     fetch_models(tier=TIER, model_dir=tmp_path / "models", tty=False)  # once, before four runs read it
