@@ -27,6 +27,8 @@ from specsuite.common.errors import UserError
 COMMANDS: dict[str, str] = {
     "build": "specsuite.build.cmake",
     "run-tier": "specsuite.suite.tier",
+    "plan": "specsuite.suite.plan",
+    "merge": "specsuite.suite.shards",
     "calibrate": "specsuite.tools.calibrate",
     "probe": "specsuite.suite.probe_report",
     "fetch-models": "specsuite.models.fetch",

@@ -38,6 +38,7 @@ DEFAULT: dict[str, Any] = {
     "die_after_requests": None,  # a speculative server exits after this many /completion requests
     "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
     "log_lines": [],  # printed to stderr when the server starts (e.g. llama.cpp's offload line)
+    "events": None,  # a JSONL file: each start and /completion (its times), with CUDA_VISIBLE_DEVICES
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -61,6 +62,19 @@ state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_
 for line in CONFIG["log_lines"]:
     print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
+
+def event(kind, **more):
+    if not CONFIG["events"]:
+        return
+    line = json.dumps({"kind": kind, "pid": os.getpid(), "spec": spec, "port": port,
+                       "model": args[args.index("-m") + 1] if "-m" in args else None,
+                       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                       "order": os.environ.get("CUDA_DEVICE_ORDER"), **more}) + "\n"
+    fd = os.open(CONFIG["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one write of one line: lines of several servers never interleave
+    finally:
+        os.close(fd)
 
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
@@ -102,6 +116,7 @@ class H(BaseHTTPRequestHandler):
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
         timings = {"predicted_n": n, "predicted_ms": ms}
         if self.path == "/completion":
+            t0 = time.time()
             state["requests"] += 1
             if spec and CONFIG["die_after_requests"] and state["requests"] > CONFIG["die_after_requests"]:
                 print("GGML_ASSERT(fake) failed", file=sys.stderr, flush=True)
@@ -115,6 +130,7 @@ class H(BaseHTTPRequestHandler):
                     state[k] += now[k]
                 for i, c in enumerate(now["per_pos"] or []):
                     state["pos"][i] += c
+            event("completion", t0=t0, t1=time.time())
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
         if self.path == "/v1/chat/completions":
             answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
@@ -127,7 +143,9 @@ class H(BaseHTTPRequestHandler):
 
 START = int(time.time())
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-HTTPServer(("127.0.0.1", port), H).serve_forever()
+httpd = HTTPServer(("127.0.0.1", port), H)
+event("start", t=time.time())
+httpd.serve_forever()
 """
 
 
@@ -140,4 +158,30 @@ def fake_llama(folder: Path, variant: str = "current", **config: Any) -> Path:
     text = SCRIPT.replace("__PYTHON__", sys.executable).replace("__CONFIG__", repr(str(cfg)))
     exe.write_text(text.replace("__HELP__", repr(str(HELP_DIR / f"{variant}.txt"))))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+def gpu_devices(names: list[str]) -> str:
+    """What a CUDA build's ``--list-devices`` prints for these GPUs."""
+    lines = [f"  CUDA{i}: {n} (143771 MiB, 142000 MiB free)" for i, n in enumerate(names)]
+    return f"ggml_cuda_init: found {len(names)} CUDA devices:\nAvailable devices:\n" + "\n".join(lines) + "\n"
+
+
+SMI = r"""#!/bin/sh
+# a fake nvidia-smi: __N__ GPUs, as the driver lists them
+case "$1" in
+  --query-gpu=index,name,memory.total,uuid) printf '%s' '__ROWS__' ;;
+  --query-gpu=driver_version) echo "580.65.06" ;;
+  *) echo "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06      CUDA Version: 13.0     |" ;;
+esac
+"""
+
+
+def fake_nvidia_smi(folder: Path, names: list[str]) -> Path:
+    """An ``nvidia-smi`` on a folder to put first on PATH: these GPUs, index i named names[i]."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{i}, {n}, 143771, GPU-{i:08d}-fake\n" for i, n in enumerate(names))
+    exe = folder / "nvidia-smi"
+    exe.write_text(SMI.replace("__N__", str(len(names))).replace("__ROWS__", rows))
+    exe.chmod(0o755)
     return exe

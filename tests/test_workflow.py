@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testdata import write_shards
 
 yaml = pytest.importorskip("yaml")
 
@@ -26,82 +27,150 @@ def wf() -> dict:
 
 
 @pytest.fixture(scope="module")
-def job(wf: dict) -> dict:
-    return wf["jobs"]["suite"]
+def jobs(wf: dict) -> dict:
+    return wf["jobs"]
 
 
 @pytest.fixture(scope="module")
-def bisect_job(wf: dict) -> dict:
-    return wf["jobs"]["bisect"]
+def suite(jobs: dict) -> dict:
+    return jobs["suite"]
 
 
-def _step(job: dict, name: str) -> dict:
-    return next(s for s in job["steps"] if s.get("name") == name)
+@pytest.fixture(scope="module")
+def bisect_job(jobs: dict) -> dict:
+    return jobs["bisect"]
 
 
 def _on(wf: dict) -> dict:
     return wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as the boolean true
 
 
-def test_by_hand_and_nightly_on_master(wf: dict, job: dict) -> None:
+def _step(job: dict, name: str) -> dict:
+    return next(s for s in job["steps"] if s.get("name") == name)
+
+
+def _choose(jobs: dict) -> dict:
+    return _step(jobs["plan"], "Choose the commit and tier")
+
+
+def test_three_jobs_plan_suite_merge(jobs: dict) -> None:
+    assert list(jobs)[:3] == ["plan", "suite", "merge"]  # others (a bisect job) may follow
+    assert jobs["suite"]["needs"] == "plan" and jobs["merge"]["needs"] == ["plan", "suite"]
+    # the merge runs when shards failed too, not when there was no plan
+    assert jobs["merge"]["if"] == "${{ always() && needs.plan.result == 'success' }}"
+
+
+def test_by_hand_and_nightly_on_master(wf: dict, jobs: dict) -> None:
     assert list(_on(wf)) == ["workflow_dispatch", "schedule"]
     (cron,) = _on(wf)["schedule"]
     assert len(cron["cron"].split()) == 5
-    choose = next(s for s in job["steps"] if s.get("name") == "Choose the commit and tier")
+    choose = _choose(jobs)
     assert "git ls-remote https://github.com/ggml-org/llama.cpp refs/heads/master" in choose["run"]
-    assert "LLAMA_CPP_REF=$SHA" in choose["run"] and "GITHUB_STEP_SUMMARY" in choose["run"]
+    assert "GITHUB_STEP_SUMMARY" in choose["run"]
+    # resolved once, in the plan job: every shard builds the same commit
+    assert jobs["plan"]["outputs"]["sha"] == "${{ steps.choose.outputs.sha }}"
+    assert jobs["suite"]["env"]["LLAMA_CPP_REF"] == "${{ needs.plan.outputs.sha }}"
 
 
 def test_inputs(wf: dict) -> None:
     inputs = _on(wf)["workflow_dispatch"]["inputs"]
-    assert set(inputs) == {"sha", "tier", "repeat", "cmake_args"}
+    assert set(inputs) == {"sha", "tier", "repeat", "shards", "cmake_args"}
     assert inputs["sha"]["type"] == "string" and inputs["sha"]["default"] == PINNED
     assert inputs["tier"]["type"] == "choice"
     assert inputs["tier"]["options"] == ["smoke", "synthetic", "compact", "nightly", "all"]
     assert inputs["tier"]["default"] in inputs["tier"]["options"]
+    assert inputs["shards"]["default"] == "1"  # one runner keeps working as it did
     assert inputs["cmake_args"]["type"] == "string" and not inputs["cmake_args"].get("required", False)
 
 
-def test_runner_container_and_limits(wf: dict, job: dict) -> None:
-    # labels from a repository variable; the default names no architecture (the DGX Spark is arm64)
-    assert (
-        job["runs-on"] == """${{ fromJSON(vars.SPEC_RUNNER_LABELS || '["self-hosted", "linux", "gpu"]') }}"""
-    )
-    assert "x64" not in job["runs-on"] and "arm64" not in job["runs-on"]
-    assert job["container"]["image"] == "nvidia/cuda:13.4.3-devel-ubuntu26.04"  # upstream's, exactly
-    options = job["container"]["options"]
-    assert "--gpus all" in options
-    # the persistent model and cache folders are mounted, and the suite is told where
-    assert "vars.SPEC_MODEL_DIR" in options and "vars.SPEC_CACHE_DIR" in options
+def test_the_suite_is_a_matrix_of_shards(suite: dict) -> None:
+    assert suite["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
+    assert suite["runs-on"] == "${{ matrix.labels }}"  # each device class's runners
+    run = _step(suite, "Build llama-server with CUDA and run the shard")
+    assert '"test_$TIER" -- --cuda --repeat "$REPEAT" --shard "$SHARD" --plan plan/plan.json' in run["run"]
+    assert suite["env"]["SHARD"] == "${{ matrix.shard }}"
+    assert suite["env"]["SPEC_RESULTS_DIR"] == "out/${{ matrix.folder }}/${{ matrix.name }}"
+    upload = _step(suite, "Upload the shard's results")
+    assert upload["if"] == "${{ always() }}" and upload["with"]["path"] == "out/"
+    assert upload["with"]["name"].startswith("spec-shard-${{ matrix.name }}-")
+
+
+def test_runners_container_and_limits(jobs: dict) -> None:
+    labels = """${{ fromJSON(vars.SPEC_RUNNER_LABELS || '["self-hosted", "linux", "gpu"]') }}"""
+    assert jobs["plan"]["runs-on"] == jobs["merge"]["runs-on"] == labels  # no architecture label
+    for name, job in jobs.items():
+        assert job["container"]["image"] == "nvidia/cuda:13.4.3-devel-ubuntu26.04", (
+            name
+        )  # upstream's, exactly
+        limit = job["timeout-minutes"]
+        assert name == "suite" or (isinstance(limit, int) and 0 < limit <= 360), name
+        assert "vars.SPEC_CACHE_DIR" in job["container"]["options"]
+        assert not [k for k in job["env"] if k.startswith("LLAMA_ARG_")]  # the suite scrubs them
+    suite = jobs["suite"]
     # upstream's 60 minutes for compact (the tier the schedule runs by default), 300 for the larger tiers
-    assert job["timeout-minutes"] == (
-        "${{ (inputs.tier || vars.SPEC_SCHEDULE_TIER || 'compact') == 'compact' && 60 || 300 }}"
-    )
+    assert suite["timeout-minutes"] == "${{ needs.plan.outputs.tier == 'compact' && 60 || 300 }}"
+    options = suite["container"]["options"]
+    assert "--gpus all" in options and "vars.SPEC_MODEL_DIR" in options
+    assert "--gpus" not in jobs["plan"]["container"]["options"] + jobs["merge"]["container"]["options"]
     # upstream's variable name first, ours second
-    assert job["env"]["SPEC_MODEL_DIR"].startswith("${{ vars.SPEC_METHOD_MODEL_DIR || vars.SPEC_MODEL_DIR")
-    assert "vars.SPEC_CACHE_DIR" in job["env"]["SPEC_CACHE_DIR"]
-    # scrubbed from llama-server's environment by the suite, so they would only mislead here
-    assert not [k for k in job["env"] if k.startswith("LLAMA_ARG_")]
-    assert "SPEC_STRICT" not in job["env"]  # strict is the default on every commit
+    assert suite["env"]["SPEC_MODEL_DIR"].startswith("${{ vars.SPEC_METHOD_MODEL_DIR || vars.SPEC_MODEL_DIR")
+    assert "SPEC_STRICT" not in suite["env"]  # strict is the default on every commit
 
 
 def test_concurrency_and_permissions(wf: dict) -> None:
     assert wf["concurrency"]["cancel-in-progress"] is False
-    assert "${{" not in wf["concurrency"]["group"]  # fixed: one queue for the one runner
+    assert "${{" not in wf["concurrency"]["group"]  # fixed: one run at a time, one history writer
     assert wf["permissions"] == {"contents": "read"}
 
 
-def test_no_actions_cache(job: dict) -> None:
-    assert not [s for s in job["steps"] if "cache" in s.get("uses", "")]
+def test_the_history_travels_in_the_cache_and_only_the_merge_writes_it(jobs: dict) -> None:
+    key = "spec-history-${{ github.run_id }}-${{ github.run_attempt }}"
+    for name, job in jobs.items():
+        if name == "bisect":  # builds and runs old commits only: no history read or written
+            assert "SPEC_HISTORY" not in job["env"] and "actions/cache" not in str(job["steps"])
+            continue
+        restore = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
+        assert [r["with"] for r in restore] == [
+            {"path": "history", "key": key, "restore-keys": "spec-history-"}
+        ]
+        assert job["env"]["SPEC_HISTORY"] == "history/history.sqlite"
+        seed = _step(job, "Seed the history from this runner (first run)")
+        assert '"$SPEC_CACHE_DIR/history.sqlite"' in seed["run"]
+        saves = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
+        assert len(saves) == (name == "merge")
+        names = [s.get("name") for s in job["steps"]]
+        assert names.index("Restore the history") < names.index(
+            "Seed the history from this runner (first run)"
+        )
+    save = _step(jobs["merge"], "Save the history")
+    assert save["with"] == {"path": "history", "key": key}
+    assert "always()" in save["if"] and "hashFiles('history/history.sqlite')" in save["if"]
+    assert not [
+        s for j in jobs.values() for s in j["steps"] if s.get("uses", "").startswith("actions/cache@")
+    ]
 
 
-def _choose(job: dict) -> dict:
-    return next(s for s in job["steps"] if s.get("name") == "Choose the commit and tier")
+def test_the_merge_downloads_every_shard_and_uploads_one_run(jobs: dict) -> None:
+    merge = jobs["merge"]
+    download = _step(merge, "Download the shards' results")
+    assert download["uses"].startswith("actions/download-artifact@")
+    assert download["with"] == {
+        "pattern": "spec-shard-*-${{ github.run_id }}-${{ github.run_attempt }}",
+        "merge-multiple": True,
+        "path": "shards",
+    }
+    step = _step(merge, "Merge, judge and record each device class")
+    assert 'specsuite merge "shards/$folder" --out "merged/$folder"' in step["run"]
+    assert merge["env"]["FOLDERS"] == "${{ needs.plan.outputs.folders }}"
+    upload = _step(merge, "Upload the merged results")
+    assert upload["if"] == "${{ always() }}" and upload["with"]["path"] == "merged/"
+    names = [s.get("name") for s in merge["steps"]]
+    assert names.index("Merge, judge and record each device class") < names.index("Save the history")
 
 
-def test_sha_validated_before_checkout(job: dict) -> None:
-    first = _choose(job)
-    names = [s.get("name") for s in job["steps"]]
+def test_sha_validated_before_checkout(jobs: dict) -> None:
+    first = _choose(jobs)
+    names = [s.get("name") for s in jobs["plan"]["steps"]]
     assert names.index(first["name"]) < names.index("Check out specsuite")
     assert "uses" not in first
     assert first["env"]["SHA"] == "${{ inputs.sha }}"
@@ -114,58 +183,126 @@ def test_sha_validated_before_checkout(job: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sha", "ok"),
+    ("sha", "shards", "ok"),
     [
-        (PINNED, True),
-        ("0c1e570", True),
-        ("ABCDEF0", True),
-        ("0c1e57", False),
-        ("main", False),
-        ("0c1e570; id", False),
-        ("$(id)", False),
-        ("a" * 41, False),
+        (PINNED, "1", True),
+        ("0c1e570", "3", True),
+        ("ABCDEF0", "1", True),
+        ("0c1e57", "1", False),
+        ("main", "1", False),
+        ("0c1e570; id", "1", False),
+        ("$(id)", "1", False),
+        ("a" * 41, "1", False),
+        (PINNED, "0", False),
+        (PINNED, "2; id", False),
     ],
 )
-def test_sha_step_script_in_bash(job: dict, sha: str, ok: bool, tmp_path: Path) -> None:
+def test_choose_step_script_in_bash(jobs: dict, sha: str, shards: str, ok: bool, tmp_path: Path) -> None:
     """The validation step's own script, run by bash as the runner would run it."""
-    github_env = tmp_path / "github_env"
+    github_env, github_output = tmp_path / "github_env", tmp_path / "github_output"
     env = {
         "PATH": os.environ["PATH"],
         "SHA": sha,
         "TIER": "compact",
         "REPEAT": "4",
+        "SHARDS": shards,
         "GITHUB_ENV": str(github_env),
+        "GITHUB_OUTPUT": str(github_output),
     }
-    proc = subprocess.run(["bash", "-e", "-c", _choose(job)["run"]], env=env, capture_output=True, text=True)
+    proc = subprocess.run(["bash", "-e", "-c", _choose(jobs)["run"]], env=env, capture_output=True, text=True)
     assert (proc.returncode == 0) is ok, proc.stdout
     assert ("::error" in proc.stdout) is not ok
     if ok:
-        assert f"LLAMA_CPP_REF={sha}" in github_env.read_text()
+        assert (
+            f"LLAMA_CPP_REF={sha}" in github_env.read_text() and f"SHARDS={shards}" in github_env.read_text()
+        )
+        assert f"sha={sha}" in github_output.read_text()
 
 
-def test_git_before_checkout_and_steps(job: dict) -> None:
-    steps = job["steps"]
+def _outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def test_the_plan_step_makes_the_matrix(jobs: dict, tmp_path: Path) -> None:
+    """The plan step's script, with this checkout's specsuite: a matrix per device class, and its folders."""
+    step = _step(jobs["plan"], "Split the tier into shards")
+    assert step["env"]["RUNNERS"] == "${{ vars.SPEC_RUNNER_CLASSES || '' }}"
+    runners = json.dumps([{"class": "nvidia-h200", "runs-on": ["self-hosted", "h200"], "shards": 2},
+                          {"class": "nvidia-gb10", "runs-on": ["spark"]}])  # fmt: skip
+    for i, (given, folders) in enumerate((("", "any"), (runners, "nvidia-gb10 nvidia-h200"))):
+        out = tmp_path / str(i) / "github_output"
+        out.parent.mkdir()
+        env = {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "TIER": "synthetic",
+            "SHARDS": "2",
+            "RUNNERS": given,
+            "LABELS": '["self-hosted", "linux", "gpu"]',
+            "GITHUB_OUTPUT": str(out),
+            "RUNNER_TEMP": str(out.parent),
+            "SPEC_HISTORY": str(tmp_path / "none.sqlite"),
+        }
+        proc = subprocess.run(
+            ["bash", "-e", "-c", step["run"]], env=env, cwd=out.parent, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        got = _outputs(out)
+        matrix = json.loads(got["matrix"])["include"]
+        assert got["folders"] == folders
+        assert {e["folder"] for e in matrix} == set(folders.split())
+        assert len(matrix) == (2 if not given else 4) and all(
+            e["labels"] for e in matrix
+        )  # SHARDS: the default
+        assert json.loads((out.parent / "plan" / "plan.json").read_text())["include"] == matrix
+
+
+def test_the_merge_step_merges_each_class_and_fails_for_a_class_that_sent_nothing(
+    jobs: dict, tmp_path: Path
+) -> None:
+    """The merge step's script: a device class whose shards all reported is merged (its summary in the job
+    summary); one whose runners all died before uploading is a red job with a line saying so."""
+    step = _step(jobs["merge"], "Merge, judge and record each device class")
+    write_shards(tmp_path / "shards" / "nvidia-h200")
+    summary = tmp_path / "summary.md"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "FOLDERS": "nvidia-h200 nvidia-gb10",
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "SPEC_HISTORY": str(tmp_path / "history.sqlite"),
+    }
+    proc = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (tmp_path / "merged" / "nvidia-h200" / "results.json").is_file()
+    assert not (tmp_path / "merged" / "nvidia-gb10").exists()
+    text = summary.read_text()
+    assert text.startswith("### specsuite smoke run ") and "### nvidia-gb10: no merged run" in text
+    assert "error: shards/nvidia-gb10: not a folder" in proc.stderr
+
+
+def test_git_before_checkout_and_steps(suite: dict, jobs: dict) -> None:
+    steps = suite["steps"]
     checkout = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/checkout@"))
     apt = next(i for i, s in enumerate(steps) if "apt-get install" in s.get("run", ""))
     assert apt < checkout
     for pkg in ("git", "cmake", "ninja-build", "build-essential", "python3-venv", "libssl-dev", "ccache"):
         assert re.search(rf"\b{re.escape(pkg)}\b", steps[apt]["run"]), pkg
     nox = next(s for s in steps if "nox -s build" in s.get("run", ""))
-    assert '"test_$TIER" -- --cuda --repeat "$REPEAT"' in nox["run"]  # never a silent CPU build
     assert nox["env"]["SPEC_CMAKE_ARGS"] == "${{ inputs.cmake_args }}"
     assert nox["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     always = [s for s in steps if s.get("if") == "${{ always() }}"]
-    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in always)
     assert any("GITHUB_STEP_SUMMARY" in s.get("run", "") and "summary.md" in s["run"] for s in always)
-    for s in steps:
-        if "uses" in s:  # pinned to a full commit, release named in a comment
-            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", s["uses"]), s["uses"]
+    for job in jobs.values():
+        for s in job["steps"]:
+            if "uses" in s:  # pinned to a full commit, release named in a comment
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", s["uses"]), s["uses"]
 
 
-def test_no_input_interpolated_into_run(wf: dict) -> None:
+def test_no_input_matrix_value_or_artifact_name_interpolated_into_a_script(jobs: dict) -> None:
     text = WORKFLOW.read_text(encoding="utf-8")
     assert "github.event.inputs" not in text
-    for job in wf["jobs"].values():
+    for job in jobs.values():
         for step in job["steps"]:
             assert "${{" not in step.get("run", ""), step.get("name")
 
@@ -173,31 +310,35 @@ def test_no_input_interpolated_into_run(wf: dict) -> None:
 # --- the bisect of a red night ---------------------------------------------------------------------------
 
 
-def test_the_bisect_runs_only_after_a_failed_scheduled_suite(wf: dict, job: dict, bisect_job: dict) -> None:
-    assert set(wf["jobs"]) == {"suite", "bisect"}
-    assert bisect_job["needs"] == "suite"
+def test_the_bisect_runs_only_after_a_failed_scheduled_merge(jobs: dict, bisect_job: dict) -> None:
+    assert list(jobs) == ["plan", "suite", "merge", "bisect"]
+    assert bisect_job["needs"] == "merge"
     cond = bisect_job["if"]
-    for part in ("always()", "github.event_name == 'schedule'", "needs.suite.result == 'failure'",
-                 "needs.suite.outputs.cases != ''"):  # fmt: skip
+    for part in ("always()", "github.event_name == 'schedule'", "needs.merge.result == 'failure'",
+                 "needs.merge.outputs.cases != ''"):  # fmt: skip
         assert part in cond, part
-    plan = _step(job, "Plan the bisect of a red night")
-    assert plan["id"] == "plan" and plan["if"] == "${{ failure() && github.event_name == 'schedule' }}"
-    names = [s.get("name") for s in job["steps"]]
+    merge = jobs["merge"]
+    plan = _step(merge, "Plan the bisect of a red night")
+    assert plan["id"] == "bisect-plan"
+    assert plan["if"] == "${{ failure() && github.event_name == 'schedule' }}"
+    names = [s.get("name") for s in merge["steps"]]
     assert names.index("Plan the bisect of a red night") > names.index(
-        "Build llama-server with CUDA and run the tier"
+        "Merge, judge and record each device class"
     )
-    assert job["outputs"] == {
-        "plan": "${{ steps.plan.outputs.plan }}",
-        "cases": "${{ steps.plan.outputs.cases }}",
+    assert merge["outputs"] == {
+        "plan": "${{ steps.bisect-plan.outputs.plan }}",
+        "cases": "${{ steps.bisect-plan.outputs.cases }}",
     }
-    # the same runner and container as the suite: the cache (mirror, history, ccache) and the models
-    for key in ("runs-on", "container", "env"):
-        assert bisect_job[key] == job[key], key
+    # a GPU runner with the suite's container: the cache (mirror, ccache) and the models
+    suite = jobs["suite"]
+    assert bisect_job["container"] == suite["container"]
+    for key in ("SPEC_MODEL_DIR", "SPEC_CACHE_DIR", "CCACHE_DIR"):
+        assert bisect_job["env"][key] == suite["env"][key], key
 
 
 def test_the_plan_and_bounds_reach_the_bisect_as_environment_variables(bisect_job: dict) -> None:
     run = _step(bisect_job, "Bisect each failing case")
-    assert run["env"]["BISECT_PLAN"] == "${{ needs.suite.outputs.plan }}"
+    assert run["env"]["BISECT_PLAN"] == "${{ needs.merge.outputs.plan }}"
     assert run["run"] == (
         'nox -s bisect -- --from-plan "$BISECT_PLAN" --max-steps "$MAX_STEPS" --budget-min "$BUDGET_MIN" '
         "--cuda"
@@ -233,19 +374,16 @@ def test_bounds_step_script_in_bash(
         assert github_env.read_text() == f"MAX_STEPS={steps}\nBUDGET_MIN={budget}\n"
 
 
-def _fake_nox(folder: Path) -> Path:
-    """``nox -s bisect -- ARGS`` as the workflow calls it, run as ``specsuite bisect ARGS`` here."""
+def _specsuite_on_path(folder: Path) -> Path:
+    """``specsuite`` as the merge job has it on PATH: this checkout's, run by this interpreter."""
     folder.mkdir()
-    nox = folder / "nox"
-    body = (
-        f'[ "$1 $2 $3" = "-s bisect --" ] || exit 9\nshift 3\nexec {sys.executable} -m specsuite bisect "$@"'
-    )
-    nox.write_text(f"#!/bin/sh\n{body}\n")
-    nox.chmod(0o755)
+    exe = folder / "specsuite"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -m specsuite "$@"\n')
+    exe.chmod(0o755)
     return folder
 
 
-def test_the_plan_step_writes_the_failing_cases_as_outputs(job: dict, tmp_path: Path) -> None:
+def test_the_plan_step_writes_the_failing_cases_as_outputs(jobs: dict, tmp_path: Path) -> None:
     import histories
 
     doc = histories.history_docs([1.0])[0]
@@ -254,11 +392,11 @@ def test_the_plan_step_writes_the_failing_cases_as_outputs(job: dict, tmp_path: 
     rec["drift"] = {"metric": "accept_rate", "before_commit": "ab" * 20, "after_commit": "cd" * 20,
                     "after_run_id": "r", "mean_before": 0.5, "mean_after": 0.45, "change": -0.1,
                     "p_value": None, "runs": 10}  # fmt: skip
-    histories.write([doc], tmp_path / "results")
+    histories.write([doc], tmp_path / "merged")  # merged/<folder>/results.json, as the merge writes it
     out, summary = tmp_path / "github_output", tmp_path / "summary"
-    path = f"{_fake_nox(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}"
+    path = f"{_specsuite_on_path(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}"
     env = {"PATH": path, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
-    script = _step(job, "Plan the bisect of a red night")["run"]
+    script = _step(jobs["merge"], "Plan the bisect of a red night")["run"]
     proc = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split("=", 1) for line in out.read_text().splitlines())

@@ -94,6 +94,8 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prompts: str = "seed"
     # Exact counters over the measured pass (synthetic models make them deterministic).
     expect_drafted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
+    # GPUs the case's servers see (run-tier gives each worker a group of this many; a GPU build only)
+    gpus: Annotated[int, Meta(ge=1, le=64, description="a whole number from 1 to 64")] = 1
     expect_accepted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     expect_drafts: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     expect_all_accepted: bool = False

@@ -28,6 +28,7 @@ _REPEAT = msgspec.Meta(ge=1, le=MAX_REPEAT)
 _LAYERS = msgspec.Meta(ge=0, le=1_000_000)
 _FRACTION = msgspec.Meta(gt=0, lt=1)
 _WINDOW = msgspec.Meta(ge=3, le=1000)  # a drift is more than one step: at least two runs and this one
+_WORKERS = msgspec.Meta(ge=1, le=64)
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -52,6 +53,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
     drift_window: Annotated[int, _WINDOW] = _var("SPEC_DRIFT_WINDOW", 10)
+    # how a run spreads over a box and over runners (run-tier --gpus, --workers, --shard, --plan)
+    gpus: str | None = _var("SPEC_GPUS", None)  # all | N | 0,2,5 on a CUDA build (None: all)
+    workers: Annotated[int, _WORKERS] = _var("SPEC_WORKERS", 1)  # a CPU build: parallel, acceptance only
+    shard: str | None = _var("SPEC_SHARD", None)  # K/N: shard K of the plan's N
+    plan: str | None = _var("SPEC_PLAN", None)  # a saved `specsuite plan --json` the shard is taken from
     # waits and retries
     start_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_START_TIMEOUT_S", 1800.0)
     history_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_HISTORY_TIMEOUT_S", 30.0)
@@ -72,6 +78,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "history": not self.no_history,
             "rtol": self.rtol,
             "drift_window": self.drift_window,
+            "speed": self.workers == 1,
         }
 
     def to_env(self) -> dict[str, str]:
@@ -92,6 +99,7 @@ _KINDS = {
     id(_POSITIVE): "a finite number > 0 (below 1e9)",
     id(_LAYERS): "a whole number from 0 to 1000000",
     id(_WINDOW): "a whole number of runs from 3 to 1000",
+    id(_WORKERS): "a whole number from 1 to 64",
 }
 _WHOLE = re.compile(r"\+?[0-9]+")
 

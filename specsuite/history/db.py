@@ -21,6 +21,7 @@ import platform
 import random
 import re
 import sqlite3
+import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -608,6 +609,26 @@ def names(path: Path | None = None) -> tuple[list[str], list[str]]:
         cases = [r[0] for r in conn.execute("SELECT DISTINCT name FROM cases ORDER BY name")]
         pairs = conn.execute("SELECT DISTINCT device_name, device_class FROM runs").fetchall()
     return cases, sorted({v for pair in pairs for v in pair})
+
+
+def case_durations(
+    path: Path | None = None, *, device_class: str | None = None, last: int = 5
+) -> dict[str, float]:
+    """Each case's wall time in seconds: the median of its ``last`` runs that ran it to the end (passed or
+    failed) on ``device_class`` (None: any), newest first; {} when there is no history yet."""
+    sql = (
+        "SELECT c.name, c.wall_s FROM cases c JOIN runs r ON r.id = c.run "
+        "WHERE c.wall_s IS NOT NULL AND c.status IN ('passed', 'failed') "
+        f"AND (:device_class IS NULL OR r.device_class = :device_class) ORDER BY {_TIME} DESC, r.id DESC"
+    )
+    seen: dict[str, list[float]] = {}
+    with reading(path) as conn:
+        rows = [] if conn is None else conn.execute(sql, {"device_class": device_class}).fetchall()
+    for name, wall in rows:
+        times = seen.setdefault(str(name), [])
+        if len(times) < last:
+            times.append(float(wall))
+    return {name: statistics.median(times) for name, times in seen.items()}
 
 
 # --- the baseline ----------------------------------------------------------------------------------------

@@ -115,6 +115,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     history: bool = True
     rtol: float = 0.05
     drift_window: int = 10
+    speed: bool = True  # False: cases ran side by side on a CPU build (--workers): acceptance only
 
 
 class ModelRef(msgspec.Struct, kw_only=True):
@@ -128,9 +129,39 @@ class ServerRef(msgspec.Struct, kw_only=True):
 
 
 class HistoryNote(msgspec.Struct, kw_only=True):
+    """The history's part in a run: which baselines judged which cases, and whether the run was recorded.
+
+    The parts (``basis``, ``used``, ``missing``, ``problem``) are kept as well as the ``line`` they make, so
+    that the runs of several workers or shards merge into one note (``merged``)."""
+
     line: str | None = None  # the summary's history line (the baselines used)
     recorded: bool | None = None
     warning: str | None = None
+    basis: str | None = None  # "nearest ancestor, <class>/<backend>, rtol 5%"
+    used: dict[str, list[str]] = {}  # baseline "commit (run id)" -> the cases judged against it
+    missing: list[str] = []  # cases no earlier commit measured
+    problem: str | None = None  # the history could not be read: no relative gate
+
+    def render(self) -> str:
+        if self.problem:
+            return f"history unreadable, no relative gate: {self.problem}"
+        parts = [f"{base} for {', '.join(names)}" for base, names in self.used.items()]
+        if self.missing and self.used:
+            parts.append(f"no earlier commit measured for {', '.join(self.missing)}")
+        body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
+        return f"baseline ({self.basis}): {body}"
+
+    def merged(self, other: HistoryNote) -> HistoryNote:
+        """This note and another part's of the same run: the baselines and gaps of both."""
+        if self.basis is None or other.basis is None:  # a part without a gate: its line says why
+            return self if self.basis is None else other
+        used = {k: list(v) for k, v in self.used.items()}
+        for base, names in other.used.items():
+            used.setdefault(base, []).extend(names)
+        note = HistoryNote(basis=self.basis, used=used, missing=[*self.missing, *other.missing],
+                           problem=self.problem or other.problem)  # fmt: skip
+        note.line = note.render()
+        return note
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -154,6 +185,9 @@ class Run(msgspec.Struct, kw_only=True):
     models: dict[str, ModelRef] = {}
     baselines: dict[str, ServerRef] = {}
     history: HistoryNote | None = None  # absent when the run kept no history (--no-history)
+    shard: str | None = None  # "K/N": shard K of a plan of N (run-tier --shard); `merge` joins them
+    planned: list[str] = []  # every case of the run the shards or workers are parts of
+    parts: list[str] = []  # a merged run: the run ids of its shards
     cases: dict[str, CaseRecord] = {}
 
     @property
@@ -175,12 +209,19 @@ class Run(msgspec.Struct, kw_only=True):
 
 
 class RunResults:
-    """The run being measured, written to ``<dir>/results.json`` on every change."""
+    """The run being measured, written to ``<dir>/results.json`` (``file``) on every change.
 
-    def __init__(self, results_dir: Path, run: Run) -> None:
+    A worker of a parallel run writes its part to ``<dir>/parts/<worker>.json`` instead, its logs to the
+    run's own ``logs/``; ``timed=False`` keeps the run's times as they are (a merged run's are its parts')."""
+
+    def __init__(
+        self, results_dir: Path, run: Run, *, file: str = "results.json", timed: bool = True
+    ) -> None:
         self.dir = Path(results_dir)
         self.logs = self.dir / "logs"
         make_results_dir(self.dir)
+        self.file = file
+        self.timed = timed
         make_results_dir(self.logs)
         self._t0 = time.monotonic()
         self.run = run
@@ -190,7 +231,7 @@ class RunResults:
 
     @property
     def path(self) -> Path:
-        return self.dir / "results.json"
+        return self.dir / self.file
 
     def rel(self, path: Path) -> str:
         return str(Path(path).relative_to(self.dir)) if Path(path).is_relative_to(self.dir) else str(path)
@@ -207,8 +248,9 @@ class RunResults:
         self.save()
 
     def save(self) -> None:
-        self.run.finished = utc_now()
-        self.run.wall_s = round(time.monotonic() - self._t0, 2)
+        if self.timed:
+            self.run.finished = utc_now()
+            self.run.wall_s = round(time.monotonic() - self._t0, 2)
         atomic.write_bytes(self.path, encode(self.run))
 
 

@@ -1,9 +1,12 @@
-"""A case's metrics as JUnit ``<properties>`` (junit.xml), for CI tools that chart test properties."""
+"""junit.xml: a case's metrics as JUnit ``<properties>`` (for CI tools that chart test properties), and a
+whole run's junit.xml from its records (a merged run's)."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from typing import Any
 
+from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, finite
 
 JUNIT_METRICS = (
@@ -25,3 +28,41 @@ def junit_properties(rec: CaseRecord) -> list[tuple[str, Any]]:
     if rec.baseline is not None:
         out.append(("history_baseline", rec.baseline.commit))
     return out
+
+
+def junit_xml(run: Run) -> bytes:
+    """A run's junit.xml as pytest writes it for the suite (xunit1: one testcase per case, its metrics as
+    properties), from the run's records: what `merge` writes, where no one pytest session saw every case."""
+    recs = list(run.cases.values())
+    failed = [r for r in recs if r.status not in ("passed", "skipped")]
+    suite = ET.Element(
+        "testsuite",
+        name="pytest",
+        errors="0",
+        failures=str(len(failed)),
+        skipped=str(sum(r.status == "skipped" for r in recs)),
+        tests=str(len(recs)),
+        time=f"{run.wall_s or 0:.3f}",
+        timestamp=run.started or "",
+        hostname=run.host or "",
+    )
+    for rec in recs:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname="test_speculative",
+            name=f"test_speculative[{rec.name}]",
+            time=f"{rec.wall_s or 0:.3f}",
+        )
+        props = junit_properties(rec)
+        if props:
+            group = ET.SubElement(case, "properties")
+            for key, value in props:
+                ET.SubElement(group, "property", name=key, value=str(value))
+        if rec.status != "passed":
+            tag = "skipped" if rec.status == "skipped" else "failure"
+            message = f"[{rec.reason}] {(rec.message or '').splitlines()[0] if rec.message else ''}".strip()
+            ET.SubElement(case, tag, message=message).text = rec.message or ""
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

@@ -67,6 +67,8 @@ def summary_markdown(run: Run, v: Verdict) -> str:
     lines += [f"- **{a}**" for a in [*drift_lines(run), *v.attention]]
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
+    if run.parts:
+        lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [
         "",
         f"binary: `{b.path}` commit `{b.commit}` backend `{b.backend}` on {run.device_name}; "

@@ -31,15 +31,23 @@ def verdict(run: Run) -> Verdict:
     ran = by["passed"] + by["failed"]
     weakening = _weakening(run, by)
     attention = [line for _, lines in weakening for line in lines]
+    failed = f"FAILED ({'; '.join(scope)})" if (scope := _scope(run)) else "FAILED"
     if not recs or not ran:
         why = "no case was selected" if not recs else "no selected case ran"
-        return Verdict(False, f"FAILED: {why} ({_counts(by)})", attention)
+        return Verdict(False, f"{failed}: {why} ({_counts(by)})", attention)
     if bad:
         names = ", ".join(f"{r.name} ({r.reason})" for r in bad)
-        return Verdict(False, f"FAILED: {len(bad)} of {len(recs)} case(s): {names}", attention)
+        return Verdict(False, f"{failed}: {len(bad)} of {len(recs)} case(s): {names}", attention)
     weak = [tag for tag, _ in weakening if tag]
     flag = f", with warnings ({'; '.join(weak)})" if weak else ""
     return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
+
+
+def _scope(run: Run) -> list[str]:
+    """What a red headline says too: the run is not a whole measured run."""
+    return (["ACCEPTANCE ONLY"] if not run.run_options.speed else []) + (
+        [f"SHARD {run.shard}"] if run.shard else []
+    )
 
 
 def _counts(by: dict[str, list[CaseRecord]]) -> str:
@@ -103,6 +111,14 @@ def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
     if run.options is not None and not opts.history:  # floors only: a drop that clears them is not caught
         line = "RELATIVE GATE OFF (--no-history / SPEC_NO_HISTORY=1): no case was compared with its history "
         out.append(("RELATIVE GATE OFF", [line + "baseline, and the run was not recorded"]))
+    if not opts.speed:
+        line = "ACCEPTANCE ONLY (--workers on a CPU build): cases ran side by side, speed was not measured "
+        out.append(("ACCEPTANCE ONLY", [line + "or gated, and the run was not recorded in the history"]))
+    if run.shard:
+        line = (
+            f"SHARD {run.shard} of the {run.tier} run: `specsuite merge` judges the whole run and records it"
+        )
+        out.append((f"SHARD {run.shard}", [line]))
     if run.history is not None and run.history.recorded is False:
         out.append((None, ["HISTORY NOT RECORDED: the database could not be written (see the run's log)"]))
     return out

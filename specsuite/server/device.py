@@ -20,7 +20,7 @@ from specsuite.server.probe import Capabilities
 _GPU_BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl")
 
 
-def _smi(*args: str) -> str | None:
+def smi(*args: str) -> str | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
@@ -44,8 +44,8 @@ def device_info(caps: Capabilities) -> dict[str, str | None]:
     """{name, class, driver, cuda} for results.json and the history database."""
     if caps.backend in _GPU_BACKENDS and caps.gpus:
         name = gpu_device_name(caps.gpus[0])
-        driver = _smi("--query-gpu=driver_version", "--format=csv,noheader")
-        header = _smi() or ""
+        driver = smi("--query-gpu=driver_version", "--format=csv,noheader")
+        header = smi() or ""
         cuda = m.group(1) if (m := re.search(r"CUDA Version:\s*([0-9.]+)", header)) else None
         return {
             "name": name,

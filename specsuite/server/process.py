@@ -43,10 +43,17 @@ class ServerFailed(Exception):
         self.log_tail = log_tail
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(ports: range | None = None) -> int:
+    """A port nothing listens on: the first free one of ``ports`` (a worker's own range, so that two
+    workers of one run never pick the same port between the check and the bind), else the kernel's pick."""
+    for port in [*(ports or ()), 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
 
 
 def start_timeout_s() -> float:
@@ -55,10 +62,8 @@ def start_timeout_s() -> float:
     return settings.load().start_timeout_s
 
 
-def _child_env(config_home: str) -> dict[str, str]:
-    env = child_env()
-    env["XDG_CONFIG_HOME"] = config_home
-    return env
+def _child_env(config_home: str, extra: dict[str, str]) -> dict[str, str]:
+    return {**child_env(), **extra, "XDG_CONFIG_HOME": config_home}
 
 
 def _new_file(path: Path) -> BinaryIO:
@@ -86,8 +91,10 @@ class LlamaServer:
         *,
         start_timeout: float | None = None,
         request_timeout: float = REQUEST_TIMEOUT_S,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.command = command
+        self.env = dict(env or {})  # on top of ours (scrubbed): which GPUs the server sees
         self.port = int(command[command.index("--port") + 1])
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
@@ -108,7 +115,7 @@ class LlamaServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_child_env(self._config_home),
+                env=_child_env(self._config_home, self.env),
                 preexec_fn=_die_with_parent,
             )
         _LIVE.add(self)
@@ -235,10 +242,13 @@ def _stop_all() -> None:
         server.stop()
 
 
-def start_server(command: Command, log: Path) -> LlamaServer:
-    """Start a server on a free port; another port when a foreign process took the first one."""
+def start_server(
+    command: Command, log: Path, *, env: dict[str, str] | None = None, ports: range | None = None
+) -> LlamaServer:
+    """Start a server on a free port (of ``ports`` when given); another port when a foreign process took
+    the first one. ``env``: added to the server's environment (CUDA_VISIBLE_DEVICES)."""
     for attempt in range(PORT_ATTEMPTS):
-        srv = LlamaServer(command(free_port()), log)
+        srv = LlamaServer(command(free_port(ports)), log, env=env)
         try:
             srv.start()
             return srv

@@ -44,9 +44,15 @@ class GateContext:
     recording: bool = False  # a run that records itself (it may open the history as its writer)
     run_id: str = ""
     drift_window: int = 10  # the runs the drift gate judges together, this one included
-    used: dict[str, list[str]] = field(default_factory=dict)  # baseline "commit (run)" -> case names
-    missing: list[str] = field(default_factory=list)
-    problem: str | None = None
+    note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
+
+    def __post_init__(self) -> None:
+        how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
+        self.note.basis = (
+            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%}, drift over the last "
+            f"{self.drift_window} runs"
+        )
+        self.note.line = self.note.render()
 
 
 def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
@@ -90,10 +96,10 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
-        ctx.problem = str(exc)
+        ctx.note.problem = str(exc)
         return []
     if base is None:
-        ctx.missing.append(rec.name)
+        ctx.note.missing.append(rec.name)
         return []
     regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
     rec.baseline = BaselineRef(
@@ -104,7 +110,7 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
         regressions=[r.message for r in regs],
         counters=regress.counter_changes(rec, base.record),
     )
-    ctx.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
+    ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
     if regs:
         return [Failure("regressed", r.message) for r in regs]
     return [] if failed else _drift(ctx, rec)
@@ -116,7 +122,7 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
             None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
         )
     except UserError as exc:
-        ctx.problem = str(exc)
+        ctx.note.problem = str(exc)
         return []
     current = changes.record_row(rec, ctx.run_id, ctx.commit, ctx.started)
     window = [*changes.drift_window(rows, ctx.drift_window), current]
@@ -160,38 +166,23 @@ def install(session: Session) -> None:
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
     ctx.recording = True
-    note = run.history = HistoryNote(line=_line(ctx))
+    run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
         failures = judge(ctx, rec, failed)
-        note.line = _line(ctx)
+        ctx.note.line = ctx.note.render()
         return failures
 
     session.gate = gate
 
 
-def _line(ctx: GateContext) -> str:
-    if ctx.problem:
-        return f"history unreadable, no relative gate: {ctx.problem}"
-    parts = [f"{base} for {', '.join(names)}" for base, names in ctx.used.items()]
-    if ctx.missing and ctx.used:
-        parts.append(f"no earlier commit measured for {', '.join(ctx.missing)}")
-    how = "nearest ancestor" if ctx.ancestors is not None else "latest earlier run"
-    body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
-    return (
-        f"baseline ({how}, {ctx.device_class}/{ctx.backend}, rtol {ctx.rtol:.0%}, drift over the last "
-        f"{ctx.drift_window} runs): {body}"
-    )
-
-
-def record(session: Session) -> None:
+def record(run: Run) -> None:
     """Append the finished run to the history; a failure is a warning in the summary, never a verdict.
 
     The reason goes into the document (history.warning, and the summary's history line) as well as to
     stderr: pytest keeps a passing session's teardown output to itself, so stderr alone would lose it."""
-    run = session.results.run
     note = run.history = run.history or HistoryNote()
-    row, problem = history.try_record(session.results.run)
+    row, problem = history.try_record(run)
     note.recorded = row is not None
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)

@@ -218,7 +218,7 @@ class RequestOutcome:
             if self.speed.base_tps
             else None,
             "speedup": _r(self.speedup, 3),
-            "speed": self.speed.as_dict(),
+            "speed": self.speed.as_dict() if self.speed.spec_tps else None,  # none: acceptance only
             "identical_fraction": _r(identical_fraction(self.divergences)),
             "prompts": [dv.as_dict() for dv in self.divergences],
         }
@@ -226,7 +226,7 @@ class RequestOutcome:
     def fill(self, rec: CaseRecord) -> None:
         """Put ``numbers()`` and the rounds' counters into the case's typed record."""
         n = self.numbers()
-        typed = {"speed": SpeedSamples, "prompts": list[PromptCheck]}
+        typed = {"speed": SpeedSamples | None, "prompts": list[PromptCheck]}
         for key, value in n.items():
             setattr(rec, key, msgspec.convert(value, typed[key]) if key in typed else value)
         rec.rounds = [Counters(drafted=d.drafted, accepted=d.accepted, drafts=d.drafts,

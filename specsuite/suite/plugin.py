@@ -1,33 +1,62 @@
-"""The suite's pytest plugin (entry point ``pytest11``): cases from SPEC_METHODS as tests, one Session for
-the run, its verdict as the session's exit status.
+"""The suite's pytest plugin (entry point ``pytest11``): cases from SPEC_METHODS as tests, one run per
+session, its verdict as the session's exit status.
 
 ``SPEC_METHODS`` is a tier (smoke, synthetic, compact, nightly, all) or a comma list of case names; unset
 or empty selects nothing, an unknown name is a usage error listing the valid ones. ``specsuite run-tier``
 sets it (and SPEC_RESULTS_DIR and the run's options) and runs ``test_speculative.py`` of this package. The
 plugin is loaded into every pytest session of an environment that has specsuite installed, so it touches
 only its own test (``spec_case``, ``spec_session``) and reads the cases file only when a run selects cases.
+``SPEC_SHARD`` (K/N) keeps shard K of the plan ``SPEC_PLAN`` names (or of one made from the history).
+
+A parallel run (``run-tier --gpus`` on a CUDA build, ``--workers`` on a CPU build) is a pytest-xdist
+session. The cases of one target are one ``xdist_group`` (``--dist loadgroup``: its baseline server starts
+once), longest target first (``--no-loadscope-reorder`` keeps the plan's order). xdist 3.8 finds a test's
+group in a suffix it writes into the node id, which pytest 9.2 no longer lets it write (pytest-xdist issue
+1386, open): the groups are then silently ignored. So the suite hands xdist its own loadgroup scheduler
+(the ``pytest_xdist_make_scheduler`` hook) whose group of a test is its case's target.
+
+Each worker opens its own Session on its slot (its GPUs and ports) and writes its records to
+``parts/<worker>.json`` as it goes. The controller runs no case: when the workers are done it merges their
+parts into the run's one results.json (``results.merge``), judges it once, and writes the history record,
+bench.json and summary.md, exactly as a serial run does when its session ends; pytest itself writes the
+one junit.xml from the workers' reports.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from specsuite.cases.schema import Case, load_cases, select_cases
 from specsuite.common import paths, settings
 from specsuite.common.errors import UserError
 from specsuite.models.lock import load_lock
+from specsuite.results.document import RunResults, default_results_dir, load_run, utc_now
+from specsuite.results.merge import check_parts, merge_runs, not_run
+from specsuite.results.verdict import Verdict
+from specsuite.suite import plan
+from specsuite.suite.measure import spec_result_line
 from specsuite.suite.runner import Session
-from specsuite.suite.session import finish_session, open_session
+from specsuite.suite.session import Shape, finish_run, finish_session, open_session
 
 GPU_TIMEOUT_S = 3600  # a 41 GiB target loads for minutes; the suite's default (900 s) is for CPU tiers
 SUITE_MODULE = "specsuite.suite.test_speculative"
 _CASES = pytest.StashKey[list[Case]]()
 _SELECTOR = pytest.StashKey[str]()
-_SESSION = pytest.StashKey[Session]()
+_SHAPE = pytest.StashKey[Shape]()
+_FINISHED = pytest.StashKey["Finished"]()
+_T0 = pytest.StashKey[float]()
+_COLLECTED = pytest.StashKey[list[str]]()
 MARKERS = (
     "suite: the speculative-decoding suite itself, selected by SPEC_METHODS",
     "heavy: needs a GPU and multi-GiB models (compact, nightly, all tiers)",
@@ -38,24 +67,67 @@ def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@dataclass
+class Finished:
+    """A judged run, for the terminal summary and the exit status."""
+
+    dir: Path
+    verdict: Verdict | None
+    lines: list[str] = field(default_factory=list)
+
+
+def _worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker name (gw0, ...), or None in a serial run or the controller."""
+    found = getattr(config, "workerinput", None)
+    return str(found["workerid"]) if found else None
+
+
+def _shape(
+    chosen: list[Case], options: settings.Settings, selector: str, worker: str | None
+) -> tuple[list[Case], Shape]:
+    """The cases this session runs, in the plan's order (longest target first), and the run's shape."""
+    entries = plan.read_plan(Path(options.plan)) if options.plan else None
+    if options.shard:
+        if entries is None:
+            entries = plan.entries(plan.make_plan(selector, plan.parse_shard(options.shard)[1]))
+        order = plan.shard_entry(entries, selector, options.shard, None)["cases"].split(",")
+    else:
+        order = [n for e in entries or [] for n in e["cases"].split(",")]
+    by_name = {c.name: c for c in chosen}
+    if unknown := [n for n in order if n not in by_name]:
+        raise UserError(
+            f"the plan names {', '.join(unknown)}, not cases of {selector!r} in this cases file: "
+            "make the plan again (`specsuite plan`)"
+        )
+    rest = [] if options.shard else [c for c in chosen if c.name not in order]
+    cases = [by_name[n] for n in order] + rest
+    label = "{}/{}".format(*plan.parse_shard(options.shard)) if options.shard else None
+    return cases, Shape(shard=label, planned=tuple(c.name for c in chosen), part=worker)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     try:
-        selector = settings.load().methods.strip()
+        options = settings.load()
+        selector = options.methods.strip()
         lock = load_lock().names() if selector and paths.MODELS_LOCK.is_file() else None
-        config.stash[_CASES] = select_cases(load_cases(lock_names=lock), selector) if selector else []
+        chosen = select_cases(load_cases(lock_names=lock), selector) if selector else []
+        cases, shape = _shape(chosen, options, selector, _worker(config)) if chosen else ([], Shape())
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[_SELECTOR] = selector
-    if config.stash[_CASES]:
+    config.stash[_CASES], config.stash[_SELECTOR], config.stash[_SHAPE] = cases, selector, shape
+    if cases and not options.results_dir and not shape.part:
+        # one folder for the run, whoever writes into it: the workers xdist starts inherit it
+        os.environ["SPEC_RESULTS_DIR"] = str(default_results_dir(selector))
+    if cases:
         # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
         # servers are stopped, results.json and summary.md are written.
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
 
 def _marks(case: Case) -> list[Any]:
-    marks = [pytest.mark.suite]
+    marks = [pytest.mark.suite, pytest.mark.xdist_group(case.target)]
     if case.gpu:
         marks += [pytest.mark.heavy, pytest.mark.timeout(GPU_TIMEOUT_S)]
     return marks
@@ -84,32 +156,114 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
+    config = request.config
     try:
-        s = open_session(request.config.stash[_SELECTOR], request.config.stash[_CASES])
+        s = open_session(config.stash[_SELECTOR], config.stash[_CASES], shape=config.stash[_SHAPE])
     except UserError as exc:
         pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)  # run-tier: bad input (2)
     request.config.stash[_SESSION] = s
     yield s
     finish_session(s)
+    if s.part is None:
+        config.stash[_FINISHED] = Finished(s.results.dir, s.verdict, s.result_lines)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's LoadGroupScheduling, told the group of each case (its target) rather than reading it from a
+    node id suffix that pytest 9.2 drops (pytest-xdist issue 1386)."""
+    cases = config.stash.get(_CASES, None)
+    if not cases or config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    target = {c.name: c.target for c in cases}
+
+    class ByTarget(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            name = nodeid.rpartition("[")[2].partition("]")[0]
+            return target.get(name) or super()._split_scope(nodeid)
+
+    return ByTarget(config, log)
+
+
+def _controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.has_plugin("dsession") and bool(config.stash.get(_CASES, None))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_T0] = time.monotonic()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """The cases the workers collected (after -k and the like): each must be in the merged run."""
+    names = [i.rpartition("[")[2].rstrip("]") for i in ids if "::test_speculative[" in i]
+    node.config.stash[_COLLECTED] = names
+
+
+def _result_lines(run: Any) -> list[str]:
+    return [
+        spec_result_line(n, msgspec.structs.asdict(r)) for n, r in run.cases.items() if r.drafted is not None
+    ]
+
+
+def merge_workers(config: pytest.Config, interrupted: bool) -> Finished | None:
+    """The controller's end of a parallel run: the workers' parts as one run, judged once."""
+    options = settings.load()
+    out = Path(str(options.results_dir))
+    found = sorted((out / "parts").glob("*.json"))
+    if not found:
+        return None
+    parts = [(f.name, load_run(f)) for f in found]
+    check_parts(parts)
+    why = (
+        "the run was interrupted before this case finished"
+        if interrupted
+        else "no worker reported this case: its worker died (see the pytest log)"
+    )
+    ran = config.stash.get(_COLLECTED, None) or [c.name for c in config.stash[_CASES]]
+    expected = [n for n in config.stash[_SHAPE].planned if n in ran]  # the selection's order, as a serial run
+    run = merge_runs(
+        [r for _, r in parts],
+        run_id=parts[0][1].run_id,
+        shard=parts[0][1].shard,
+        expected=expected,
+        missing=lambda n: not_run(n, why, interrupted=interrupted),
+    )
+    run.finished, run.wall_s = utc_now(), round(time.monotonic() - config.stash[_T0], 2)
+    judged = finish_run(RunResults(out, run, timed=False), options)
+    shutil.rmtree(out / "parts", ignore_errors=True)
+    return Finished(out, judged, _result_lines(run))
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own: its workers are down and their parts written
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A run is green only if some selected case ran and none failed: all-skipped is a failure."""
-    s = session.config.stash.get(_SESSION, None)
-    if s is not None and s.verdict is not None and not s.verdict.green and exitstatus == 0:
+    config = session.config
+    if _controller(config):
+        try:
+            done = merge_workers(config, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            done = None
+        if done is not None:
+            config.stash[_FINISHED] = done
+    f = config.stash.get(_FINISHED, None)
+    if f is not None and f.verdict is not None and not f.verdict.green and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    s = config.stash.get(_SESSION, None)
-    if s is None:
+    f = config.stash.get(_FINISHED, None)
+    if f is None:
         return
-    if s.result_lines:
+    if f.lines:
         terminalreporter.section("speculative decoding results")
-        for line in s.result_lines:
+        for line in f.lines:
             terminalreporter.write_line(line)
-    if s.verdict is not None:
-        terminalreporter.write_line(f"verdict: {s.verdict.headline}")
-        for line in s.verdict.attention:
+    if f.verdict is not None:
+        terminalreporter.write_line(f"verdict: {f.verdict.headline}")
+        for line in f.verdict.attention:
             terminalreporter.write_line(f"  ! {line}")
-    terminalreporter.write_line(f"results: {s.results.dir}")
+    terminalreporter.write_line(f"results: {f.dir}")

@@ -33,7 +33,6 @@ from specsuite.suite import expect
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
-    Prompts,
     RequestOutcome,
     Speed,
     abba,
@@ -45,6 +44,7 @@ from specsuite.suite.measure import (
     usage_problem,
     warm_up,
 )
+from specsuite.suite.slots import Slot
 
 
 @dataclass
@@ -77,12 +77,28 @@ class Session:
     gate: Gate | None = None
     result_lines: list[str] = field(default_factory=list)
     verdict: Verdict | None = None  # set once, when the run ends
-    _base: tuple[Path, LlamaServer] | None = None
+    slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
+    part: str | None = None  # a worker of a parallel run: its results are a part of the run's
+    _base: tuple[tuple[Path, int], LlamaServer] | None = None
     _base_tokens: dict[tuple[Path, str, int], list[Completion]] = field(default_factory=dict)
 
     @property
     def gpu(self) -> bool:
         return self.caps.backend != "cpu" and bool(self.caps.gpus)
+
+    @property
+    def speed(self) -> bool:
+        """Whether speed is measured: not when cases run side by side on shared cores (--workers)."""
+        return self.options.workers == 1
+
+    def server_env(self, case: Case) -> dict[str, str]:
+        """What a case's servers see: the first ``case.gpus`` GPUs of this worker's slot."""
+        return self.slot.env(case.gpus) if self.slot is not None else {}
+
+    def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
+        """A server of ``case`` on this worker's GPUs and ports."""
+        ports = self.slot.ports if self.slot is not None else None
+        return start_server(command, log, env=self.server_env(case), ports=ports)
 
     def locate(self, case: Case) -> dict[str, Path]:
         """Verified local paths of the case's models from their stamps (no hashing, no network)."""
@@ -96,22 +112,26 @@ class Session:
             self.results.add_model(m.name, m.sha256, m.size)
         return {name: m.path for name, m in found.items()}
 
-    def baseline_server(self, target: Path, prompts: Prompts) -> LlamaServer:
-        """The speculation-off server of this target: started once, kept while cases use the same target.
+    def baseline_server(self, target: Path, case: Case) -> LlamaServer:
+        """The speculation-off server of this target (on as many GPUs as the case): started once, kept
+        while cases use the same target.
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        if self._base is not None and self._base[0] == target:
+        key = (target, case.gpus)
+        if self._base is not None and self._base[0] == key:
             return self._base[1]
         self.close()
-        name = target.name.replace("/", "_")
-        srv = start_server(
-            lambda port: server_command(self.caps, target, port), self.results.logs / f"baseline-{name}.log"
+        name = target.name.replace("/", "_") + (f"-{case.gpus}gpus" if case.gpus > 1 else "")
+        srv = self.start(
+            lambda port: server_command(self.caps, target, port),
+            self.results.logs / f"baseline-{name}.log",
+            case,
         )
-        self._base = (target, srv)
+        self._base = (key, srv)
         self.results.add_baseline(name, srv.command, self.results.rel(srv.log_path))
         try:
-            warm_up(srv.post, prompts)
+            warm_up(srv.post, case.prompt_texts)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
             self.close()
             raise
@@ -201,9 +221,9 @@ def _check_models(rec: CaseRecord, target: Path, draft: Path | None) -> None:
 
 
 @contextmanager
-def _serving(command: Command, log: Path) -> Iterator[LlamaServer]:
+def _serving(session: Session, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
     try:
-        srv = start_server(command, log)
+        srv = session.start(command, log, case)
     except ServerFailed as exc:
         raise CaseEnd("failed", exc.reason, str(exc)) from None
     try:
@@ -221,7 +241,8 @@ def _rounds(
     warm_up(spec.post, case.prompt_texts)
     snapshots = [spec.metrics()]
     speed, first_spec, first_base = Speed(), None, None
-    for order in abba(session.options.repeat):
+    # side by side on shared cores no timing means anything: one round, for the tokens and counters
+    for order in abba(session.options.repeat if session.speed else 1):
         for side in order:
             srv = spec if side == "spec" else base
             comps = run_prompts(srv.post, case.prompt_texts, case.n_predict)
@@ -229,10 +250,10 @@ def _rounds(
             if side == "spec":
                 first_spec = first_spec or comps
                 snapshots.append(spec.metrics())
-                speed.spec_tps.append(tps or 0.0)
             else:
                 first_base = first_base or comps
-                speed.base_tps.append(tps or 0.0)
+            if session.speed:
+                (speed.spec_tps if side == "spec" else speed.base_tps).append(tps or 0.0)
     assert first_spec is not None and first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
     return deltas, first_spec, first_base, speed
@@ -240,12 +261,12 @@ def _rounds(
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
     try:
-        base = session.baseline_server(target, case.prompt_texts)
+        base = session.baseline_server(target, case)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
-    with _serving(command, log) as spec:
+    with _serving(session, command, log, case) as spec:
         rec.command = spec.command
         try:
             deltas, comps, base_comps, speed = _rounds(session, case, spec, base)
@@ -272,6 +293,8 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     print(line, flush=True)
     session.result_lines.append(line)
     failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
+    if not session.speed:  # acceptance only: the speed floor has nothing to judge
+        failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))
     if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
@@ -287,7 +310,18 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
         )
 
 
+def _gpus(session: Session, case: Case) -> None:
+    """A case that needs more GPUs than this run gives a worker cannot measure what it says."""
+    have = len(session.slot.gpus) if session.slot is not None else 0
+    if have and case.gpus > have:
+        msg = f"the case needs {case.gpus} GPUs and this run gives each worker {have} (--gpus)"
+        if session.options.strict:
+            raise CaseEnd("failed", "too_few_gpus", f"{msg} (strict; --allow-missing skips)")
+        raise CaseEnd("skipped", "too_few_gpus", f"{msg} (skipped: --allow-missing / SPEC_STRICT=0)")
+
+
 def _run(session: Session, case: Case, rec: CaseRecord) -> None:
+    _gpus(session, case)
     folder = paths.model_dir()
     if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
         _command(session, case, rec, folder / case.target, folder / case.draft if case.draft else None)

@@ -9,6 +9,7 @@ The suite's pytest plugin (``plugin``), which ``specsuite run-tier`` runs, goes 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ from specsuite.results.document import (
 )
 from specsuite.results.summary import write_summary
 from specsuite.results.verdict import Verdict, verdict
+from specsuite.server import gpus
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite import gate
+from specsuite.suite import gate, slots
 from specsuite.suite.runner import Session
+from specsuite.suite.slots import Slot
 
 
 def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None:
@@ -102,31 +105,73 @@ def new_run(caps: Capabilities, options: settings.Settings, *, tier: str, select
     )
 
 
-def open_session(selector: str, cases: list[Case], results_dir: Path | None = None) -> Session:
+@dataclass(frozen=True)
+class Shape:
+    """Where a run's cases run: one shard of a plan or all of them; one worker or several (``part``: this
+    worker's name, its results a part of the run's); ``planned``: every case of the whole run."""
+
+    shard: str | None = None
+    planned: tuple[str, ...] = ()
+    part: str | None = None
+
+
+def _slot(
+    caps: Capabilities, cases: list[Case], options: settings.Settings, out: Path, part: str | None
+) -> Slot:
+    """This process's GPUs and ports: its own slot when it is one of several workers."""
+    found = gpus.available(caps)
+    lay = slots.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
+    return slots.claim(lay, out / "parts") if part else slots.first(lay)
+
+
+def open_session(
+    selector: str, cases: list[Case], results_dir: Path | None = None, shape: Shape | None = None
+) -> Session:
     """Probe the binary, refuse what cannot give a meaningful answer, and start the results document."""
     options = settings.load()
+    shape = shape or Shape(planned=tuple(c.name for c in cases))
     caps = probe(paths.server_binary())
     check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
     out = Path(results_dir or options.results_dir or default_results_dir(selector))
-    results = RunResults(out, new_run(caps, options, tier=tier, selector=selector))
-    session = Session(caps, results, options)
+    run = new_run(caps, options, tier=tier, selector=selector)
+    run.shard, run.planned = shape.shard, list(shape.planned)
+    file = f"parts/{shape.part}.json" if shape.part else "results.json"
+    results = RunResults(out, run, file=file)
+    session = Session(
+        caps, results, options, slot=_slot(caps, cases, options, out, shape.part), part=shape.part
+    )
     if not options.no_history:
         gate.install(session)
     results.save()
     return session
 
 
-def finish_session(session: Session) -> Verdict:
-    """Stop the baseline server; judge the run once; write results.json, the history record, bench.json
-    and summary.md."""
+def finish_session(session: Session) -> Verdict | None:
+    """Stop the baseline server; a worker's part is saved as it is (the run's controller merges the parts
+    and judges the run); a whole run is judged once (``finish_run``)."""
     session.close()
-    run = session.results.run
-    if not session.options.no_history:
-        gate.record(session)  # first: whether it was recorded is part of the verdict's attention lines
-    session.verdict = verdict(run)
-    run.verdict = session.verdict.headline
-    session.results.save()
-    write_bench_json(run, session.results.dir / "bench.json")
-    write_summary(run, session.verdict, session.results.dir)
+    if session.part:
+        session.results.save()
+        return None
+    session.verdict = finish_run(session.results, session.options)
     return session.verdict
+
+
+def recordable(run: Run) -> bool:
+    """A shard is recorded by `merge`, as part of its run; an acceptance-only run measured no speed, and
+    would stand as a baseline without one (the verdict's attention lines say so)."""
+    return not run.shard and run.run_options.speed
+
+
+def finish_run(results: RunResults, options: settings.Settings) -> Verdict:
+    """Judge a finished run once: the history record, the verdict, results.json, bench.json, summary.md."""
+    run = results.run
+    if not options.no_history and recordable(run):
+        gate.record(run)  # first: whether it was recorded is part of the verdict's attention lines
+    found = verdict(run)
+    run.verdict = found.headline
+    results.save()
+    write_bench_json(run, results.dir / "bench.json")
+    write_summary(run, found, results.dir)
+    return found

@@ -14,16 +14,19 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
-from specsuite.cases.schema import TIERS, load_cases, select_cases
+from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.results.document import default_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
-from specsuite.suite import test_speculative
+from specsuite.server import gpus
+from specsuite.server.probe import Capabilities
+from specsuite.suite import plan, slots, test_speculative
 from specsuite.suite.posargs import split_posargs
 
 
@@ -58,6 +61,20 @@ def parser() -> CommandParser:
         metavar="N",
         help="runs the drift gate judges together, this one included (SPEC_DRIFT_WINDOW, default 10)",
     )
+    p.add_argument(
+        "--gpus",
+        metavar="all|N|0,2,5",
+        help="a CUDA build: one worker per GPU (SPEC_GPUS; default all); one GPU by index: 2,",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="a CPU build: N cases side by side, acceptance only (SPEC_WORKERS; default 1)",
+    )
+    p.add_argument("--shard", metavar="K/N", help="run shard K of N of the plan (SPEC_SHARD)")
+    p.add_argument(
+        "--plan", type=Path, help="take the shard from this saved `specsuite plan --json` (SPEC_PLAN)"
+    )
     return p
 
 
@@ -77,6 +94,10 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
         "no_history": True if args.no_history else None,
         "rtol": args.rtol,
         "drift_window": args.drift_window,
+        "gpus": args.gpus,
+        "workers": args.workers,
+        "shard": args.shard,
+        "plan": str(args.plan.resolve()) if args.plan else None,
     }
     options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
     env = {**os.environ, **options.to_env()}
@@ -101,7 +122,7 @@ def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
     ]
 
 
-def preflight(tier: str, env: dict[str, str]) -> Path:
+def preflight(tier: str, env: dict[str, str]) -> Capabilities:
     """Before any download: a binary that is a speculative llama-server, on a device that suits the tier."""
     from specsuite.server.probe import probe
     from specsuite.suite.session import check_device
@@ -115,25 +136,83 @@ def preflight(tier: str, env: dict[str, str]) -> Path:
         )
     caps = probe(binary)
     check_device(caps, cases, settings.load(env).allow_cpu)
-    return binary
+    return caps
+
+
+def device_class(caps: Capabilities) -> str | None:
+    from specsuite.server.device import device_info
+
+    return device_info(caps)["class"]
+
+
+def shard_cases(tier: str, options: settings.Settings, caps: Capabilities) -> list[dict[str, Any]]:
+    """The plan entry this run takes (with ``--shard``): from ``--plan``, else made here from the history
+    on this machine's device class. [] without a shard."""
+    if not options.shard:
+        return []
+    mine = device_class(caps)
+    if options.plan:
+        found = plan.read_plan(Path(options.plan))
+    else:
+        found = plan.entries(plan.make_plan(tier, plan.parse_shard(options.shard)[1], device_class=mine))
+    return [plan.shard_entry(found, tier, options.shard, mine)]
+
+
+def spread(caps: Capabilities, cases: list[Case], options: settings.Settings) -> slots.Layout:
+    """How the run spreads over this machine: the GPUs of a CUDA build, or --workers of a CPU build."""
+    found = gpus.available(caps)
+    if options.workers > 1 and caps.backend != "cpu":
+        raise UserError(
+            f"--workers {options.workers}: this is a {caps.backend} build; --workers runs a CPU build's "
+            "cases side by side (acceptance only). A CUDA build takes --gpus (one worker per GPU)"
+        )
+    if options.gpus and not found.gpus:
+        why = "it is a CPU build" if caps.backend == "cpu" else f"it is a {caps.backend} build"
+        raise UserError(
+            f"--gpus {options.gpus}: {why} with no CUDA GPU to give each worker; a CPU build runs cases "
+            "side by side with --workers N (acceptance only)"
+        )
+    return slots.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
+
+
+def _parallel(lay: slots.Layout) -> list[str]:
+    """pytest-xdist: a worker per slot, a target's cases on one worker, in the plan's order."""
+    if lay.workers < 2:
+        return []
+    return ["-n", str(lay.workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
 def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]) -> int:
     """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code."""
     results_dir = Path(results_dir).resolve()
     env = _env(args, args.tier, results_dir, paths.server_binary())
-    binary = preflight(args.tier, env)
+    caps = preflight(args.tier, env)
+    options = settings.load(env)
+    chosen = shard_cases(args.tier, options, caps)
+    cases = select_cases(load_cases(), args.tier)
+    if chosen:
+        names = set(chosen[0]["cases"].split(","))
+        cases = [c for c in cases if c.name in names]
+    lay = spread(caps, cases, options)
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
     from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
 
-    if args.tier in TIERS:
+    if args.tier in TIERS and not chosen:
         fetch_models(tier=args.tier)
     else:
-        fetch_models(methods=[c.name for c in select_cases(load_cases(), args.tier)])
-    env["LLAMA_SERVER_BIN_PATH"] = str(binary)
-    print(f"running the {args.tier} tier with {binary}; results in {results_dir}", flush=True)
-    return procs.run_forwarding(pytest_command(results_dir, pytest_args), env=env, cwd=paths.WORK_DIR)
+        fetch_models(methods=[c.name for c in cases])
+    if chosen or lay.workers > 1:  # the run's own plan: its shard, or its targets longest first
+        found = chosen or plan.entries(plan.make_plan(args.tier, 1, device_class=device_class(caps)))
+        plan.write_plan(results_dir / "plan.json", found)
+        env["SPEC_PLAN"] = str(results_dir / "plan.json")
+    env["LLAMA_SERVER_BIN_PATH"] = caps.binary
+    where = f" (shard {chosen[0]['shard']}: {len(cases)} cases)" if chosen else ""
+    print(f"running the {args.tier} tier{where} with {caps.binary}; results in {results_dir}", flush=True)
+    if line := lay.describe():
+        print(line, flush=True)
+    cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args])
+    return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR)
 
 
 # pytest's exit codes (pytest.ExitCode) as the suite's (common.errors): a pytest usage or internal error
@@ -155,7 +234,9 @@ def main(argv: list[str]) -> int:
     args, pytest_args = parser().parse_known_args(rest)
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
-    results_dir = Path(settings.load().results_dir or default_results_dir(args.tier))
+    shard = args.shard or settings.load().shard
+    name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
+    results_dir = Path(settings.load().results_dir or default_results_dir(name))
     code = run_tier(args, results_dir, pytest_args)
     summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
     if summary.is_file():

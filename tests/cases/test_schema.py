@@ -61,13 +61,14 @@ def test_full_vocabulary_parses() -> None:
         'n_min = 1\np_min = 0.5\nsynth_rates = [1.0, 0.5, 0]\nserver_args = ["--x", "1"]\nn_predict = 32\n'
         'prompts = "synthetic"\nexpect_accepted = 0\nexpect_all_accepted = true\nexpect_accept_len = 2.5\n'
         "accept_len_tolerance = 0.25\nexpect_full_positions = true\nexpect_draft_len = 3\n"
-        'expect_log = ["clamping"]\nmin_identical_fraction = 1.0\n'
+        'expect_log = ["clamping"]\nmin_identical_fraction = 1.0\ngpus = 2\n'
         '[case.calibration]\ndate = "2026-11-30"\nruns = 3\n'
     )
     assert c.synth_rates == (1.0, 0.5, 0.0)
     assert c.server_args == ("--x", "1")
     assert c.calibration == {"date": "2026-11-30", "runs": 3}
-    assert (c.n_predict, c.prompts, c.expect_draft_len) == (32, "synthetic", 3)
+    assert (c.n_predict, c.prompts, c.expect_draft_len, c.gpus) == (32, "synthetic", 3, 2)
+    assert _one("")[0].gpus == 1  # one GPU unless the case says more
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,7 @@ def test_full_vocabulary_parses() -> None:
         ("expect_accept_len = 2.0\n", "go together"),
         ("min_identical_fraction = 1.5\n", "min_identical_fraction must be a number in [0, 1], got 1.5"),
         ('prompts = "poems"\n', "prompts 'poems'"),
+        ("gpus = 0\n", "gpus must be a whole number from 1 to 64, got 0"),
     ],
 )
 def test_bad_case_is_one_clear_error(extra: str, needle: str) -> None:

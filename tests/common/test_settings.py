@@ -18,7 +18,15 @@ def test_defaults_without_any_variable() -> None:
     assert (s.strict, s.repeat, s.allow_cpu, s.no_history, s.rtol) == (True, 1, False, False, 0.05)
     assert s.run_options() == {
         "strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05, "drift_window": 10,
+        "speed": True,
     }  # fmt: skip
+    assert (s.gpus, s.workers, s.shard, s.plan) == (None, 1, None, None)
+
+
+def test_workers_on_a_cpu_build_measure_no_speed() -> None:
+    s = settings.load({"SPEC_WORKERS": "2", "SPEC_GPUS": "0,2", "SPEC_SHARD": "2/3"})
+    assert (s.workers, s.gpus, s.shard, s.run_options()["speed"]) == (2, "0,2", "2/3", False)
+    assert settings.load(s.to_env()) == s
 
 
 @pytest.mark.parametrize(
@@ -54,6 +62,8 @@ def test_to_env_round_trips_every_setting() -> None:
         ("SPEC_HISTORY_TIMEOUT_S", "nan", "must be a finite number > 0"),
         ("N_GPU_LAYERS", "-1", "must be a whole number from 0"),
         ("SPEC_STRICT", "maybe", "use 1 or 0"),
+        ("SPEC_WORKERS", "0", "must be a whole number from 1 to 64"),
+        ("SPEC_WORKERS", "65", "must be a whole number from 1 to 64"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(name: str, value: str, message: str) -> None:

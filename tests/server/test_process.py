@@ -25,10 +25,11 @@ def test_child_env_is_scrubbed(monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "99999")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret2")
-    env = _child_env("/tmp/empty-xdg")
+    env = _child_env("/tmp/empty-xdg", {"CUDA_VISIBLE_DEVICES": "2"})
     assert not [k for k in env if k.startswith("LLAMA_ARG_")]
     assert "HF_TOKEN" not in env and "HUGGING_FACE_HUB_TOKEN" not in env
     assert env["XDG_CONFIG_HOME"] == "/tmp/empty-xdg"
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"  # what a worker's slot shows the server
 
 
 def test_start_timeout_default_and_override(monkeypatch) -> None:

@@ -281,7 +281,7 @@ def test_foreign_process_on_the_port_is_not_taken_for_our_server(run, monkeypatc
     taken = foreign.server_address[1]
     ports = iter([taken])
 
-    def first_the_taken_port() -> int:
+    def first_the_taken_port(span: range | None = None) -> int:
         return next(ports, None) or _free()
 
     monkeypatch.setattr(process, "free_port", first_the_taken_port)

@@ -1,0 +1,176 @@
+"""specsuite.results.merge (parts of one run as that run) and results.junit.junit_xml (its junit.xml).
+
+The parts are a real smoke run (tests/data/results/smoke-real-cal-1) cut into shards, as ``run-tier
+--shard`` would have written them: each with its share of the cases and the whole run as ``planned``."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import msgspec
+import pytest
+from testdata import DATA_ROOT
+
+from specsuite.common.errors import UserError
+from specsuite.results.document import Device, Harness, HistoryNote, Run, RunOptions, load_run
+from specsuite.results.junit import junit_xml
+from specsuite.results.merge import check_parts, merge_runs, not_run
+from specsuite.results.record import CaseRecord
+from specsuite.results.verdict import verdict
+
+REAL = DATA_ROOT / "results" / "smoke-real-cal-1"
+
+
+def _whole() -> Run:
+    run = load_run(REAL)
+    run.options = RunOptions()
+    return run
+
+
+def _shards(run: Run, n: int) -> list[Run]:
+    names = list(run.cases)
+    out = []
+    for k in range(n):
+        mine = names[k::n]
+        out.append(
+            msgspec.structs.replace(
+                run,
+                run_id=f"{run.run_id}-s{k + 1}",
+                shard=f"{k + 1}/{n}",
+                planned=names,
+                cases={m: run.cases[m] for m in mine},
+            )
+        )
+    return out
+
+
+def test_shards_merged_are_the_run() -> None:
+    whole = _whole()
+    parts = _shards(whole, 3)
+    check_parts([(p.run_id, p) for p in parts])
+    merged = merge_runs(parts, run_id="merged", shard=None)
+    assert list(merged.cases) == list(whole.cases)  # the planned order
+    assert merged.cases == whole.cases and merged.planned == list(whole.cases)
+    assert verdict(merged) == verdict(whole)
+    assert merged.run_id == "merged" and merged.shard is None and merged.binary == whole.binary
+
+
+def test_parts_times_and_hosts() -> None:
+    parts = _shards(_whole(), 2)
+    parts[0].started, parts[0].finished, parts[0].wall_s, parts[0].host = (
+        "2026-12-01T10:00:00+00:00",
+        "2026-12-01T10:05:00+00:00",
+        300.0,
+        "a",
+    )
+    parts[1].started, parts[1].finished, parts[1].wall_s, parts[1].host = (
+        "2026-12-01T10:01:00+00:00",
+        "2026-12-01T10:04:00+00:00",
+        180.0,
+        "b",
+    )
+    merged = merge_runs(parts, run_id="m", shard=None)
+    assert (merged.started, merged.finished, merged.wall_s, merged.host) == (
+        "2026-12-01T10:00:00+00:00",
+        "2026-12-01T10:05:00+00:00",
+        300.0,
+        "a,b",
+    )
+
+
+def test_a_case_no_shard_ran_is_a_not_run_failure() -> None:
+    parts = _shards(_whole(), 3)
+    lost = list(parts[1].cases)
+    merged = merge_runs([parts[0], parts[2]], run_id="m", shard=None)  # shard 2 crashed: no results.json
+    assert [(merged.cases[n].status, merged.cases[n].reason) for n in lost] == [("failed", "not_run")] * len(
+        lost
+    )
+    v = verdict(merged)
+    assert not v.green and all(f"{n} (not_run)" in v.headline for n in lost)
+    interrupted = not_run("x", "the run was interrupted", interrupted=True)
+    assert (interrupted.status, interrupted.reason) == ("interrupted", "interrupted")
+
+
+def test_a_case_two_shards_ran_keeps_its_worst_outcome() -> None:
+    whole = _whole()
+    name = next(iter(whole.cases))
+    retry = msgspec.structs.replace(
+        whole, cases={name: CaseRecord(name=name, status="failed", reason="floor")}
+    )
+    merged = merge_runs([whole, retry], run_id="m", shard=None)
+    assert merged.cases[name].reason == "floor"
+    merged = merge_runs([retry, whole], run_id="m", shard=None)
+    assert merged.cases[name].reason == "floor"  # whichever came first
+
+
+def _other(run: Run, what: str) -> Run:
+    """``run`` as a shard of another run, differing in ``what``."""
+    r = msgspec.structs.replace
+    changes = {
+        "llama.cpp commits": lambda: r(run, binary=r(run.binary, commit="b2b2b2b")),
+        "harness commits": lambda: r(run, harness=Harness(commit="c" * 40)),
+        "tiers": lambda: r(run, tier="synthetic"),
+        "cases files": lambda: r(run, cases_sha256="0" * 64),
+        "device classes": lambda: r(run, device=r(run.device, device_class="nvidia-h200")),
+        "backends": lambda: r(run, binary=r(run.binary, backend="cuda")),
+        "run options": lambda: r(run, options=RunOptions(repeat=4)),
+        "plans (shard counts)": lambda: r(run, shard="1/3"),
+    }
+    return changes[what]()
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "llama.cpp commits",
+        "harness commits",
+        "tiers",
+        "cases files",
+        "device classes",
+        "backends",
+        "run options",
+        "plans (shard counts)",
+    ],
+)
+def test_shards_of_different_runs_are_refused_with_one_line(what: str) -> None:
+    a, b = _shards(_whole(), 2)
+    a.device = a.device or Device(device_class="cpu-x86-64")
+    b = _other(msgspec.structs.replace(b, device=a.device), what)
+    with pytest.raises(UserError) as err:
+        check_parts([("shard-a", a), ("shard-b", b)])
+    text = str(err.value)
+    assert text.startswith(f"cannot merge: these are shards of different {what}: ") and "\n" not in text
+    assert "(shard-a)" in text and "(shard-b)" in text
+
+
+def test_history_notes_of_the_parts_merge() -> None:
+    a, b = _shards(_whole(), 2)
+    basis = "nearest ancestor, cpu-x86-64/cpu, rtol 5%"
+    a.history = HistoryNote(basis=basis, used={"aaaa (run 1)": ["x"]}, missing=["y"])
+    b.history = HistoryNote(basis=basis, used={"aaaa (run 1)": ["z"], "bbbb (run 2)": ["w"]}, recorded=False)
+    note = merge_runs([a, b], run_id="m", shard=None).history
+    assert note is not None and note.recorded is None
+    assert (
+        note.line
+        == f"baseline ({basis}): aaaa (run 1) for x, z; bbbb (run 2) for w; no earlier commit measured for y"
+    )
+
+
+def test_junit_from_the_records() -> None:
+    run = merge_runs(_shards(_whole(), 2)[:1], run_id="m", shard=None)  # half of it ran
+    root = ET.fromstring(junit_xml(run))
+    (suite,) = root.iter("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert suite.get("tests") == str(len(run.cases)) == str(len(cases))
+    assert int(suite.get("failures") or 0) == sum(
+        r.status not in ("passed", "skipped") for r in run.cases.values()
+    )
+    for name, rec in run.cases.items():
+        case = cases[f"test_speculative[{name}]"]
+        failure = case.find("failure")
+        assert (failure is not None) == (rec.status not in ("passed", "skipped"))
+        if rec.reason == "not_run":
+            assert failure is not None and failure.get("message", "").startswith("[not_run] no shard")
+        if rec.status == "passed":
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            assert float(props["accept_rate"]) == rec.accept_rate

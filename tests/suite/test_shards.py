@@ -1,0 +1,211 @@
+"""``specsuite merge``: shards' results folders as one run; and on the real CPU build, the synthetic tier in
+three shards (separate processes, as three runners would run them) merged against the tier run whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from testdata import DATA_ROOT, write_shards
+
+from specsuite import cli
+from specsuite.common import paths, procs
+from specsuite.results.document import load_run
+
+REAL = DATA_ROOT / "results" / "smoke-real-cal-1"  # write_shards cuts this real run into shards
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
+    for var in ("SPEC_NO_HISTORY", "GITHUB_STEP_SUMMARY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "history.sqlite"
+
+
+def _runs(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT run_id, started FROM runs").fetchall()
+
+
+def test_merge_writes_one_run_and_records_it_once(tmp_path: Path, history: Path, capsys) -> None:
+    names = write_shards(tmp_path / "artifacts")
+    out = tmp_path / "merged"
+    whole = load_run(REAL)
+    code = cli.main(["merge", str(tmp_path / "artifacts"), "--out", str(out)])  # the folder that holds them
+    merged = load_run(out)
+    assert list(merged.cases) == names and merged.parts == ["shard-1", "shard-2", "shard-3"]
+    assert {n: r.status for n, r in merged.cases.items()} == {n: r.status for n, r in whole.cases.items()}
+    assert code == (0 if merged.verdict and merged.verdict.startswith("PASSED") else 1)
+    assert (
+        (out / "summary.md")
+        .read_text()
+        .startswith(f"### specsuite smoke run `{merged.run_id}`: {merged.verdict}")
+    )
+    assert "- merged from 3 shard(s): shard-1, shard-2, shard-3" in (out / "summary.md").read_text()
+    assert sorted(p.name for p in (out / "logs").iterdir()) == sorted(f"{n}.log" for n in names)
+    junit = [c.get("name") for c in ET.parse(out / "junit.xml").getroot().iter("testcase")]
+    assert junit == [f"test_speculative[{n}]" for n in names]
+    assert json.loads((out / "bench.json").read_text()) and f"merged: {out}" in capsys.readouterr().out
+    assert _runs(history) == [(merged.run_id, merged.started)] and merged.history and merged.history.recorded
+    assert (
+        cli.main(
+            ["merge", *(str(tmp_path / "artifacts" / f"shard-{k}") for k in (3, 1, 2)), "--out", str(out)]
+        )
+        == code
+    )
+    assert _runs(history) == [(merged.run_id, merged.started)]  # merged again: still one record
+
+
+def test_a_shard_that_never_reported_makes_its_cases_not_run_and_the_run_red(
+    tmp_path: Path, history: Path
+) -> None:
+    names = write_shards(tmp_path / "artifacts", skip=(2,), history=False)
+    out = tmp_path / "merged"
+    assert cli.main(["merge", str(tmp_path / "artifacts"), "--out", str(out)]) == 1
+    merged = load_run(out)
+    lost = names[1::3]
+    assert [(merged.cases[n].status, merged.cases[n].reason) for n in lost] == [("failed", "not_run")] * len(
+        lost
+    )
+    assert merged.verdict and merged.verdict.startswith("FAILED") and f"{lost[0]} (not_run)" in merged.verdict
+    assert not history.exists()  # its shards ran without the history: the merged run is not recorded either
+
+
+def test_shards_of_two_runs_are_refused_with_one_line(tmp_path: Path, history: Path, capsys) -> None:
+    write_shards(tmp_path / "a")
+    doc = json.loads((tmp_path / "a" / "shard-2" / "results.json").read_text())
+    doc["binary"]["commit"] = "b2b2b2b"
+    (tmp_path / "a" / "shard-2" / "results.json").write_text(json.dumps(doc))
+    assert cli.main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: cannot merge: these are shards of different llama.cpp commits: ")
+        and err.count("\n") == 1
+    )
+    assert not (tmp_path / "m").exists() and not history.exists()
+
+
+def test_nothing_to_merge_and_a_shard_as_the_output_are_one_line(
+    tmp_path: Path, history: Path, capsys
+) -> None:
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["merge", str(tmp_path / "empty")]) == 2
+    assert "no results.json in" in capsys.readouterr().err
+    write_shards(tmp_path / "a")
+    assert cli.main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "a" / "shard-1")]) == 2
+    assert "is one of the shards" in capsys.readouterr().err
+
+
+def test_a_log_that_is_a_link_is_not_followed_and_a_taken_name_is_kept_apart(
+    tmp_path: Path, history: Path
+) -> None:
+    names = write_shards(tmp_path / "a")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a log")
+    (tmp_path / "a" / "shard-1" / "logs" / "planted.log").symlink_to(secret)
+    dup = tmp_path / "a" / "shard-1b"  # shard 1 again (a retry): its logs' names are taken
+    dup.mkdir()
+    (dup / "logs").mkdir()
+    (dup / "results.json").write_bytes(
+        (tmp_path / "a" / "shard-1" / "results.json").read_bytes().replace(b'"shard-1"', b'"shard-1b"')
+    )
+    (dup / "logs" / f"{names[0]}.log").write_text("the retry's log\n")
+    out = tmp_path / "m"
+    cli.main(["merge", str(tmp_path / "a"), "--out", str(out)])
+    assert not (out / "logs" / "planted.log").exists()
+    assert (out / "logs" / f"{names[0]}.log").read_text() == f"log of {names[0]} in shard 1\n"
+    assert (out / "logs" / "shard-1b" / f"{names[0]}.log").read_text() == "the retry's log\n"
+
+
+# --- the real CPU build: three shards in three processes, against the tier run whole -------------------
+
+TIER = "synthetic"
+DROPPED = (
+    "SPEC_GPUS",
+    "SPEC_WORKERS",
+    "SPEC_SHARD",
+    "SPEC_PLAN",
+    "SPEC_METHODS",
+    "SPEC_REPEAT",
+    "SPEC_NO_HISTORY",
+    "SPEC_RESULTS_DIR",
+    "GITHUB_STEP_SUMMARY",
+)
+COUNTERS = ("status", "reason", "drafted", "accepted", "drafts", "per_position", "accept_rate", "accept_len")
+
+
+def _tier(env: dict[str, str], out: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specsuite", "run-tier", TIER, *args],
+        cwd=paths.REPO_ROOT,
+        env={**env, "SPEC_RESULTS_DIR": str(out)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(2400)  # the tier whole and in three shards, side by side on a shared 2-core machine
+def test_three_shards_of_the_synthetic_tier_merged_are_the_tier_run_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary = paths.server_binary()
+    if not binary.is_file():
+        pytest.skip("no llama-server build (nox -s build)")
+    for var in DROPPED:
+        monkeypatch.delenv(var, raising=False)
+    mine = {"SPEC_CACHE_DIR": "cache", "SPEC_HISTORY": "history.sqlite", "SPEC_MODEL_DIR": "models"}
+    for var, name in mine.items():  # plan and merge run in this process: they read these too
+        monkeypatch.setenv(var, str(tmp_path / name))
+    env = dict(os.environ)
+    from specsuite.models.fetch import fetch_models
+
+    fetch_models(tier=TIER, model_dir=tmp_path / "models", tty=False)  # once, before four runs read it
+    plan = tmp_path / "plan.json"
+    assert cli.main(["plan", TIER, "--shards", "3", "--out", str(plan)]) == 0  # one plan for every runner
+    runs = [_tier({**env, "SPEC_HISTORY": str(tmp_path / "whole.sqlite")}, tmp_path / "whole")]
+    runs += [
+        _tier(env, tmp_path / "shards" / f"s{k}", "--shard", f"{k}/3", "--plan", str(plan)) for k in (1, 2, 3)
+    ]
+    for p in runs:
+        out, _ = p.communicate(timeout=2000)
+        assert p.returncode == 0, out
+    assert cli.main(["merge", str(tmp_path / "shards"), "--out", str(tmp_path / "merged")]) == 0
+    a, b = load_run(tmp_path / "whole"), load_run(tmp_path / "merged")
+    assert list(a.cases) == list(b.cases)
+    assert {n: [getattr(r, k) for k in COUNTERS] for n, r in a.cases.items()} == {
+        n: [getattr(r, k) for k in COUNTERS] for n, r in b.cases.items()
+    }
+    assert a.verdict == b.verdict
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:  # the shards recorded nothing; the merge once
+        assert db.execute("SELECT run_id FROM runs").fetchall() == [(b.run_id,)]
+
+    # shard 2 again, its pytest killed (a runner that died) after its first case: the rest never ran
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for k in (1, 3):
+        os.symlink(tmp_path / "shards" / f"s{k}", crashed / f"s{k}")
+    p = _tier(env, crashed / "s2", "--shard", "2/3", "--plan", str(plan))
+    results = crashed / "s2" / "results.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (results.exists() and json.loads(results.read_text())["cases"]):
+        time.sleep(0.2)
+    for pid in procs.children(p.pid):  # run-tier's child: pytest (its servers die with it)
+        os.kill(pid, signal.SIGKILL)
+    p.communicate(timeout=120)
+    assert cli.main(["merge", str(crashed), "--out", str(tmp_path / "red"), "--no-history"]) == 1
+    red = load_run(tmp_path / "red")
+    not_run = [n for n, r in red.cases.items() if r.reason == "not_run"]
+    assert not_run and red.verdict and red.verdict.startswith("FAILED")
+    assert set(not_run) <= set(json.loads(plan.read_text())["include"][1]["cases"].split(","))
