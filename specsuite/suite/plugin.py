@@ -161,7 +161,6 @@ def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
         s = open_session(config.stash[_SELECTOR], config.stash[_CASES], shape=config.stash[_SHAPE])
     except UserError as exc:
         pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)  # run-tier: bad input (2)
-    request.config.stash[_SESSION] = s
     yield s
     finish_session(s)
     if s.part is None:
