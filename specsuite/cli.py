@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "compare": "specsuite.tools.compare",
     "plot": "specsuite.results.plot",
     "history": "specsuite.history.report",
+    "report": "specsuite.report.command",
     "resolve": "specsuite.server.resolver",
     "bisect": "specsuite.bisect.command",
     "bench": "specsuite.bench.command",

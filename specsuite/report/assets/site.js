@@ -1,0 +1,280 @@
+// specsuite report: draws a case page's charts (uPlot) and fills the long tables of case and run pages from
+// the page's embedded JSON. Every text from the data goes in through textContent (never innerHTML), and
+// every link is one the generator computed from its own safe file names.
+"use strict";
+
+(function () {
+  const BAD = new Set(["failed", "drifted", "error", "interrupted"]);
+  const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
+                  change: "#e16f00", base: "#9aa4b5" };
+  const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
+
+  function el(tag, props, ...kids) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "text") node.textContent = String(v);
+      else if (k === "className") node.className = v;
+      else node.setAttribute(k, String(v));
+    }
+    for (const kid of kids) {
+      if (kid !== null && kid !== undefined) node.append(kid);
+    }
+    return node;
+  }
+  const num = (v, digits = 4) => (v === null || v === undefined || !isFinite(v) ? "–" : Number(v).toFixed(digits));
+  const pct = (v) => (v === null || v === undefined ? "–" : (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + " %");
+  const short = (sha) => String(sha || "").slice(0, 7);
+  const badge = (kind, words) => el("span", { className: "badge " + kind, text: words });
+  const cell = (text, className) => el("td", { className, text });
+  const link = (href, text) => el("a", { href, text });
+
+  function data() {
+    const node = document.getElementById("site-data");
+    return node ? JSON.parse(node.textContent) : null;
+  }
+
+  // --- a case page ------------------------------------------------------------------------------------
+
+  function xAxis(d) {
+    return {
+      space: 70,
+      incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+      values: (u, splits) => splits.map((v) => (Number.isInteger(v) && d.commit[v] ? short(d.commit[v]) : "")),
+    };
+  }
+
+  function drawMarks(d, key, vals, floor) {
+    // floors: a dashed segment across each run's slot (a recalibrated floor steps); change points of this
+    // metric: a dashed line between the last run before and the first after, with its size and commit;
+    // failing runs without a value of this metric: a red triangle on the axis
+    return (u) => {
+      const ctx = u.ctx, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height, px = devicePixelRatio;
+      ctx.save();
+      ctx.lineWidth = 1.5 * px;
+      ctx.setLineDash([6 * px, 4 * px]);
+      ctx.strokeStyle = COLOR.floor;
+      (floor || []).forEach((f, i) => {
+        if (f === null) return;
+        const y = u.valToPos(f, "y", true);
+        ctx.beginPath();
+        ctx.moveTo(u.valToPos(i - 0.5, "x", true), y);
+        ctx.lineTo(u.valToPos(i + 0.5, "x", true), y);
+        ctx.stroke();
+      });
+      ctx.lineWidth = 2 * px;
+      ctx.strokeStyle = ctx.fillStyle = COLOR.change;
+      ctx.font = 11 * px + "px system-ui, sans-serif";
+      for (const c of d.changes) {
+        if (c.metric !== key) continue;
+        const x = u.valToPos(c.index - 0.5, "x", true);
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, bottom);
+        ctx.stroke();
+        ctx.fillText(pct(c.change) + " at " + short(c.after_commit), x + 4 * px, top + 12 * px);
+      }
+      ctx.setLineDash([]);
+      ctx.fillStyle = COLOR.bad;
+      vals.forEach((v, i) => {
+        if (v !== null || !BAD.has(d.kind[i])) return;
+        const x = u.valToPos(i, "x", true), s = 5 * px;
+        ctx.beginPath();
+        ctx.moveTo(x, bottom - 2 * s);
+        ctx.lineTo(x - s, bottom);
+        ctx.lineTo(x + s, bottom);
+        ctx.fill();
+      });
+      ctx.restore();
+    };
+  }
+
+  function hoverText(d, label, vals) {
+    return (i) =>
+      i === null || i === undefined
+        ? ""
+        : `${short(d.commit[i])} · run ${d.run[i]} · ${d.status[i]} · ${label} ${num(vals[i])}` +
+          (d.speed_lo[i] !== null && label === "speedup" ? ` (rounds ${num(d.speed_lo[i], 3)} to ${num(d.speed_hi[i], 3)})` : "");
+  }
+
+  function metricChart(d, m, fig) {
+    const n = d.run.length, vals = d.values[m.key];
+    const xs = Array.from({ length: n }, (_, i) => i);
+    const series = [{ label: "commit", value: (u, v) => (v === null ? "–" : short(d.commit[v])) }];
+    const cols = [xs];
+    const bands = [];
+    series.push({ label: m.label, stroke: COLOR.value, width: 1.5, points: { show: n <= 150, size: 5 } });
+    cols.push(vals);
+    if (m.key === "speedup" && d.speed_lo.some((v) => v !== null)) {
+      const lo = cols.length;
+      series.push({ label: "lowest round", stroke: COLOR.band, width: 1, points: { show: false } });
+      series.push({ label: "highest round", stroke: COLOR.band, width: 1, points: { show: false } });
+      cols.push(d.speed_lo, d.speed_hi);
+      bands.push({ series: [lo + 1, lo], fill: COLOR.band });
+    }
+    const floor = d.floors[m.key];
+    if (floor && floor.some((v) => v !== null)) {
+      // drawn by drawMarks; the series puts floors in the legend and in the y range
+      series.push({ label: "floor", stroke: COLOR.floor, dash: [6, 4], width: 1, points: { show: false },
+                    paths: () => null });
+      cols.push(floor);
+    }
+    series.push({ label: "failing run", stroke: COLOR.bad, fill: COLOR.bad, width: 0, paths: () => null,
+                  points: { show: true, size: 9, stroke: COLOR.bad, fill: COLOR.bad } });
+    cols.push(vals.map((v, i) => (BAD.has(d.kind[i]) ? v : null)));
+    return plot(fig, {
+      series, bands,
+      scales: { x: { time: false, range: () => [-0.5, Math.max(n - 0.5, 0.5)] } },
+      axes: [xAxis(d), { size: 56 }],
+      hooks: { draw: [drawMarks(d, m.key, vals, floor)] },
+    }, cols, hoverText(d, m.label, vals), (i) => "../../runs/" + d.slug[i] + ".html");
+  }
+
+  function plot(fig, opts, cols, hover, href) {
+    const target = fig.querySelector(".plot"), out = fig.querySelector(".hover");
+    const width = Math.max(320, target.clientWidth || fig.clientWidth || 600);
+    const u = new uPlot({
+      width, height: 230,
+      cursor: { sync: { key: "case" }, points: { size: 7 } },
+      legend: { live: true },
+      hooks: {},
+      ...opts,
+    }, cols, target);
+    u.hooks.setCursor = u.hooks.setCursor || [];
+    u.over.addEventListener("mousemove", () => { out.textContent = hover(u.cursor.idx); });
+    if (href) {
+      u.over.addEventListener("click", () => {
+        if (u.cursor.idx !== null && u.cursor.idx !== undefined) window.location.href = href(u.cursor.idx);
+      });
+    }
+    return u;
+  }
+
+  function perPositionChart(d, fig) {
+    const pp = d.per_position;
+    if (!pp.latest) {
+      fig.classList.add("nodata");
+      fig.querySelector(".plot").textContent = pp.note;
+      return null;
+    }
+    const rates = [pp.latest.rates, pp.baseline ? pp.baseline.rates : []];
+    const k = Math.max(rates[0].length, rates[1].length);
+    const xs = Array.from({ length: k }, (_, i) => i + 1);
+    const pad = (r) => xs.map((_, i) => (r[i] === undefined ? null : r[i]));
+    const series = [{ label: "position" },
+      { label: "latest " + short(pp.latest.commit), fill: COLOR.value, stroke: COLOR.value,
+        paths: uPlot.paths.bars({ size: [0.35, 60], align: -1 }), points: { show: false } }];
+    const cols = [xs, pad(rates[0])];
+    if (pp.baseline) {
+      series.push({ label: "baseline " + short(pp.baseline.commit), fill: COLOR.base, stroke: COLOR.base,
+                    paths: uPlot.paths.bars({ size: [0.35, 60], align: 1 }), points: { show: false } });
+      cols.push(pad(rates[1]));
+    }
+    const note = fig.querySelector("figcaption");
+    note.append(el("span", { className: "why", text: " · baseline: " + (pp.baseline ? pp.note : pp.note || "none") }));
+    const hover = (i) => (i === null || i === undefined ? "" :
+      `position ${i + 1}: latest ${num(cols[1][i])}` + (pp.baseline ? `, baseline ${num(cols[2][i])}` : ""));
+    return plot(fig, {
+      series,
+      scales: { x: { time: false, range: () => [0.4, k + 0.6] }, y: { range: [0, 1] } },
+      axes: [{ incrs: [1, 2, 5, 10], values: (u, s) => s.map((v) => (Number.isInteger(v) ? String(v) : "")) }, { size: 56 }],
+      cursor: { sync: { key: "per-position" }, points: { show: false } },
+    }, cols, hover, null);
+  }
+
+  function runsTable(d, all) {
+    const tbody = document.querySelector("#runs tbody");
+    tbody.replaceChildren();
+    const n = d.run.length, shown = all ? n : Math.min(n, RUNS_SHOWN);
+    for (let i = n - 1; i >= n - shown; i--) {
+      const status = el("td", {}, badge(d.kind[i], d.status[i]));
+      if (d.message[i] && d.kind[i] !== "passed") status.append(el("div", { className: "why", text: d.message[i] }));
+      const tr = el("tr", { className: "status-" + d.kind[i] },
+        el("td", {}, el("code", { text: short(d.commit[i]) })), cell(d.started[i]), status);
+      for (const m of d.metrics) tr.append(cell(num(d.values[m.key][i], m.digits), "num"));
+      tr.append(el("td", {}, link("../../runs/" + d.slug[i] + ".html", d.run[i])));
+      tbody.append(tr);
+    }
+    if (shown < n) {
+      const more = el("button", { className: "more", type: "button", text: `show all ${n} runs` });
+      more.addEventListener("click", () => { more.remove(); runsTable(d, true); });
+      tbody.parentElement.after(more);
+    }
+  }
+
+  function casePage(d) {
+    for (const m of d.metrics) metricChart(d, m, document.getElementById("chart-" + m.key));
+    perPositionChart(d, document.getElementById("chart-per-position"));
+    runsTable(d, false);
+  }
+
+  // --- a run page -------------------------------------------------------------------------------------
+
+  function withFloor(v, floor, digits) {
+    return num(v, digits) + (floor !== null && floor !== undefined && v !== null ? ` (≥ ${num(floor, digits)})` : "");
+  }
+
+  function summaryRow(c) {
+    const f = c.floors || {};
+    return el("tr", { className: "status-" + c.kind },
+      el("td", {}, link(c.case_href, c.name)), el("td", {}, badge(c.kind, c.status)),
+      cell(c.message ? c.message.split("\n")[0] : ""),
+      cell(withFloor(c.values.accept_rate, f.min_accept_rate, 4), "num"),
+      cell(withFloor(c.values.accept_len, f.min_accept_len, 4), "num"),
+      cell(withFloor(c.values.speedup, f.min_speedup, 3), "num"),
+      cell(withFloor(c.identical_fraction, f.min_identical_fraction, 2), "num"));
+  }
+
+  function facts(pairs) {
+    const dl = el("dl", { className: "facts" });
+    for (const [k, v] of pairs) {
+      if (v === null || v === undefined || v === "" || (Array.isArray(v) && !v.length)) continue;
+      dl.append(el("dt", { text: k }), el("dd", { text: Array.isArray(v) ? v.join(", ") : String(v) }));
+    }
+    return dl;
+  }
+
+  function caseDetails(c) {
+    const box = el("details", { className: "case status-" + c.kind, id: "case-" + c.name },
+      el("summary", {}, c.name + " ", badge(c.kind, c.status)));
+    if (BAD.has(c.kind)) box.open = true;
+    if (c.message) box.append(el("pre", { className: "command", text: c.message }));
+    const k = c.counters;
+    box.append(facts([
+      ["method", c.method], ["spec type", c.spec_type], ["n_max", c.n_max], ["target", c.target], ["draft", c.draft],
+      ["drafted / accepted / drafts", [k.drafted, k.accepted, k.drafts].map((v) => (v === null ? "–" : v)).join(" / ")],
+      ["accept rate", num(c.values.accept_rate)], ["accept length", num(c.values.accept_len)],
+      ["position-0 rate", num(c.values.pos0_rate)], ["accepted by position", c.per_position],
+      ["rate by position", c.per_position_rate.map((v) => num(v))],
+      ["decode t/s (speculation off)", `${num(c.decode_tps, 2)} (${num(c.baseline_decode_tps, 2)})`],
+      ["speedup", num(c.values.speedup, 3)], ["A-B-B-A round speedups", c.speedups.map((v) => num(v, 3))],
+      ["identical tokens", num(c.identical_fraction, 2)], ["wall", c.wall_s === null ? null : num(c.wall_s, 1) + " s"],
+    ]));
+    if (c.baseline) {
+      const p = el("p", {}, "history baseline: commit ", el("code", { text: short(c.baseline.commit) }), " run ");
+      p.append(c.baseline.slug ? link(c.baseline.slug + ".html", c.baseline.run || "?") : (c.baseline.run || "?"));
+      if (c.baseline.regressions.length) p.append(" · regressed: " + c.baseline.regressions.join(", "));
+      box.append(p);
+    }
+    box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
+    box.append(el("pre", { className: "command", text: c.command || "(none recorded)" }));
+    for (const w of c.warnings) box.append(el("p", { className: "why", text: "warning: " + w }));
+    return box;
+  }
+
+  function runPage(d) {
+    const tbody = document.querySelector("#summary-cases tbody");
+    const box = document.getElementById("cases");
+    for (const c of d.cases) {
+      tbody.append(summaryRow(c));
+      box.append(caseDetails(c));
+    }
+  }
+
+  const d = data();
+  const page = document.body.dataset.page;
+  if (page === "case") casePage(d);
+  else if (page === "run") runPage(d);
+  document.body.dataset.ready = "1";
+  performance.mark("specsuite-drawn");
+})();
