@@ -132,3 +132,24 @@ def story(tmp: Path) -> Story:
             shutil.copy(REAL[n] / "summary.md", folder / "summary.md")
         ids.append(doc["run_id"])
     return Story(db, results, mirror, commits, ids)
+
+
+HOSTILE = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+
+
+def hostile_run(db: Path, results: Path, n: int = 0) -> dict[str, Any]:
+    """A results.json whose every text field tries to inject script, and whose log is a symlink out."""
+    doc = at(real(0), "d" * 40, n, run_id="hostile-run")
+    rec = doc["cases"].pop("tiny-mtp-fixed")
+    rec.update(name=HOSTILE, status="failed", reason=HOSTILE, message=HOSTILE, target=HOSTILE)
+    rec.update(command=["llama-server", HOSTILE], log="logs/../../../../etc/passwd", warnings=[HOSTILE])
+    doc["cases"] = {HOSTILE: rec, **dict(list(doc["cases"].items())[:1])}
+    doc["device"] = {"name": HOSTILE, "class": HOSTILE}
+    doc["binary"]["backend"] = HOSTILE
+    doc["tier"] = doc["host"] = HOSTILE
+    doc["models"] = {HOSTILE: {"sha256": HOSTILE, "size": 1}}
+    folder = record(doc, db, results)
+    (folder / "logs").mkdir()
+    os.symlink("/etc/passwd", folder / "logs" / "passwd.log")
+    (folder / "logs" / f"{'x' * 10}.log").write_text("a real log line\n")
+    return doc

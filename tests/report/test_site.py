@@ -12,7 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sitedata import FLOOR_CASE, INACTIVE_CASE, STEP_AT, STEP_CASE, Story, at, real, record, story
+from sitedata import (
+    FLOOR_CASE,
+    HOSTILE,
+    INACTIVE_CASE,
+    STEP_AT,
+    STEP_CASE,
+    Story,
+    at,
+    hostile_run,
+    real,
+    record,
+    story,
+)
 
 from specsuite.cli import main as cli
 from specsuite.common.errors import UserError
@@ -212,27 +224,6 @@ def test_the_detector_finds_the_step_at_its_commit(tmp_path: Path, built: Built)
     p = page(tmp_path / "site", f"cases/{GROUP}/{STEP_CASE}.html")
     rate = [c for c in p.data["changes"] if c["metric"] == "accept_rate"]
     assert [(c["after_commit"], c["index"]) for c in rate] == [(s.commits[STEP_AT], STEP_AT)]
-
-
-HOSTILE = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
-
-
-def hostile_run(db: Path, results: Path, n: int = 0) -> dict[str, Any]:
-    """A results.json whose every text field tries to inject script, and whose log is a symlink out."""
-    doc = at(real(0), "d" * 40, n, run_id="hostile-run")
-    rec = doc["cases"].pop("tiny-mtp-fixed")
-    rec.update(name=HOSTILE, status="failed", reason=HOSTILE, message=HOSTILE, target=HOSTILE)
-    rec.update(command=["llama-server", HOSTILE], log="logs/../../../../etc/passwd", warnings=[HOSTILE])
-    doc["cases"] = {HOSTILE: rec, **dict(list(doc["cases"].items())[:1])}
-    doc["device"] = {"name": HOSTILE, "class": HOSTILE}
-    doc["binary"]["backend"] = HOSTILE
-    doc["tier"] = doc["host"] = HOSTILE
-    doc["models"] = {HOSTILE: {"sha256": HOSTILE, "size": 1}}
-    folder = record(doc, db, results)
-    (folder / "logs").mkdir()
-    os.symlink("/etc/passwd", folder / "logs" / "passwd.log")
-    (folder / "logs" / f"{'x' * 10}.log").write_text("a real log line\n")
-    return doc
 
 
 def test_a_hostile_results_json_lands_as_text(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@
   const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
                   change: "#e16f00", base: "#9aa4b5" };
   const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
+  const charts = (window.specsuiteCharts = {}); // each drawn chart by its figure's id (for a look from devtools)
 
   function el(tag, props, ...kids) {
     const node = document.createElement(tag);
@@ -25,6 +26,7 @@
   const num = (v, digits = 4) => (v === null || v === undefined || !isFinite(v) ? "–" : Number(v).toFixed(digits));
   const pct = (v) => (v === null || v === undefined ? "–" : (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + " %");
   const short = (sha) => String(sha || "").slice(0, 7);
+  const when = (iso) => String(iso || "").slice(0, 16).replace("T", " ");
   const badge = (kind, words) => el("span", { className: "badge " + kind, text: words });
   const cell = (text, className) => el("td", { className, text });
   const link = (href, text) => el("a", { href, text });
@@ -136,12 +138,14 @@
     const u = new uPlot({
       width, height: 230,
       cursor: { sync: { key: "case" }, points: { size: 7 } },
-      legend: { live: true },
+      legend: { show: false }, // the line under the chart says what the cursor is on
       hooks: {},
       ...opts,
     }, cols, target);
-    u.hooks.setCursor = u.hooks.setCursor || [];
-    u.over.addEventListener("mousemove", () => { out.textContent = hover(u.cursor.idx); });
+    charts[fig.id] = u;
+    const idle = out.textContent;
+    u.over.addEventListener("mousemove", () => { out.textContent = hover(u.cursor.idx) || idle; });
+    u.over.addEventListener("mouseleave", () => { out.textContent = idle; });
     if (href) {
       u.over.addEventListener("click", () => {
         if (u.cursor.idx !== null && u.cursor.idx !== undefined) window.location.href = href(u.cursor.idx);
@@ -190,7 +194,7 @@
       const status = el("td", {}, badge(d.kind[i], d.status[i]));
       if (d.message[i] && d.kind[i] !== "passed") status.append(el("div", { className: "why", text: d.message[i] }));
       const tr = el("tr", { className: "status-" + d.kind[i] },
-        el("td", {}, el("code", { text: short(d.commit[i]) })), cell(d.started[i]), status);
+        el("td", {}, el("code", { text: short(d.commit[i]) })), cell(when(d.started[i])), status);
       for (const m of d.metrics) tr.append(cell(num(d.values[m.key][i], m.digits), "num"));
       tr.append(el("td", {}, link("../../runs/" + d.slug[i] + ".html", d.run[i])));
       tbody.append(tr);
