@@ -1,4 +1,5 @@
-"""invoke tasks for chores around the suite: fetch, lock and verify models, probe, compare, history, resolve.
+"""invoke tasks for chores around the suite: fetch, lock and verify models, probe, compare, history, report,
+resolve.
 
 Each task is a thin wrapper over the ``specsuite`` command of the same name (the nox sessions call the same
 commands): its options become the command's arguments, so every option is checked in one place, and its
@@ -109,10 +110,15 @@ def history(c, case=None, device=None, last=None, plot=None, json=False, db=None
 
 
 @command()
+def report(c, out=None, device=None, results=None, db=None):
+    _run("report", out=out, device=device, results=results, db=db)
+
+
+@command()
 def resolve(c, model, mode=None, device=None, binary=None, mtp_drafter=None):
     _run("resolve", model=model, mode=mode, device=device, binary=binary, mtp_drafter=mtp_drafter)
 
 
 ns = Collection(
-    fetch_models, lock_models, verify_models, probe, compare, make_synthetic_models, history, resolve
+    fetch_models, lock_models, verify_models, probe, compare, make_synthetic_models, history, report, resolve
 )

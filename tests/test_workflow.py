@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,7 @@ def wf() -> dict:
 
 @pytest.fixture(scope="module")
 def job(wf: dict) -> dict:
-    (only,) = wf["jobs"].values()
-    return only
+    return wf["jobs"]["suite"]
 
 
 def _on(wf: dict) -> dict:
@@ -210,3 +211,67 @@ def test_zizmor_catches_injection(tmp_path: Path) -> None:
     bad.write_text(text)
     proc = _run([exe, "--offline", str(bad)])
     assert proc.returncode != 0 and "template-injection" in proc.stdout
+
+
+# --- the history site and its deployment to GitHub Pages ---------------------------------------------------
+
+
+def _step(job: dict, uses: str) -> dict:
+    (found,) = [s for s in job["steps"] if s.get("uses", "").startswith(uses + "@")]
+    return found
+
+
+def test_every_action_of_every_job_is_pinned(wf: dict) -> None:
+    for name, j in wf["jobs"].items():
+        for s in j["steps"]:
+            if "uses" in s:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", s["uses"]), (name, s["uses"])
+            assert "${{" not in s.get("run", ""), (name, s.get("name"))
+
+
+def test_the_site_is_built_after_every_run_where_the_history_lives(wf: dict, job: dict) -> None:
+    site = wf["jobs"]["site"]
+    assert site["needs"] == ["suite"] and site["if"] == "${{ always() }}"  # a red run's site too
+    assert site["runs-on"] == job["runs-on"]  # the runner whose cache holds history.sqlite and the mirror
+    cache = "vars.SPEC_CACHE_DIR || '/opt/specsuite/cache'"
+    assert cache in site["container"]["options"] and cache in site["env"]["SPEC_CACHE_DIR"]
+    assert "--gpus" not in site["container"]["options"] and "permissions" not in site  # contents: read
+    results = _step(site, "actions/download-artifact")["with"]
+    uploaded = _step(job, "actions/upload-artifact")["with"]["name"]
+    assert fnmatch(
+        uploaded.replace("${{ github.run_id }}-${{ github.run_attempt }}", "1-1"), results["pattern"]
+    )
+    assert results["path"] == "results" and results["merge-multiple"] is True
+    (build,) = [s for s in site["steps"] if 'specsuite" report' in s.get("run", "")]
+    argv = shlex.split(build["run"].splitlines()[-1])[2:]
+    assert argv == ["--results", "results", "--out", "site"]
+    from specsuite.report.command import parser
+
+    parser().parse_args(argv)  # the options the command has
+    up = _step(site, "actions/upload-artifact")["with"]
+    assert up["path"] == "site/" and not fnmatch(up["name"], results["pattern"])  # not taken for results
+
+
+def test_pages_deploys_only_when_asked_with_only_the_permissions_it_needs(wf: dict) -> None:
+    pages, site = wf["jobs"]["pages"], wf["jobs"]["site"]
+    assert pages["needs"] == ["site"]
+    cond = pages["if"]
+    assert "vars.SPEC_PAGES == 'true'" in cond and "needs.site.result == 'success'" in cond
+    assert "github.ref_name == github.event.repository.default_branch" in cond
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert pages["environment"]["name"] == "github-pages"
+    assert (
+        "self-hosted" not in str(pages["runs-on"]) and "container" not in pages
+    )  # no GPU box, no code of ours
+    got = _step(pages, "actions/download-artifact")["with"]["name"]
+    assert got == _step(site, "actions/upload-artifact")["with"]["name"]
+    assert _step(pages, "actions/upload-pages-artifact")["with"]["path"] == "site"
+    deploy = _step(pages, "actions/deploy-pages")
+    assert pages["environment"]["url"] == "${{ steps." + deploy["id"] + ".outputs.page_url }}"
+    assert [k for k, j in wf["jobs"].items() if "permissions" in j] == ["pages"]  # the others: contents: read
+
+
+def test_spec_pages_is_a_declared_variable() -> None:
+    config = yaml.safe_load((paths.REPO_ROOT / ".github" / "actionlint.yaml").read_text())
+    assert "SPEC_PAGES" in config["config-variables"]
+    assert "SPEC_PAGES" in WORKFLOW.read_text().split("name: spec-suite")[0]  # the header says what it does
