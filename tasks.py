@@ -110,8 +110,8 @@ def history(c, case=None, device=None, last=None, plot=None, json=False, db=None
 
 
 @command()
-def report(c, out=None, device=None, results=None, db=None):
-    _run("report", out=out, device=device, results=results, db=db)
+def report(c, out=None, device=None, last=None, results=None, db=None):
+    _run("report", out=out, device=device, last=last, results=results, db=db)
 
 
 @command()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser
+from specsuite.common.errors import UserError
 from specsuite.history import db as history
-from specsuite.report.data import default_mirror
+from specsuite.report.data import LAST, default_mirror
 from specsuite.report.site import Sources, build_site
 
 
@@ -25,6 +26,13 @@ def parser() -> CommandParser:
     p.add_argument("--out", type=Path, help="the site's folder, replaced whole (default results/site)")
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument(
+        "--last",
+        type=int,
+        default=LAST,
+        metavar="N",
+        help=f"the newest N runs of each device class and backend (default {LAST}; 0: all)",
+    )
+    p.add_argument(
         "--results",
         type=Path,
         metavar="DIR",
@@ -39,7 +47,9 @@ def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
     db = Path(a.db) if a.db is not None else history.default_path()
     results = Path(a.results) if a.results is not None else paths.RESULTS_DIR
-    built = build_site(Sources(db, results, default_mirror(), a.device), a.out or default_out())
+    if a.last < 0:
+        raise UserError(f"--last {a.last}: give a number of runs, or 0 for all")
+    built = build_site(Sources(db, results, default_mirror(), a.device, a.last), a.out or default_out())
     if not built.runs:
         print(f"no runs recorded yet in {db}: the site says so (every suite run records itself when it ends)")
     print(

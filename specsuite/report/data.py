@@ -8,6 +8,7 @@ its ``cases`` row, with one warning line.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import itertools
@@ -15,7 +16,7 @@ import json
 import re
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.ancestry import ancestors
-from specsuite.results.document import Binary, BinarySource, Device, Harness, Run, RunOptions
+from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -61,32 +62,48 @@ class ChangePointLike(Protocol):
     def p_value(self) -> float | None: ...
 
 
-@dataclass(eq=False)
 class RunRow:
-    """One run of the history: its ``runs`` row (every column, models and options parsed)."""
+    """One run of the history: its ``runs`` row (every column; models and options as stored JSON)."""
 
-    row: dict[str, Any]
-    slug: str = ""  # its page: runs/<slug>.html
+    __slots__ = ("commit", "group", "pk", "row", "run_id", "slug", "started")
 
-    @property
-    def pk(self) -> int:
-        return int(self.row["id"])
-
-    @property
-    def run_id(self) -> str:
-        return str(self.row["run_id"])
-
-    @property
-    def commit(self) -> str:
-        return str(self.row["llama_commit"])
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+        self.pk = int(row["id"])
+        self.run_id = str(row["run_id"])
+        self.commit = str(row["llama_commit"])
+        self.started = str(row["started"] or row["recorded"] or "")
+        self.group = (str(row["device_class"]), str(row["backend"]))
+        self.slug = ""  # its page: runs/<slug>.html
 
     @property
-    def started(self) -> str:
-        return str(self.row["started"] or self.row["recorded"] or "")
+    def of_runs(self) -> int:
+        """How many runs its device class and backend has in the history (the site may show fewer)."""
+        return int(self.row.get("of_runs") or 0)
 
-    @property
-    def group(self) -> tuple[str, str]:
-        return str(self.row["device_class"]), str(self.row["backend"])
+
+@dataclass(eq=False, slots=True)
+class Point:
+    """One case at one run, as the charts and the index need it: the numbers of its ``cases`` row, its
+    message, and from its stored record the floors, whether it was calibrated and its baseline run."""
+
+    run: RunRow
+    case: str
+    status: str | None
+    reason: str | None
+    message: str | None
+    accept_rate: float | None
+    accept_len: float | None
+    pos0_rate: float | None
+    speedup: float | None  # the median of the A-B-B-A rounds where there were rounds
+    speedups: list[float | None]
+    per_position_rate: str | None  # JSON, read for the few points that show it
+    floors: dict[str, float | None]
+    uncalibrated: bool
+    baseline_run: str | None
+
+    def rates(self) -> list[float | None]:
+        return _numbers(self.per_position_rate)
 
 
 @dataclass(eq=False)
@@ -97,13 +114,14 @@ class Group:
     backend: str
     runs: list[RunRow] = field(default_factory=list)
     ordered_by: str = "time"  # "ancestry" when the mirror knew every commit
-    series: dict[str, list[tuple[RunRow, CaseRecord]]] = field(default_factory=dict)
+    series: dict[str, list[Point]] = field(default_factory=dict)
 
     @property
     def slug(self) -> str:
         return slug(f"{self.device_class}--{self.backend}")
 
 
+@functools.lru_cache(maxsize=4096)
 def slug(text: str, limit: int = 80) -> str:
     """A file name from data: safe characters only; a stable hash of the text where they changed it (two
     names that clean to the same one stay apart)."""
@@ -115,22 +133,126 @@ def slug(text: str, limit: int = 80) -> str:
     return f"{clean or 'x'}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
 
 
-def load_runs(path: Path, device: str | None) -> list[RunRow]:
-    """Every run (on ``device``: a name or class), oldest first, each with a page name of its own.
+LAST = 1000  # runs per device class and backend the site shows by default
+
+
+_RUNS_SQL = """
+SELECT * FROM (
+    SELECT r.*, COALESCE(r.started, r.recorded) AS t, ROW_NUMBER() OVER (
+        PARTITION BY r.device_class, r.backend ORDER BY COALESCE(r.started, r.recorded) DESC, r.id DESC
+    ) AS nth, COUNT(*) OVER (PARTITION BY r.device_class, r.backend) AS of_runs
+    FROM runs r WHERE {where}
+) WHERE :last <= 0 OR nth <= :last ORDER BY t, id
+"""
+
+
+def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:
+    """The ``last`` newest runs of each device class and backend (all with 0), on ``device`` (a name or
+    class) when given, oldest first, each with a page name of its own.
 
     An unknown device is a UserError naming the devices the history has."""
+    where, args = "1", {"last": last, "device": device}
     if device is not None:
         _, devices = history.names(path)
         if device.lower() not in {d.lower() for d in devices}:
             have = ", ".join(devices) or "none"
             raise UserError(f"--device {device!r}: not in the history; it has: {have}")
-    rows = [RunRow(r) for r in history.runs(path, device=device)]
+        where = "lower(r.device_name) = lower(:device) OR lower(r.device_class) = lower(:device)"
+    with history.reading(path) as conn:
+        if conn is None:
+            return []
+        conn.row_factory = sqlite3.Row
+        rows = [RunRow(dict(r)) for r in conn.execute(_RUNS_SQL.format(where=where), args)]
     taken: set[str] = set()
-    for run in rows:
+    for run in sorted(rows, key=lambda r: r.pk):
         name = slug(run.run_id)
         run.slug = name if name not in taken else f"{name}-{run.pk}"  # one run id recorded twice
         taken.add(run.slug)
     return rows
+
+
+# --- the series: every case of every run, as numbers -------------------------------------------------------
+
+_POINTS_SQL = """
+SELECT c.run, c.name, c.status, c.reason, t.message, c.accept_rate, c.accept_len, c.pos0_rate,
+       COALESCE(c.speedup_median, c.speedup) AS speedup, c.speedups, c.per_position_rate
+FROM cases c LEFT JOIN case_texts t ON t.run = c.run AND t.name = c.name
+WHERE c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.rowid
+"""
+# A few fields of one stored record, read by SQLite (no record is decoded in Python for the charts)
+_FIELDS_SQL = """
+SELECT CASE WHEN json_valid(record)
+            THEN json_extract(record, '$.floors', '$.uncalibrated', '$.baseline.run_id') END
+FROM case_texts WHERE run = ? AND name = ?
+"""
+_FIELDS = msgspec.json.Decoder(tuple[dict[str, float | None] | None, bool | None, str | None])
+
+
+def _temp_runs(conn: sqlite3.Connection, runs: Sequence[RunRow]) -> None:
+    """The runs' ids in a temp table: an IN list of 10 000 parameters would pass SQLite's limit."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS site_runs (id INTEGER PRIMARY KEY)")
+    conn.execute("DELETE FROM temp.site_runs")
+    conn.executemany("INSERT INTO temp.site_runs VALUES (?)", [(r.pk,) for r in runs])
+
+
+def _finite(value: Any) -> float | None:
+    """``finite`` with a fast path for what SQLite's REAL columns hold (a float or NULL); anything else a
+    hand-edited database holds goes the long way."""
+    if value is None:
+        return None
+    if value.__class__ is float:
+        return value if value - value == 0.0 else None  # NaN and infinities fail this
+    return finite(value)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _fields(conn: sqlite3.Connection, p: Point) -> tuple[dict[str, float | None], bool, str | None]:
+    (extra,) = conn.execute(_FIELDS_SQL, (p.run.pk, p.case)).fetchone() or (None,)
+    try:
+        floors, uncalibrated, base = _FIELDS.decode(extra) if extra else (None, None, None)
+    except (msgspec.DecodeError, msgspec.ValidationError):  # a record of another shape: none of them
+        floors, uncalibrated, base = None, None, None
+    return floors or {}, bool(uncalibrated), _text(base)
+
+
+def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
+    """Every case of ``runs`` as a Point, run by run (by id), cases in their recorded order.
+
+    Floors and "uncalibrated" come from cases.toml, so they are read from one record per case and
+    cases.toml (its sha256; every record of a run that names none); the baseline run only for the
+    points ``baselines`` is asked about."""
+    by_pk = {r.pk: r for r in runs}
+    with history.reading(path) as conn:
+        if conn is None or not by_pk:
+            return []
+        _temp_runs(conn, runs)
+        out = [
+            Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message), _finite(rate),
+                  _finite(length), _finite(pos0), _finite(speedup), _numbers(speedups), _text(ppr), {},
+                  False, None)
+            for pk, name, status, reason, message, rate, length, pos0, speedup, speedups, ppr
+            in conn.execute(_POINTS_SQL)
+        ]  # fmt: skip
+        same: dict[tuple[str, str], Point] = {}
+        for p in out:  # the newest record of each case and cases.toml speaks for them all
+            sha = p.run.row.get("cases_sha256")
+            same[(sha if isinstance(sha, str) else f"run {p.run.pk}", p.case)] = p
+        fields = {key: _fields(conn, p) for key, p in same.items()}
+    for p in out:
+        sha = p.run.row.get("cases_sha256")
+        p.floors, p.uncalibrated, _ = fields[(sha if isinstance(sha, str) else f"run {p.run.pk}", p.case)]
+    return out
+
+
+def baselines(path: Path, wanted: Iterable[Point]) -> None:
+    """Fill in the baseline run of each of ``wanted`` (from its stored record)."""
+    with history.reading(path) as conn:
+        if conn is not None:
+            for p in wanted:
+                p.baseline_run = _fields(conn, p)[2]
 
 
 # --- case records, run by run ----------------------------------------------------------------------------
@@ -139,7 +261,7 @@ _CASES_SQL = """
 SELECT c.run, c.name, c.status, c.reason, c.accept_rate, c.accept_len, c.pos0_rate,
        COALESCE(c.speedup_median, c.speedup) AS speedup, c.per_position_rate, c.speedups, t.record
 FROM cases c LEFT JOIN case_texts t ON t.run = c.run AND t.name = c.name
-WHERE c.run IN ({runs}) ORDER BY c.run, c.rowid
+WHERE c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.rowid
 """
 
 
@@ -153,11 +275,8 @@ def case_records(path: Path, runs: Sequence[RunRow]) -> Iterator[tuple[RunRow, l
             return
         conn.row_factory = sqlite3.Row
         found = set()
-        # the ids ride in a temp table: an IN list of 10 000 parameters passes SQLite's limit
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS site_runs (id INTEGER PRIMARY KEY)")
-        conn.execute("DELETE FROM site_runs")
-        conn.executemany("INSERT INTO site_runs VALUES (?)", [(pk,) for pk in by_pk])
-        cur = conn.execute(_CASES_SQL.format(runs="SELECT id FROM site_runs"))
+        _temp_runs(conn, runs)
+        cur = conn.execute(_CASES_SQL)
         for pk, rows in itertools.groupby(cur, key=lambda r: int(r["run"])):
             run = by_pk[pk]
             found.add(pk)
@@ -208,15 +327,17 @@ def _from_columns(name: str, row: sqlite3.Row) -> CaseRecord:
     )
 
 
+def _stored(text: Any, kind: Any) -> Any:
+    """A JSON column of the runs row as ``kind``; None when it is not that."""
+    try:
+        return msgspec.json.decode(text, type=kind) if isinstance(text, (str, bytes)) else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def run_document(run: RunRow, records: Sequence[CaseRecord]) -> Run:
     """The run as results.json would hold it, from its history row and records (no results folder)."""
     r = run.row
-    options = None
-    if isinstance(r.get("options"), dict):
-        try:
-            options = msgspec.convert(r["options"], RunOptions)
-        except msgspec.ValidationError:
-            options = None
     return Run(
         schema=r.get("results_schema") or 2,
         run_id=run.run_id,
@@ -240,7 +361,8 @@ def run_document(run: RunRow, records: Sequence[CaseRecord]) -> Run:
             driver=r.get("driver"),
             cuda=r.get("cuda"),
         ),
-        options=options,
+        options=_stored(r.get("options"), RunOptions),
+        models=_stored(r.get("models"), dict[str, ModelRef]) or {},
         cases={rec.name: rec for rec in records},
     )
 

@@ -56,6 +56,30 @@ def find_folder(root: Path | None, run: RunRow) -> Folder | None:
     return Folder(path, doc)
 
 
+def folder_stat(root: Path | None, run: RunRow) -> list[Any] | None:
+    """What a run's page takes from its results folder, as sizes and times (a page is rendered again when
+    they change); None when there is no folder of that name."""
+    if root is None or not _PLAIN_ID.fullmatch(run.run_id):
+        return None
+    path = root / run.run_id
+    try:
+        if path.is_symlink():
+            return None
+        found: list[Any] = [str(path)]
+        for name in COPIED:
+            st = (path / name).stat()
+            found.append([name, st.st_size, st.st_mtime_ns])
+    except OSError:
+        if len(found) < 2:  # no results.json
+            return None
+    logs = path / "logs"
+    if logs.is_dir() and not logs.is_symlink():
+        for e in sorted(os.scandir(logs), key=lambda e: e.name):
+            st = e.stat(follow_symlinks=False)
+            found.append([e.name, st.st_size, st.st_mtime_ns])
+    return found
+
+
 def copy_file(src: Path, dst: Path, limit: int = MAX_COPY_BYTES) -> str | None:
     """Copy a regular file, not through a link, up to ``limit`` bytes; None, or why it was not copied."""
     try:

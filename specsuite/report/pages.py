@@ -5,15 +5,14 @@ the long tables from the JSON part."""
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from specsuite.report.data import ChangePointLike, Group, RunRow, slug
+from specsuite.report.data import ChangePointLike, Group, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
-from specsuite.results.record import CaseRecord, finite
+from specsuite.results.record import finite
 from specsuite.results.verdict import verdict
 
 
@@ -32,33 +31,28 @@ METRICS = (
 )
 SPARK_RUNS = 30
 BAD = frozenset({"failed", "drifted", "error", "interrupted"})
-Series = list[tuple[RunRow, CaseRecord]]
+Series = list[Point]
 
 
-def status_of(rec: CaseRecord) -> tuple[str, str]:
+def status_of(status: str | None, reason: str | None, uncalibrated: bool) -> tuple[str, str]:
     """(kind, words): kind is one of passed, uncalibrated, failed, drifted, skipped, error, interrupted,
     unknown (a CSS class too); the words say why where the run said why."""
-    status, reason = rec.status or "unknown", rec.reason
+    status = status or "unknown"
     if status == "passed":
-        return ("uncalibrated", "passed, uncalibrated") if rec.uncalibrated else ("passed", "passed")
+        return ("uncalibrated", "passed, uncalibrated") if uncalibrated else ("passed", "passed")
     if status == "failed" and reason == "drifted":
         return "drifted", "failed: drifted"
     kind = status if status in ("failed", "skipped", "error", "interrupted") else "unknown"
     return kind, f"{status}: {reason}" if reason else status
 
 
-def value(rec: CaseRecord, key: str) -> float | None:
-    """A metric of a record as the history lists it: pos0 with its fallback, speedup as the median of the
-    A-B-B-A rounds where there were rounds."""
-    if key == "speedup":
-        median = rec.speed.speedup_median if rec.speed is not None else None
-        return finite(median) if finite(median) is not None else finite(rec.speedup)
-    return finite(rec.metric(key))
+def point_status(p: Point) -> tuple[str, str]:
+    return status_of(p.status, p.reason, p.uncalibrated)
 
 
-def spread(rec: CaseRecord) -> tuple[float | None, float | None]:
+def spread(p: Point) -> tuple[float | None, float | None]:
     """The lowest and highest per-round speedup of the A-B-B-A samples (two rounds or more)."""
-    samples = [s for s in (finite(v) for v in (rec.speed_samples or [])) if s is not None]
+    samples = [v for v in p.speedups if v is not None]  # decoded as JSON numbers: finite
     return (min(samples), max(samples)) if len(samples) > 1 else (None, None)
 
 
@@ -77,13 +71,13 @@ def case_href(group: Group, case: str) -> str:
 
 def located(series: Series, cps: Sequence[ChangePointLike]) -> list[tuple[int, ChangePointLike]]:
     """Each change point at the index of its first run after the change (by run id, else by commit)."""
-    at_run = {run.run_id: i for i, (run, _) in reversed(list(enumerate(series)))}
+    at_run = {p.run.run_id: i for i, p in reversed(list(enumerate(series)))}
     out = []
     for cp in cps:
         index = at_run.get(cp.after_run_id)
         if index is None:
             after = cp.after_commit.lower()
-            index = next((i for i, (run, _) in enumerate(series) if _same(run.commit, after)), None)
+            index = next((i for i, p in enumerate(series) if _same(p.run.commit, after)), None)
         if index is not None:
             out.append((index, cp))
     return sorted(out, key=lambda pair: pair[0])
@@ -94,7 +88,7 @@ def _same(a: str, b: str) -> bool:
 
 
 def change_row(index: int, cp: ChangePointLike, series: Series) -> dict[str, Any]:
-    run = series[index][0]
+    run = series[index].run
     return {
         "index": index,
         "metric": cp.metric,
@@ -115,23 +109,23 @@ def change_row(index: int, cp: ChangePointLike, series: Series) -> dict[str, Any
 def index_row(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
     """One case of a device class and backend: its latest run's numbers and status, a sparkline of its last
     runs, and the last change point."""
-    run, rec = series[-1]
-    kind, words = status_of(rec)
+    latest = series[-1]
+    kind, words = point_status(latest)
     tail = series[-SPARK_RUNS:]
-    key = "accept_rate" if any(value(r, "accept_rate") is not None for _, r in tail) else "speedup"
-    spark = sparkline([value(r, key) for _, r in tail], [status_of(r)[0] in BAD for _, r in tail])
+    key = "accept_rate" if any(p.accept_rate is not None for p in tail) else "speedup"
+    spark = sparkline([getattr(p, key) for p in tail], [point_status(p)[0] in BAD for p in tail])
     return {
         "case": case,
         "href": case_href(group, case),
         "kind": kind,
         "status": words,
-        "message": first_line(rec.message) if kind != "passed" else "",
-        "numbers": [(value(rec, m.key), f".{m.digits}f") for m in METRICS],
+        "message": first_line(latest.message) if kind != "passed" else "",
+        "numbers": [(getattr(latest, m.key), f".{m.digits}f") for m in METRICS],
         "spark": spark,
         "spark_metric": key.replace("_", " "),
-        "run": run.run_id,
-        "run_href": f"runs/{run.slug}.html",
-        "commit": run.commit,
+        "run": latest.run.run_id,
+        "run_href": f"runs/{latest.run.slug}.html",
+        "commit": latest.run.commit,
         "change": changes[-1] if changes else None,
     }
 
@@ -139,48 +133,43 @@ def index_row(group: Group, case: str, series: Series, changes: list[dict[str, A
 # --- a case page -----------------------------------------------------------------------------------------
 
 
-def _floor(rec: CaseRecord, name: str | None) -> float | None:
-    return finite(rec.floors.get(name)) if name else None
-
-
 def per_position(series: Series) -> dict[str, Any]:
     """The latest run's acceptance by draft position, beside its baseline's (the run the relative gate
-    compared it with; else the nearest earlier run in this order that has one)."""
-    with_rates = [(run, rec) for run, rec in series if rec.per_position_rate]
+    compared it with; else the nearest earlier commit in this order that has one)."""
+    with_rates = [p for p in series if p.per_position_rate]
     if not with_rates:
         return {"latest": None, "baseline": None, "note": "no run of this case recorded per-position rates"}
-    run, rec = with_rates[-1]
-    base, note = None, "the run the relative gate compared it with"
-    if rec.baseline is not None:
-        base = next(((r, c) for r, c in reversed(series) if r.run_id == rec.baseline.run_id), None)
+    latest = with_rates[-1]
+    note = "the run the relative gate compared it with"
+    base = next((p for p in reversed(series) if p.run.run_id == latest.baseline_run), None)
     if base is None:
-        earlier = [(r, c) for r, c in with_rates[:-1] if r.commit != run.commit]
+        earlier = [p for p in with_rates[:-1] if p.run.commit != latest.run.commit]
         base, note = (earlier[-1], "the nearest earlier commit in this order") if earlier else (None, "")
     if base is None:
         note = "no earlier commit recorded per-position rates"
-    return {"latest": _rates(run, rec), "baseline": _rates(*base) if base else None, "note": note}
+    return {"latest": _rates(latest), "baseline": _rates(base) if base else None, "note": note}
 
 
-def _rates(run: RunRow, rec: CaseRecord) -> dict[str, Any]:
-    return {"run": run.run_id, "slug": run.slug, "commit": run.commit, "rates": rec.per_position_rate}
+def _rates(p: Point) -> dict[str, Any]:
+    return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
 
 
 def case_data(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
     """The columns of a case's charts and runs table: one entry per run, in commit order."""
-    kinds = [status_of(rec) for _, rec in series]
-    lows_highs = [spread(rec) for _, rec in series]
+    kinds = [point_status(p) for p in series]
+    lows_highs = [spread(p) for p in series]
     return {
         "case": case,
-        "commit": [run.commit for run, _ in series],
-        "run": [run.run_id for run, _ in series],
-        "slug": [run.slug for run, _ in series],
-        "started": [run.started for run, _ in series],
+        "commit": [p.run.commit for p in series],
+        "run": [p.run.run_id for p in series],
+        "slug": [p.run.slug for p in series],
+        "started": [p.run.started for p in series],
         "kind": [k for k, _ in kinds],
         "status": [w for _, w in kinds],
-        "message": [first_line(rec.message) for _, rec in series],
+        "message": [first_line(p.message) for p in series],
         "metrics": [m._asdict() for m in METRICS],
-        "values": {m.key: [value(rec, m.key) for _, rec in series] for m in METRICS},
-        "floors": {m.key: [_floor(rec, m.floor) for _, rec in series] for m in METRICS if m.floor},
+        "values": {m.key: [getattr(p, m.key) for p in series] for m in METRICS},
+        "floors": {m.key: [p.floors.get(m.floor) for p in series] for m in METRICS if m.floor},
         "speed_lo": [lo for lo, _ in lows_highs],
         "speed_hi": [hi for _, hi in lows_highs],
         "changes": changes,
@@ -199,8 +188,6 @@ def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[s
         "green": v.green,
         "attention": v.attention,
         "history_line": run.history.line if run.history is not None else None,
-        "models": sorted(run.models.items()),
-        "baselines": sorted(run.baselines.items()),
         "files": folder.files if folder else {},
         "logs": folder.logs if folder else {},
         "skipped": folder.skipped if folder else [],
@@ -208,47 +195,33 @@ def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[s
     }
 
 
+def run_data(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> dict[str, Any]:
+    """What the run page's script lays out: the cases, the models, the speculation-off servers."""
+    logs = folder.logs if folder else {}
+    servers = [
+        {"key": k, "command": b.command, "log_href": logs.get(b.log or "")}
+        for k, b in sorted(run.baselines.items())
+    ]
+    return {"cases": run_cases(run, group, folder, slugs), "models": run.models, "servers": servers}
+
+
 def run_cases(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> list[dict[str, Any]]:
-    """Every case of the run for its page's script: the record's numbers, counters, server command and
-    the links that exist in this site (its log, its case page, its baseline's run page)."""
+    """Every case of the run for its page's script: the record as it is (msgspec encodes it as results.json
+    has it), its status in words, and the links that exist in this site (its log, its case page, its
+    baseline's run page)."""
     logs = folder.logs if folder else {}
     out = []
     for rec in run.cases.values():
-        kind, words = status_of(rec)
+        kind, words = status_of(rec.status, rec.reason, rec.uncalibrated)
+        base = rec.baseline.run_id if rec.baseline is not None else None
         out.append(
             {
-                "name": rec.name,
+                "record": rec,
                 "kind": kind,
                 "status": words,
-                "message": rec.message,
-                "method": rec.method,
-                "spec_type": rec.spec_type,
-                "n_max": rec.n_max,
-                "target": rec.target,
-                "draft": rec.draft,
-                "floors": rec.floors,
-                "values": {m.key: value(rec, m.key) for m in METRICS},
-                "identical_fraction": finite(rec.identical_fraction),
-                "counters": {"drafted": rec.drafted, "accepted": rec.accepted, "drafts": rec.drafts},
-                "per_position": rec.per_position,
-                "per_position_rate": rec.per_position_rate,
-                "decode_tps": finite(rec.decode_tps),
-                "baseline_decode_tps": finite(rec.baseline_decode_tps),
-                "speedups": rec.speed_samples or [],
-                "baseline": _baseline(rec, slugs),
-                "command": shlex.join(rec.command or []),
                 "log_href": logs.get(rec.log or ""),
                 "case_href": "../" + case_href(group, rec.name),
-                "wall_s": finite(rec.wall_s),
-                "warnings": rec.warnings,
+                "baseline_slug": slugs.get(base or ""),
             }
         )
     return out
-
-
-def _baseline(rec: CaseRecord, slugs: dict[str, str]) -> dict[str, Any] | None:
-    base = rec.baseline
-    if base is None:
-        return None
-    where = slugs.get(base.run_id or "")
-    return {"commit": base.commit, "run": base.run_id, "regressions": base.regressions, "slug": where}

@@ -20,12 +20,11 @@ from typing import Any
 from jinja2 import Environment
 
 from specsuite.common.errors import UserError
-from specsuite.report import data, folders, pages
+from specsuite.report import data, folders, pages, runpages
 from specsuite.report.data import ChangePointLike, Group, RunRow
 from specsuite.report.render import environment
-from specsuite.results.record import CaseRecord
 
-MARKER = ".specsuite-site"
+MARKER = runpages.MANIFEST
 
 
 @dataclass
@@ -35,6 +34,7 @@ class Built:
     groups: int
     case_pages: int
     run_folders: int  # runs whose results folder was found (their logs are in the site)
+    rendered: int = 0  # run pages rendered (the others carried over from the previous site)
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Sources:
     results: Path | None  # the folder holding results/<run-id> folders and bisect-* folders
     mirror: Path | None  # the llama.cpp mirror that orders commits
     device: str | None = None
+    last: int = data.LAST  # runs per device class and backend (0: all)
 
 
 def _check_out(out: Path) -> None:
@@ -74,7 +75,7 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePointLike] | Non
     (default: the history's own, ``data.change_points``)."""
     out = Path(out).absolute()
     _check_out(out)
-    runs = data.load_runs(src.db, src.device)
+    runs = data.load_runs(src.db, src.device, src.last)
     if changes is None:
         changes = data.change_points(src.db, src.device, src.mirror) if runs else []
     try:
@@ -84,8 +85,8 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePointLike] | Non
     except OSError as exc:
         raise UserError(f"--out {out}: cannot create the site there ({exc.strerror or exc})") from None
     try:
-        built = _write(_Writer(src, staging, runs), changes)
-        (staging / MARKER).write_text("written by `specsuite report`; replaced whole by the next one\n")
+        previous = out if (out / MARKER).is_file() else None
+        built = _write(_Writer(src, staging, runs), changes, previous)
         _publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -105,7 +106,6 @@ class _Writer:
         self.groups = data.groups(runs, src.mirror)
         self.group_of = {run.pk: g for g in self.groups.values() for run in g.runs}
         self.slugs = {run.run_id: run.slug for run in runs}
-        self.bisects = folders.bisects(src.results)
 
     def page(self, rel: str, template: str, root: str, **context: Any) -> None:
         path = self.root / rel
@@ -119,45 +119,45 @@ def _copy_assets(root: Path) -> None:
         shutil.copytree(assets, root / "assets", ignore=shutil.ignore_patterns("*.json", "__pycache__"))
 
 
-def _write(w: _Writer, changes: Sequence[ChangePointLike]) -> Built:
+def _write(w: _Writer, changes: Sequence[ChangePointLike], previous: Path | None) -> Built:
     _copy_assets(w.root)
-    found = 0
-    for run, records in data.case_records(w.src.db, w.runs):
-        group = w.group_of[run.pk]
-        found += _run_page(w, run, group, records)
-        for rec in records:
-            group.series.setdefault(rec.name, []).append((run, rec))
-    n_pages = 0
-    index = []
+    cases_of: dict[int, set[str]] = {}
+    for p in data.points(w.src.db, w.runs):
+        w.group_of[p.run.pk].series.setdefault(p.case, []).append(p)
+        cases_of.setdefault(p.run.pk, set()).add(p.case)
+    gen = runpages.generator()
+    rp = runpages.RunPages(w.root, previous, gen, w.slugs, w.src.results, folders.bisects(w.src.results))
+    rp.old = runpages.read_manifest(previous, gen) if previous is not None else {}
+    rp.write(
+        w.runs, cases_of, w.src.db, lambda run, *rest: runpages.render_run(w, w.group_of[run.pk], run, *rest)
+    )
     for group in w.groups.values():
         position = {run.pk: i for i, run in enumerate(group.runs)}
         for series in group.series.values():
-            series.sort(key=lambda pair: position[pair[0].pk])
+            series.sort(key=lambda p: position[p.run.pk])
+    latest = [
+        next((p for p in reversed(s) if p.per_position_rate), s[-1])
+        for g in w.groups.values()
+        for s in g.series.values()
+    ]
+    data.baselines(w.src.db, latest)  # the per-position chart compares the latest run with its baseline
+    n_pages = 0
+    index = []
+    for group in w.groups.values():
         rows = [_case_page(w, group, name, changes) for name in _case_order(group)]
         n_pages += len(rows)
         index.append(_index_group(group, rows))
     labels = [m.label for m in pages.METRICS]
     w.page("index.html", "index.html", "", page="index", title="history", groups=index, labels=labels,
            spark_runs=pages.SPARK_RUNS, device=w.src.device)  # fmt: skip
-    return Built(w.root, len(w.runs), len(w.groups), n_pages, found)
+    runpages.write_manifest(w.root, gen, rp.manifest)
+    return Built(w.root, len(w.runs), len(w.groups), n_pages, rp.with_folder, rp.rendered)
 
 
 def _case_order(group: Group) -> list[str]:
     """The latest run's order (cases.toml's), then cases it did not run, by name."""
-    latest = [name for name, s in group.series.items() if s[-1][0] is group.runs[-1]]
+    latest = [name for name, s in group.series.items() if s[-1].run is group.runs[-1]]
     return latest + sorted(set(group.series) - set(latest))
-
-
-def _run_page(w: _Writer, run: RunRow, group: Group, records: list[CaseRecord]) -> int:
-    folder = folders.find_folder(w.src.results, run)
-    doc = folder.run if folder is not None else data.run_document(run, records)
-    if folder is not None:
-        folders.copy_folder(folder, w.root / "runs" / run.slug, run.slug)
-    header = pages.run_header(doc, folder, folders.bisects_of(run, set(doc.cases), w.bisects))
-    w.page(f"runs/{run.slug}.html", "run.html", "../", page="run", title=f"run {run.run_id}", run=doc,
-           group=group, h=header, results_root=str(w.src.results or "none given"),
-           data={"cases": pages.run_cases(doc, group, folder, w.slugs)})  # fmt: skip
-    return int(folder is not None)
 
 
 def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePointLike]) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoin
         c for c in changes if (c.case, c.device_class, c.backend) == (case, group.device_class, group.backend)
     ]
     rows = [pages.change_row(i, cp, series) for i, cp in pages.located(series, mine)]
-    kind, words = pages.status_of(series[-1][1])
+    kind, words = pages.point_status(series[-1])
     note = "none in this history"
     if not data.changes_available():
         note = "not computed: this specsuite has no change-point detector (history.changes)"
@@ -178,7 +178,7 @@ def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoin
         "n": len(series),
         "charts": True,
         "metrics": [m._asdict() for m in pages.METRICS],
-        "latest": {"kind": kind, "status": words, "message": pages.first_line(series[-1][1].message)},
+        "latest": {"kind": kind, "status": words, "message": pages.first_line(series[-1].message)},
         "changes": rows,
         "changes_note": note,
         "data": pages.case_data(group, case, series, rows),
@@ -195,6 +195,7 @@ def _index_group(group: Group, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "backend": group.backend,
         "ordered_by": group.ordered_by,
         "n_runs": len(group.runs),
+        "of_runs": latest.of_runs,
         "n_commits": len({r.commit for r in group.runs}),
         "latest": {
             "run_id": latest.run_id,

@@ -143,15 +143,11 @@ def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> 
     last = s.run_ids[-1]
     p = page(built.out, f"runs/{last}.html")
     assert f"FAILED: 2 of 26 case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
-    cases = {c["name"]: c for c in p.data["cases"]}
+    cases = {c["record"]["name"]: c for c in p.data["cases"]}
     rec = real(2)["cases"]["tiny-mtp-fixed"]
     mtp = cases["tiny-mtp-fixed"]
-    assert mtp["counters"] == {
-        "drafted": rec["drafted"],
-        "accepted": rec["accepted"],
-        "drafts": rec["drafts"],
-    }
-    assert mtp["command"].startswith(rec["command"][0]) and "--spec-type draft-mtp" in mtp["command"]
+    assert mtp["record"] == rec  # the record as results.json holds it: counters, command, samples
+    assert mtp["kind"] == "passed" and cases[INACTIVE_CASE]["status"] == "failed: spec_inactive"
     assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log"
     assert (built.out / "runs" / mtp["log_href"]).read_bytes() == (
         s.results / last / "logs" / "tiny-mtp-fixed.log"
@@ -237,8 +233,12 @@ def test_a_hostile_results_json_lands_as_text(tmp_path: Path) -> None:
         assert "<script>window" not in text and "<img" not in text, html
         Page(text)  # its data parses
     run = page(out, "runs/hostile-run.html")
-    (bad,) = [c for c in run.data["cases"] if c["name"] == HOSTILE]
-    assert bad["message"] == HOSTILE and HOSTILE in bad["command"] and bad["log_href"] is None
+    (bad,) = [c for c in run.data["cases"] if c["record"]["name"] == HOSTILE]
+    assert (
+        bad["record"]["message"] == HOSTILE
+        and HOSTILE in bad["record"]["command"]
+        and bad["log_href"] is None
+    )
     assert not (out / "runs" / "hostile-run" / "logs" / "passwd.log").exists()
     assert "not copied: logs/passwd.log: a symlink (not followed)" in run.text
     assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log").is_file()
@@ -326,3 +326,33 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     )
     assert cli(["report", "--db", str(db), "--device", "h200", "--out", str(tmp_path / "s")]) == 2
     assert "error: --device 'h200': not in the history" in capsys.readouterr().err
+
+
+def test_a_new_run_renders_its_page_and_the_others_are_carried_over(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    for n in range(3):
+        record(at(real(n), f"{n:040x}", n), db, results)
+    src = Sources(db, results, None)
+    assert build_site(src, out).rendered == 3
+    ids = [p.name for p in (out / "runs").glob("*.html")]
+    inode = {name: (out / "runs" / name).stat().st_ino for name in ids}
+    again = build_site(src, out)
+    assert again.rendered == 0 and again.run_folders == 3
+    assert {name: (out / "runs" / name).stat().st_ino for name in ids} == inode  # the same files, linked
+    doc = at(real(2), "f" * 40, 3)
+    record(doc, db, results)
+    assert build_site(src, out).rendered == 1 and (out / "runs" / f"{doc['run_id']}.html").is_file()
+    (results / at(real(0), "0" * 40, 0)["run_id"] / "summary.md").write_text("### a summary written later\n")
+    assert build_site(src, out).rendered == 1  # its results folder changed
+
+
+def test_last_keeps_the_newest_runs_of_each_device(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    docs = [at(real(0), f"{n:040x}", n) for n in range(3)]
+    for doc in docs:
+        record(doc, db, results)
+    build_site(Sources(db, results, None, last=2), out)
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == [d["run_id"] for d in docs[1:]]
+    assert "the last 2 of 3 runs" in page(out, "index.html").text
+    assert page(out, f"cases/{GROUP}/tiny-mtp-fixed.html").data["run"] == [d["run_id"] for d in docs[1:]]
+    assert cli(["report", "--db", str(db), "--last", "-1", "--out", str(out)]) == 2

@@ -214,19 +214,26 @@
 
   // --- a run page -------------------------------------------------------------------------------------
 
+  const finite = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+  // as the history lists a record's metrics: pos0 with its schema-1 fallback, speedup as the median of
+  // the A-B-B-A rounds where there were rounds
+  const pos0 = (r) => finite(r.pos0_rate) ?? finite((r.per_position_rate || [])[0]);
+  const speedup = (r) => finite(r.speed && r.speed.speedup_median) ?? finite(r.speedup);
+  const shellWord = (w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : "'" + String(w).replaceAll("'", "'\"'\"'") + "'");
+
   function withFloor(v, floor, digits) {
-    return num(v, digits) + (floor !== null && floor !== undefined && v !== null ? ` (≥ ${num(floor, digits)})` : "");
+    return num(v, digits) + (finite(floor) !== null && finite(v) !== null ? ` (≥ ${num(floor, digits)})` : "");
   }
 
   function summaryRow(c) {
-    const f = c.floors || {};
+    const r = c.record, f = r.floors || {};
     return el("tr", { className: "status-" + c.kind },
-      el("td", {}, link(c.case_href, c.name)), el("td", {}, badge(c.kind, c.status)),
-      cell(c.message ? c.message.split("\n")[0] : ""),
-      cell(withFloor(c.values.accept_rate, f.min_accept_rate, 4), "num"),
-      cell(withFloor(c.values.accept_len, f.min_accept_len, 4), "num"),
-      cell(withFloor(c.values.speedup, f.min_speedup, 3), "num"),
-      cell(withFloor(c.identical_fraction, f.min_identical_fraction, 2), "num"));
+      el("td", {}, link(c.case_href, r.name)), el("td", {}, badge(c.kind, c.status)),
+      cell(r.message ? r.message.split("\n")[0] : ""),
+      cell(withFloor(finite(r.accept_rate), f.min_accept_rate, 4), "num"),
+      cell(withFloor(finite(r.accept_len), f.min_accept_len, 4), "num"),
+      cell(withFloor(speedup(r), f.min_speedup, 3), "num"),
+      cell(withFloor(finite(r.identical_fraction), f.min_identical_fraction, 2), "num"));
   }
 
   function facts(pairs) {
@@ -239,30 +246,33 @@
   }
 
   function caseDetails(c) {
-    const box = el("details", { className: "case status-" + c.kind, id: "case-" + c.name },
-      el("summary", {}, c.name + " ", badge(c.kind, c.status)));
+    const r = c.record, speed = r.speed || {};
+    const box = el("details", { className: "case status-" + c.kind },
+      el("summary", {}, r.name + " ", badge(c.kind, c.status)));
     if (BAD.has(c.kind)) box.open = true;
-    if (c.message) box.append(el("pre", { className: "command", text: c.message }));
-    const k = c.counters;
+    if (r.message) box.append(el("pre", { className: "command", text: r.message }));
+    const counts = [r.drafted, r.accepted, r.drafts].map((v) => (v === null || v === undefined ? "–" : v));
     box.append(facts([
-      ["method", c.method], ["spec type", c.spec_type], ["n_max", c.n_max], ["target", c.target], ["draft", c.draft],
-      ["drafted / accepted / drafts", [k.drafted, k.accepted, k.drafts].map((v) => (v === null ? "–" : v)).join(" / ")],
-      ["accept rate", num(c.values.accept_rate)], ["accept length", num(c.values.accept_len)],
-      ["position-0 rate", num(c.values.pos0_rate)], ["accepted by position", c.per_position],
-      ["rate by position", c.per_position_rate.map((v) => num(v))],
-      ["decode t/s (speculation off)", `${num(c.decode_tps, 2)} (${num(c.baseline_decode_tps, 2)})`],
-      ["speedup", num(c.values.speedup, 3)], ["A-B-B-A round speedups", c.speedups.map((v) => num(v, 3))],
-      ["identical tokens", num(c.identical_fraction, 2)], ["wall", c.wall_s === null ? null : num(c.wall_s, 1) + " s"],
+      ["method", r.method], ["spec type", r.spec_type], ["n_max", r.n_max], ["target", r.target], ["draft", r.draft],
+      ["drafted / accepted / drafts", counts.join(" / ")],
+      ["accept rate", num(finite(r.accept_rate))], ["accept length", num(finite(r.accept_len))],
+      ["position-0 rate", num(pos0(r))], ["accepted by position", r.per_position],
+      ["rate by position", (r.per_position_rate || []).map((v) => num(v))],
+      ["decode t/s (speculation off)", `${num(finite(r.decode_tps), 2)} (${num(finite(r.baseline_decode_tps), 2)})`],
+      ["speedup", num(speedup(r), 3)], ["A-B-B-A round speedups", (speed.speedups || []).map((v) => num(v, 3))],
+      ["identical tokens", num(finite(r.identical_fraction), 2)],
+      ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
     ]));
-    if (c.baseline) {
-      const p = el("p", {}, "history baseline: commit ", el("code", { text: short(c.baseline.commit) }), " run ");
-      p.append(c.baseline.slug ? link(c.baseline.slug + ".html", c.baseline.run || "?") : (c.baseline.run || "?"));
-      if (c.baseline.regressions.length) p.append(" · regressed: " + c.baseline.regressions.join(", "));
+    if (r.baseline) {
+      const p = el("p", {}, "history baseline: commit ", el("code", { text: short(r.baseline.commit) }), " run ");
+      p.append(c.baseline_slug ? link(c.baseline_slug + ".html", r.baseline.run_id || "?") : (r.baseline.run_id || "?"));
+      if ((r.baseline.regressions || []).length) p.append(" · regressed: " + r.baseline.regressions.join(", "));
       box.append(p);
     }
     box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
-    box.append(el("pre", { className: "command", text: c.command || "(none recorded)" }));
-    for (const w of c.warnings) box.append(el("p", { className: "why", text: "warning: " + w }));
+    const command = (r.command || []).map(shellWord).join(" ");
+    box.append(el("pre", { className: "command", text: command || "(none recorded)" }));
+    for (const w of r.warnings || []) box.append(el("p", { className: "why", text: "warning: " + w }));
     return box;
   }
 
@@ -272,6 +282,19 @@
     for (const c of d.cases) {
       tbody.append(summaryRow(c));
       box.append(caseDetails(c));
+    }
+    const models = document.querySelector("#models tbody");
+    for (const name of Object.keys(d.models).sort()) {
+      const m = d.models[name] || {};
+      models.append(el("tr", {}, cell(name), el("td", {}, el("code", { text: m.sha256 || "?" })),
+        cell(m.size === null || m.size === undefined ? "?" : m.size, "num")));
+    }
+    const servers = document.getElementById("baselines");
+    for (const b of d.servers) {
+      const head = el("summary", {}, "speculation-off server for " + b.key);
+      if (b.log_href) head.append(" · ", link(b.log_href, "log"));
+      servers.append(el("details", {}, head,
+        el("pre", { className: "command", text: (b.command || []).map(shellWord).join(" ") })));
     }
   }
 
