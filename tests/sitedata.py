@@ -131,7 +131,39 @@ def story(tmp: Path) -> Story:
         if n < 3:
             shutil.copy(REAL[n] / "summary.md", folder / "summary.md")
         ids.append(doc["run_id"])
+    bisect(results, commits)
     return Story(db, results, mirror, commits, ids)
+
+
+def bisect(results: Path, commits: list[str]) -> None:
+    """A bisect of the stepped case over the story's commits, as ``specsuite bisect`` writes bisect.json,
+    and a folder whose bisect.json is not one."""
+    steps = [
+        {"label": label, "commit": commits[i], "subject": f"commit {i}", "verdict": verdict, "rule": rule,
+         "value": value, "detail": "", "folder": f"{label}-{commits[i][:10]}", "build_s": 1.0, "run_s": 1.0,
+         "exit_code": 0}
+        for label, i, verdict, rule, value in [
+            ("good", STEP_AT - 1, "good", "reference", 0.4775),
+            ("bad", N_COMMITS - 1, "bad", "relative", 0.4297),
+            ("step 1", STEP_AT + 1, "bad", "relative", 0.4297),
+            ("step 2", STEP_AT, "bad", "relative", 0.4297),
+        ]
+    ]  # fmt: skip
+    doc = {
+        "status": "found",
+        "headline": f"first bad commit {commits[STEP_AT]} 'commit {STEP_AT}' ({STEP_CASE}, accept_rate, rtol "
+        "0.05; 2 bisect steps)",
+        "first_bad": {"commit": commits[STEP_AT], "subject": f"commit {STEP_AT}"},
+        "candidates": [],
+        "params": {"case": STEP_CASE, "metric": "accept_rate", "rtol": 0.05, "good": commits[STEP_AT - 1],
+                   "bad": commits[-1], "tree": "/nowhere", "out": "/nowhere", "builder": "x",
+                   "build_argv": [], "run_argv": [], "reference": None},
+        "tested": steps,
+    }  # fmt: skip
+    (results / "bisect-20261201T090000Z-tiny-mtp-random").mkdir()
+    (results / "bisect-20261201T090000Z-tiny-mtp-random" / "bisect.json").write_text(json.dumps(doc))
+    (results / "bisect-broken").mkdir()
+    (results / "bisect-broken" / "bisect.json").write_text('{"status": "found"}')
 
 
 HOSTILE = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import itertools
 import json
 import re
@@ -443,4 +444,7 @@ def change_points(path: Path, device: str | None, mirror: Path | None) -> list[C
         changes: Any = importlib.import_module("specsuite.history.changes")
     except ImportError:
         return []
-    return list(changes.find_changes(path, device=device, mirror=mirror))
+    find = changes.find_changes
+    # the same mirror orders the site's series and the detector's, where the detector takes one
+    extra = {"mirror": mirror} if "mirror" in inspect.signature(find).parameters else {}
+    return list(find(path, device=device, **extra))

@@ -25,6 +25,7 @@ from specsuite.results.document import Run, load_run
 MAX_COPY_BYTES = 16 << 20  # one log or document: a bigger one stays in the run's artifact
 MAX_BISECT_BYTES = 4 << 20
 _PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_HEX = re.compile(r"[0-9a-f]{7,40}")
 COPIED = ("results.json", "summary.md")
 
 
@@ -191,7 +192,7 @@ def bisects(root: Path | None) -> list[Bisect]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             print(f"warning: report: {path} is not a bisect result ({exc}); left out", file=sys.stderr)
             continue
-        if found is not None and found.bad:
+        if found is not None and _HEX.fullmatch(found.bad):
             out.append(found)
     return out
 

@@ -154,6 +154,8 @@ def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> 
     ).read_bytes()
     assert (built.out / "runs" / last / "results.json").is_file()
     assert mtp["case_href"] == f"../cases/{GROUP}/tiny-mtp-fixed.html"
+    assert f"first bad commit {s.commits[STEP_AT]}" in p.text and "step 2" in p.text  # its bisect
+    assert "Bisect" not in page(built.out, f"runs/{s.run_ids[-2]}.html").text
     first = page(built.out, f"runs/{s.run_ids[0]}.html")  # a real run: its own headline, its summary.md
     assert real(0)["verdict"] in first.text and first.find("a", href=f"{s.run_ids[0]}/summary.md")
 
