@@ -86,6 +86,12 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def report(session: nox.Session) -> None:
+    """The history as a static site, from the history and results/ (-- --out DIR --device D)."""
+    _specsuite(session, "report")
+
+
+@nox.session(default=False)
 def bisect(session: nox.Session) -> None:
     """Find the llama.cpp commit that made a case worse (-- --good SHA --bad SHA --case NAME)."""
     _specsuite(session, "bisect", extras="test")

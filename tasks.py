@@ -1,4 +1,5 @@
 """invoke tasks for chores around the suite: fetch, lock and verify models, probe, compare, history, changes,
+report,
 resolve.
 
 Each task is a thin wrapper over the ``specsuite`` command of the same name (the nox sessions call the same
@@ -115,6 +116,11 @@ def changes(c, case=None, metric=None, device=None, json=False, db=None, mirror=
 
 
 @command()
+def report(c, out=None, device=None, last=None, results=None, db=None):
+    _run("report", out=out, device=device, last=last, results=results, db=db)
+
+
+@command()
 def resolve(
     c,
     model,
@@ -140,5 +146,14 @@ def resolve(
 
 
 ns = Collection(
-    fetch_models, lock_models, verify_models, probe, compare, make_synthetic_models, history, changes, resolve
+    fetch_models,
+    lock_models,
+    verify_models,
+    probe,
+    compare,
+    make_synthetic_models,
+    history,
+    changes,
+    report,
+    resolve,
 )

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "plot": "specsuite.results.plot",
     "history": "specsuite.history.report",
     "changes": "specsuite.history.report:changes",
+    "report": "specsuite.report.command",
     "resolve": "specsuite.server.resolver",
     "bisect": "specsuite.bisect.command",
     "bench": "specsuite.bench.command",

@@ -42,6 +42,9 @@ def test_the_wheel_carries_the_suite_and_its_data(wheel: Path) -> None:
         "specsuite/suite/test_speculative.py",
         "specsuite/suite/pytest.ini",
     } <= names
+    report = {f"specsuite/report/templates/{t}.html" for t in ("base", "index", "case", "run")}
+    report |= {f"specsuite/report/assets/{a}" for a in ("site.js", "site.css", "vendor/uPlot.iife.min.js")}
+    assert report <= names  # `specsuite report` runs from the wheel
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert (
         "[pytest11]\nspecsuite = specsuite.suite.plugin" in zipfile.ZipFile(wheel).read(entry_points).decode()

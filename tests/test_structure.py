@@ -23,7 +23,7 @@ LAYERS = (
     ("results",),
     ("history",),
     ("suite",),
-    ("tools", "bisect", "bench"),
+    ("tools", "bisect", "bench", "report"),
     ("cli", "__main__", "__init__"),
 )
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

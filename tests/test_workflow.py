@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -98,10 +100,9 @@ def test_the_suite_is_a_matrix_of_shards(suite: dict) -> None:
 def test_runners_container_and_limits(jobs: dict) -> None:
     labels = """${{ fromJSON(vars.SPEC_RUNNER_LABELS || '["self-hosted", "linux", "gpu"]') }}"""
     assert jobs["plan"]["runs-on"] == jobs["merge"]["runs-on"] == labels  # no architecture label
-    for name, job in jobs.items():
-        assert job["container"]["image"] == "nvidia/cuda:13.4.3-devel-ubuntu26.04", (
-            name
-        )  # upstream's, exactly
+    for name in ("plan", "suite", "merge", "bisect"):  # the site's jobs need no toolkit
+        job = jobs[name]
+        assert job["container"]["image"] == "nvidia/cuda:13.4.3-devel-ubuntu26.04", name  # upstream's
         limit = job["timeout-minutes"]
         assert name == "suite" or (isinstance(limit, int) and 0 < limit <= 360), name
         assert "vars.SPEC_CACHE_DIR" in job["container"]["options"]
@@ -128,6 +129,8 @@ def test_the_history_travels_in_the_cache_and_only_the_merge_writes_it(jobs: dic
     for name, job in jobs.items():
         if name == "bisect":  # builds and runs old commits only: no history read or written
             assert "SPEC_HISTORY" not in job["env"] and "actions/cache" not in str(job["steps"])
+            continue
+        if name in ("site", "pages"):  # they read what the merge saved (their own test below)
             continue
         restore = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
         assert [r["with"] for r in restore] == [
@@ -311,7 +314,7 @@ def test_no_input_matrix_value_or_artifact_name_interpolated_into_a_script(jobs:
 
 
 def test_the_bisect_runs_only_after_a_failed_scheduled_merge(jobs: dict, bisect_job: dict) -> None:
-    assert list(jobs) == ["plan", "suite", "merge", "bisect"]
+    assert list(jobs) == ["plan", "suite", "merge", "bisect", "site", "pages"]
     assert bisect_job["needs"] == "merge"
     cond = bisect_job["if"]
     for part in ("always()", "github.event_name == 'schedule'", "needs.merge.result == 'failure'",
@@ -464,3 +467,72 @@ def test_zizmor_catches_injection(tmp_path: Path) -> None:
     bad.write_text(text)
     proc = _run([exe, "--offline", str(bad)])
     assert proc.returncode != 0 and "template-injection" in proc.stdout
+
+
+# --- the history site and its deployment to GitHub Pages ---------------------------------------------------
+
+
+def _uses(job: dict, uses: str) -> dict:
+    (found,) = [s for s in job["steps"] if s.get("uses", "").startswith(uses + "@")]
+    return found
+
+
+def test_every_action_of_every_job_is_pinned(wf: dict) -> None:
+    for name, j in wf["jobs"].items():
+        for s in j["steps"]:
+            if "uses" in s:
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", s["uses"]), (name, s["uses"])
+            assert "${{" not in s.get("run", ""), (name, s.get("name"))
+
+
+def test_the_site_is_built_after_every_run_where_the_history_lives(wf: dict) -> None:
+    site, merge = wf["jobs"]["site"], wf["jobs"]["merge"]
+    # after the merge (and a red night's bisect), green or red; not when there was no run at all
+    assert site["needs"] == ["merge", "bisect"]
+    assert site["if"] == "${{ always() && needs.merge.result != 'skipped' }}"
+    assert site["runs-on"] == merge["runs-on"]  # a runner whose cache holds the llama.cpp mirror
+    restore = _uses(site, "actions/cache/restore")["with"]  # the history the merge saved
+    assert restore == _uses(merge, "actions/cache/save")["with"] | {"restore-keys": "spec-history-"}
+    assert site["env"]["SPEC_HISTORY"] == "history/history.sqlite"
+    cache = "vars.SPEC_CACHE_DIR || '/opt/specsuite/cache'"
+    assert cache in site["container"]["options"] and cache in site["env"]["SPEC_CACHE_DIR"]
+    assert "--gpus" not in site["container"]["options"] and "permissions" not in site  # contents: read
+    results = _uses(site, "actions/download-artifact")["with"]
+    uploaded = _uses(merge, "actions/upload-artifact")["with"]["name"]
+    assert fnmatch(
+        uploaded.replace("${{ github.run_id }}-${{ github.run_attempt }}", "1-1"), results["pattern"]
+    )
+    assert results["path"] == "results" and results["merge-multiple"] is True
+    (build,) = [s for s in site["steps"] if 'specsuite" report' in s.get("run", "")]
+    argv = shlex.split(build["run"].splitlines()[-1])[2:]
+    assert argv == ["--results", "results", "--out", "site"]
+    from specsuite.report.command import parser
+
+    parser().parse_args(argv)  # the options the command has
+    up = _uses(site, "actions/upload-artifact")["with"]
+    assert up["path"] == "site/" and not fnmatch(up["name"], results["pattern"])  # not taken for results
+
+
+def test_pages_deploys_only_when_asked_with_only_the_permissions_it_needs(wf: dict) -> None:
+    pages, site = wf["jobs"]["pages"], wf["jobs"]["site"]
+    assert pages["needs"] == ["site"]
+    cond = pages["if"]
+    assert "vars.SPEC_PAGES == 'true'" in cond and "needs.site.result == 'success'" in cond
+    assert "github.ref_name == github.event.repository.default_branch" in cond
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert pages["environment"]["name"] == "github-pages"
+    assert (
+        "self-hosted" not in str(pages["runs-on"]) and "container" not in pages
+    )  # no GPU box, no code of ours
+    got = _uses(pages, "actions/download-artifact")["with"]["name"]
+    assert got == _uses(site, "actions/upload-artifact")["with"]["name"]
+    assert _uses(pages, "actions/upload-pages-artifact")["with"]["path"] == "site"
+    deploy = _uses(pages, "actions/deploy-pages")
+    assert pages["environment"]["url"] == "${{ steps." + deploy["id"] + ".outputs.page_url }}"
+    assert [k for k, j in wf["jobs"].items() if "permissions" in j] == ["pages"]  # the others: contents: read
+
+
+def test_spec_pages_is_a_declared_variable() -> None:
+    config = yaml.safe_load((paths.REPO_ROOT / ".github" / "actionlint.yaml").read_text())
+    assert "SPEC_PAGES" in config["config-variables"]
+    assert "SPEC_PAGES" in WORKFLOW.read_text().split("name: spec-suite")[0]  # the header says what it does

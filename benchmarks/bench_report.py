@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""What the history site costs: ``specsuite report`` over a long history, and its pages in headless Chromium.
+
+    python benchmarks/bench_report.py [--runs 10000] [--last 1000] [--repeats 3] [--loads 5] [--workdir DIR]
+
+1. A history of ``--runs`` runs, each a real synthetic-tier run (tests/data/results/site-real-3: 26
+   cases, A-B-B-A speed samples) at its own commit of a real git repository (the mirror that orders them
+   by ancestry), acceptance jittered, one run in 50 with a failing case. ``specsuite report`` of it
+   (``build_site``, the newest ``--last`` runs): cold, into a new folder, and nightly, after one more run
+   was recorded (its page rendered, the others carried over); medians of ``--repeats``. Goal: < 5 s.
+   Beside it, the plain tool over the same runs: ``history --last N``'s text tables.
+2. The index, the case page (``--last`` points per chart) and a run page, opened from file:// in headless
+   Chromium (Debian's chromium and chromedriver, via selenium): navigation start to the page's own
+   "drawn" mark (its charts and tables done), median of ``--loads`` loads each. Goal: < 1 s. Beside it,
+   the same page with its scripts left out (the HTML and CSS alone). And each page's weight with
+   everything it loads. Goal: < 2 MB for 1 000 runs.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime as dt
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from specsuite.common import paths, table
+from specsuite.history import db as history
+from specsuite.history.report import history_command
+from specsuite.report.site import Sources, build_site
+from specsuite.results.document import Run, load_run
+
+REAL = paths.REPO_ROOT / "tests" / "data" / "results" / "site-real-3"
+START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+CASE = "tiny-mtp-random"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)  # fmt: skip
+
+
+def mirror(repo: Path, n: int) -> list[str]:
+    """A git repository of ``n`` commits in one line (git fast-import): their shas, oldest first."""
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    stream = []
+    for i in range(n):
+        when = int((START + dt.timedelta(hours=i)).timestamp())
+        msg = f"commit {i}\n"
+        stream.append(f"commit refs/heads/main\nmark :{i + 1}\ncommitter b <b@example.invalid> {when} +0000\n"
+                      f"data {len(msg)}\n{msg}" + (f"from :{i}\n" if i else "") + "\n")  # fmt: skip
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input="".join(stream).encode(), check=True)
+    out = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=repo, check=True, capture_output=True)
+    return out.stdout.decode().split()
+
+
+def variant(doc: Run, i: int, commit: str, rng: random.Random) -> Run:
+    """Run ``i``: its own commit, run id and start; acceptance jittered; one run in 50 fails a case."""
+    out = copy.deepcopy(doc)
+    out.binary.commit = commit
+    out.run_id = f"bench-{i:06d}"
+    out.started = (START + dt.timedelta(hours=i)).isoformat(timespec="seconds")
+    out.verdict = None
+    for rec in out.cases.values():
+        if rec.accept_rate is not None:
+            rec.accept_rate = round(rec.accept_rate * rng.uniform(0.97, 1.0), 4)
+    if i % 50 == 49:
+        rec = out.cases[CASE]
+        rec.status, rec.reason, rec.message = "failed", "floor", "accept_rate below its floor (benchmark)"
+    return out
+
+
+def fill(db: Path, doc: Run, commits: list[str]) -> float:
+    rng, t = random.Random(1), time.perf_counter()
+    with contextlib.closing(history.connect(db)) as conn, history.transaction(conn):
+        for i, commit in enumerate(commits):
+            history.insert_run(conn, variant(doc, i, commit, rng))
+    return time.perf_counter() - t
+
+
+def median_s(fn: Callable[[int], object], repeats: int) -> float:
+    times = []
+    for i in range(repeats):
+        t = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def weight(page: Path) -> int:
+    """The page's bytes and those of every script and stylesheet it loads."""
+    import re
+
+    text = page.read_text(encoding="utf-8")
+    refs = re.findall(r'<(?:script src|link rel="stylesheet" href)="([^"]+)"', text)
+    return page.stat().st_size + sum((page.parent / r).stat().st_size for r in refs)
+
+
+def bare(page: Path, out: Path) -> Path:
+    """The same page without its scripts: what the HTML and CSS alone cost the browser."""
+    import re
+
+    text = re.sub(r"<script[^>]*>.*?</script>", "", page.read_text(encoding="utf-8"), flags=re.S)
+    text = text.replace('<body data-page="', '<body data-ready="1" data-page="')
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def browser(profile: Path) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in (*FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver") or "chromedriver"))
+
+
+def load_ms(driver: Any, page: Path) -> float:
+    """Navigation start to the page's "drawn" mark (or, without scripts, its load event), in ms."""
+    driver.get("about:blank")
+    driver.get(page.resolve().as_uri())
+    for _ in range(200):
+        got = driver.execute_script(
+            "const m = performance.getEntriesByName('specsuite-drawn');"
+            "const n = performance.getEntriesByType('navigation')[0];"
+            "return m.length ? m[0].startTime : (n && n.loadEventEnd ? n.loadEventEnd : null);"
+        )
+        if got:
+            return float(got)
+        time.sleep(0.02)
+    raise RuntimeError(f"{page}: never drawn")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10_000, help="runs in the history (10000)")
+    ap.add_argument(
+        "--last", type=int, default=1000, help="runs the site shows (1000, the command's default)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="site builds timed (3)")
+    ap.add_argument("--loads", type=int, default=5, help="page loads timed per page (5)")
+    ap.add_argument("--workdir", type=Path, help="where the temporary history goes (default: $TMPDIR)")
+    args = ap.parse_args()
+    doc = load_run(REAL)
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        root = Path(tmp)
+        t = time.perf_counter()
+        commits = mirror(root / "mirror", args.runs + args.repeats)  # the nightly runs' commits too
+        git_s = time.perf_counter() - t
+        db = root / "history.sqlite"
+        fill_s = fill(db, doc, commits[: args.runs])
+        print(f"{len(commits)} commits in {git_s:.1f} s; {args.runs} runs x {len(doc.cases)} cases recorded "
+              f"in {fill_s:.1f} s; {db.stat().st_size >> 20} MiB")  # fmt: skip
+        src, out = Sources(db, None, root / "mirror", last=args.last), root / "site"
+        rows = builds(args, doc, src, out, commits[args.runs :])
+        rows += loads(args, out)
+    print(f"\nmedians: {args.repeats} builds of each kind, {args.loads} loads per page\n")
+    print(table.render(["what", "median", "beside", "goal"], rows, markdown=True))
+    return 0
+
+
+def builds(
+    args: argparse.Namespace, doc: Run, src: Sources, out: Path, nightly: list[str]
+) -> list[list[str]]:
+    """The site cold (a new folder), then after each of ``nightly`` commits' runs; beside ``history``."""
+    built: list[Any] = []
+
+    def cold(_: int) -> None:
+        shutil.rmtree(out, ignore_errors=True)
+        built.append(build_site(src, out, changes=[]))
+
+    cold_s = median_s(cold, args.repeats)
+    assert built[-1].rendered == min(args.runs, args.last) and (out / "index.html").is_file()
+    rng, times = random.Random(3), []
+    for i, commit in enumerate(nightly):  # a nightly run: one more run recorded, then the site again
+        history.record_run(variant(doc, args.runs + i, commit, rng), src.db)
+        t = time.perf_counter()
+        built.append(build_site(src, out, changes=[]))
+        times.append(time.perf_counter() - t)
+        assert built[-1].rendered == 1
+    warm_s = statistics.median(times)
+    ordered = "ancestry" if "in ancestry order" in (out / "index.html").read_text() else "time"
+    kw = {"path": src.db, "case": None, "device": None, "last": args.last, "plot": None, "as_json": False}
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        plain = median_s(lambda _: history_command(**kw), args.repeats)
+    what = f"{args.runs} runs stored, the last {args.last} x {len(doc.cases)} cases shown, {ordered} order"
+    beside = f"x `history --last {args.last}`"
+    return [
+        [f"`specsuite report`, cold: {what}", f"{cold_s:.2f} s",
+         f"{cold_s / plain:.2f} {beside} ({plain:.2f} s)", "< 5 s"],
+        ["`specsuite report`, nightly: one run more than the site has", f"{warm_s:.2f} s",
+         f"{warm_s / plain:.2f} {beside}", "< 5 s"],
+    ]  # fmt: skip
+
+
+def loads(args: argparse.Namespace, out: Path) -> list[list[str]]:
+    """The index, a case page and a run page in headless Chromium, beside their HTML alone."""
+    group = next((out / "cases").iterdir()).name
+    pages = {
+        "index": out / "index.html",
+        f"case page, {args.last} runs": out / "cases" / group / f"{CASE}.html",
+        "run page, 26 cases": out / "runs" / f"bench-{args.runs - 1:06d}.html",
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as profile:
+        driver = browser(Path(profile))
+        try:
+            for label, page in pages.items():
+                stripped = bare(page, page.with_name(f"bare-{page.name}"))
+                load_ms(driver, page), load_ms(driver, stripped)  # untimed: the first load reads the disk
+                full = statistics.median(load_ms(driver, page) for _ in range(args.loads))
+                plain_ms = statistics.median(load_ms(driver, stripped) for _ in range(args.loads))
+                mb = weight(page) / 1e6
+                rows.append([f"load in headless Chromium: {label} ({mb:.2f} MB with its scripts and styles)",
+                             f"{full:.0f} ms", f"{full / plain_ms:.2f} x the HTML alone ({plain_ms:.0f} ms)",
+                             "< 1 s; < 2 MB"])  # fmt: skip
+        finally:
+            driver.quit()
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+// specsuite report: draws a case page's charts (uPlot) and fills the long tables of case and run pages from
+// the page's embedded JSON. Every text from the data goes in through textContent (never innerHTML), and
+// every link is one the generator computed from its own safe file names.
+"use strict";
+
+(function () {
+  const BAD = new Set(["failed", "drifted", "error", "interrupted"]);
+  const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
+                  change: "#e16f00", base: "#9aa4b5" };
+  const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
+  const charts = (window.specsuiteCharts = {}); // each drawn chart by its figure's id (for a look from devtools)
+
+  function el(tag, props, ...kids) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "text") node.textContent = String(v);
+      else if (k === "className") node.className = v;
+      else node.setAttribute(k, String(v));
+    }
+    for (const kid of kids) {
+      if (kid !== null && kid !== undefined) node.append(kid);
+    }
+    return node;
+  }
+  const num = (v, digits = 4) => (v === null || v === undefined || !isFinite(v) ? "–" : Number(v).toFixed(digits));
+  const pct = (v) => (v === null || v === undefined ? "–" : (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + " %");
+  const short = (sha) => String(sha || "").slice(0, 7);
+  const when = (iso) => String(iso || "").slice(0, 16).replace("T", " ");
+  const badge = (kind, words) => el("span", { className: "badge " + kind, text: words });
+  const cell = (text, className) => el("td", { className, text });
+  const link = (href, text) => el("a", { href, text });
+
+  function data() {
+    const node = document.getElementById("site-data");
+    return node ? JSON.parse(node.textContent) : null;
+  }
+
+  // --- a case page ------------------------------------------------------------------------------------
+
+  function xAxis(d) {
+    return {
+      space: 70,
+      incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
+      values: (u, splits) => splits.map((v) => (Number.isInteger(v) && d.commit[v] ? short(d.commit[v]) : "")),
+    };
+  }
+
+  function drawMarks(d, key, vals, floor) {
+    // floors: a dashed segment across each run's slot (a recalibrated floor steps); change points of this
+    // metric: a dashed line between the last run before and the first after, with its size and commit;
+    // failing runs without a value of this metric: a red triangle on the axis
+    return (u) => {
+      const ctx = u.ctx, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height, px = devicePixelRatio;
+      ctx.save();
+      ctx.lineWidth = 1.5 * px;
+      ctx.setLineDash([6 * px, 4 * px]);
+      ctx.strokeStyle = COLOR.floor;
+      (floor || []).forEach((f, i) => {
+        if (f === null) return;
+        const y = u.valToPos(f, "y", true);
+        ctx.beginPath();
+        ctx.moveTo(u.valToPos(i - 0.5, "x", true), y);
+        ctx.lineTo(u.valToPos(i + 0.5, "x", true), y);
+        ctx.stroke();
+      });
+      ctx.lineWidth = 2 * px;
+      ctx.strokeStyle = ctx.fillStyle = COLOR.change;
+      ctx.font = 11 * px + "px system-ui, sans-serif";
+      for (const c of d.changes) {
+        if (c.metric !== key) continue;
+        const x = u.valToPos(c.index - 0.5, "x", true);
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, bottom);
+        ctx.stroke();
+        ctx.fillText(pct(c.change) + " at " + short(c.after_commit), x + 4 * px, top + 12 * px);
+      }
+      ctx.setLineDash([]);
+      ctx.fillStyle = COLOR.bad;
+      vals.forEach((v, i) => {
+        if (v !== null || !BAD.has(d.kind[i])) return;
+        const x = u.valToPos(i, "x", true), s = 5 * px;
+        ctx.beginPath();
+        ctx.moveTo(x, bottom - 2 * s);
+        ctx.lineTo(x - s, bottom);
+        ctx.lineTo(x + s, bottom);
+        ctx.fill();
+      });
+      ctx.restore();
+    };
+  }
+
+  function hoverText(d, label, vals) {
+    return (i) =>
+      i === null || i === undefined
+        ? ""
+        : `${short(d.commit[i])} · run ${d.run[i]} · ${d.status[i]} · ${label} ${num(vals[i])}` +
+          (d.speed_lo[i] !== null && label === "speedup" ? ` (rounds ${num(d.speed_lo[i], 3)} to ${num(d.speed_hi[i], 3)})` : "");
+  }
+
+  function metricChart(d, m, fig) {
+    const n = d.run.length, vals = d.values[m.key];
+    const xs = Array.from({ length: n }, (_, i) => i);
+    const series = [{ label: "commit", value: (u, v) => (v === null ? "–" : short(d.commit[v])) }];
+    const cols = [xs];
+    const bands = [];
+    series.push({ label: m.label, stroke: COLOR.value, width: 1.5, points: { show: n <= 150, size: 5 } });
+    cols.push(vals);
+    if (m.key === "speedup" && d.speed_lo.some((v) => v !== null)) {
+      const lo = cols.length;
+      series.push({ label: "lowest round", stroke: COLOR.band, width: 1, points: { show: false } });
+      series.push({ label: "highest round", stroke: COLOR.band, width: 1, points: { show: false } });
+      cols.push(d.speed_lo, d.speed_hi);
+      bands.push({ series: [lo + 1, lo], fill: COLOR.band });
+    }
+    const floor = d.floors[m.key];
+    if (floor && floor.some((v) => v !== null)) {
+      // drawn by drawMarks; the series puts floors in the legend and in the y range
+      series.push({ label: "floor", stroke: COLOR.floor, dash: [6, 4], width: 1, points: { show: false },
+                    paths: () => null });
+      cols.push(floor);
+    }
+    series.push({ label: "failing run", stroke: COLOR.bad, fill: COLOR.bad, width: 0, paths: () => null,
+                  points: { show: true, size: 9, stroke: COLOR.bad, fill: COLOR.bad } });
+    cols.push(vals.map((v, i) => (BAD.has(d.kind[i]) ? v : null)));
+    return plot(fig, {
+      series, bands,
+      scales: { x: { time: false, range: () => [-0.5, Math.max(n - 0.5, 0.5)] } },
+      axes: [xAxis(d), { size: 56 }],
+      hooks: { draw: [drawMarks(d, m.key, vals, floor)] },
+    }, cols, hoverText(d, m.label, vals), (i) => "../../runs/" + d.slug[i] + ".html");
+  }
+
+  function plot(fig, opts, cols, hover, href) {
+    const target = fig.querySelector(".plot"), out = fig.querySelector(".hover");
+    const width = Math.max(320, target.clientWidth || fig.clientWidth || 600);
+    const u = new uPlot({
+      width, height: 230,
+      cursor: { sync: { key: "case" }, points: { size: 7 } },
+      legend: { show: false }, // the line under the chart says what the cursor is on
+      hooks: {},
+      ...opts,
+    }, cols, target);
+    charts[fig.id] = u;
+    const idle = out.textContent;
+    u.over.addEventListener("mousemove", () => { out.textContent = hover(u.cursor.idx) || idle; });
+    u.over.addEventListener("mouseleave", () => { out.textContent = idle; });
+    if (href) {
+      u.over.addEventListener("click", () => {
+        if (u.cursor.idx !== null && u.cursor.idx !== undefined) window.location.href = href(u.cursor.idx);
+      });
+    }
+    return u;
+  }
+
+  function perPositionChart(d, fig) {
+    const pp = d.per_position;
+    if (!pp.latest) {
+      fig.classList.add("nodata");
+      fig.querySelector(".plot").textContent = pp.note;
+      return null;
+    }
+    const rates = [pp.latest.rates, pp.baseline ? pp.baseline.rates : []];
+    const k = Math.max(rates[0].length, rates[1].length);
+    const xs = Array.from({ length: k }, (_, i) => i + 1);
+    const pad = (r) => xs.map((_, i) => (r[i] === undefined ? null : r[i]));
+    const series = [{ label: "position" },
+      { label: "latest " + short(pp.latest.commit), fill: COLOR.value, stroke: COLOR.value,
+        paths: uPlot.paths.bars({ size: [0.35, 60], align: -1 }), points: { show: false } }];
+    const cols = [xs, pad(rates[0])];
+    if (pp.baseline) {
+      series.push({ label: "baseline " + short(pp.baseline.commit), fill: COLOR.base, stroke: COLOR.base,
+                    paths: uPlot.paths.bars({ size: [0.35, 60], align: 1 }), points: { show: false } });
+      cols.push(pad(rates[1]));
+    }
+    const note = fig.querySelector("figcaption");
+    note.append(el("span", { className: "why", text: " · baseline: " + (pp.baseline ? pp.note : pp.note || "none") }));
+    const hover = (i) => (i === null || i === undefined ? "" :
+      `position ${i + 1}: latest ${num(cols[1][i])}` + (pp.baseline ? `, baseline ${num(cols[2][i])}` : ""));
+    return plot(fig, {
+      series,
+      scales: { x: { time: false, range: () => [0.4, k + 0.6] }, y: { range: [0, 1] } },
+      axes: [{ incrs: [1, 2, 5, 10], values: (u, s) => s.map((v) => (Number.isInteger(v) ? String(v) : "")) }, { size: 56 }],
+      cursor: { sync: { key: "per-position" }, points: { show: false } },
+    }, cols, hover, null);
+  }
+
+  function runsTable(d, all) {
+    const tbody = document.querySelector("#runs tbody");
+    tbody.replaceChildren();
+    const n = d.run.length, shown = all ? n : Math.min(n, RUNS_SHOWN);
+    for (let i = n - 1; i >= n - shown; i--) {
+      const status = el("td", {}, badge(d.kind[i], d.status[i]));
+      if (d.message[i] && d.kind[i] !== "passed") status.append(el("div", { className: "why", text: d.message[i] }));
+      const tr = el("tr", { className: "status-" + d.kind[i] },
+        el("td", {}, el("code", { text: short(d.commit[i]) })), cell(when(d.started[i])), status);
+      for (const m of d.metrics) tr.append(cell(num(d.values[m.key][i], m.digits), "num"));
+      tr.append(el("td", {}, link("../../runs/" + d.slug[i] + ".html", d.run[i])));
+      tbody.append(tr);
+    }
+    if (shown < n) {
+      const more = el("button", { className: "more", type: "button", text: `show all ${n} runs` });
+      more.addEventListener("click", () => { more.remove(); runsTable(d, true); });
+      tbody.parentElement.after(more);
+    }
+  }
+
+  function casePage(d) {
+    for (const m of d.metrics) metricChart(d, m, document.getElementById("chart-" + m.key));
+    perPositionChart(d, document.getElementById("chart-per-position"));
+    runsTable(d, false);
+  }
+
+  // --- a run page -------------------------------------------------------------------------------------
+
+  const finite = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+  // as the history lists a record's metrics: pos0 with its schema-1 fallback, speedup as the median of
+  // the A-B-B-A rounds where there were rounds
+  const pos0 = (r) => finite(r.pos0_rate) ?? finite((r.per_position_rate || [])[0]);
+  const speedup = (r) => finite(r.speed && r.speed.speedup_median) ?? finite(r.speedup);
+  const shellWord = (w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : "'" + String(w).replaceAll("'", "'\"'\"'") + "'");
+
+  function withFloor(v, floor, digits) {
+    return num(v, digits) + (finite(floor) !== null && finite(v) !== null ? ` (≥ ${num(floor, digits)})` : "");
+  }
+
+  function summaryRow(c) {
+    const r = c.record, f = r.floors || {};
+    return el("tr", { className: "status-" + c.kind },
+      el("td", {}, link(c.case_href, r.name)), el("td", {}, badge(c.kind, c.status)),
+      cell(r.message ? r.message.split("\n")[0] : ""),
+      cell(withFloor(finite(r.accept_rate), f.min_accept_rate, 4), "num"),
+      cell(withFloor(finite(r.accept_len), f.min_accept_len, 4), "num"),
+      cell(withFloor(speedup(r), f.min_speedup, 3), "num"),
+      cell(withFloor(finite(r.identical_fraction), f.min_identical_fraction, 2), "num"));
+  }
+
+  function facts(pairs) {
+    const dl = el("dl", { className: "facts" });
+    for (const [k, v] of pairs) {
+      if (v === null || v === undefined || v === "" || (Array.isArray(v) && !v.length)) continue;
+      dl.append(el("dt", { text: k }), el("dd", { text: Array.isArray(v) ? v.join(", ") : String(v) }));
+    }
+    return dl;
+  }
+
+  function caseDetails(c) {
+    const r = c.record, speed = r.speed || {};
+    const box = el("details", { className: "case status-" + c.kind },
+      el("summary", {}, r.name + " ", badge(c.kind, c.status)));
+    if (BAD.has(c.kind)) box.open = true;
+    if (r.message) box.append(el("pre", { className: "command", text: r.message }));
+    const counts = [r.drafted, r.accepted, r.drafts].map((v) => (v === null || v === undefined ? "–" : v));
+    box.append(facts([
+      ["method", r.method], ["spec type", r.spec_type], ["n_max", r.n_max], ["target", r.target], ["draft", r.draft],
+      ["drafted / accepted / drafts", counts.join(" / ")],
+      ["accept rate", num(finite(r.accept_rate))], ["accept length", num(finite(r.accept_len))],
+      ["position-0 rate", num(pos0(r))], ["accepted by position", r.per_position],
+      ["rate by position", (r.per_position_rate || []).map((v) => num(v))],
+      ["decode t/s (speculation off)", `${num(finite(r.decode_tps), 2)} (${num(finite(r.baseline_decode_tps), 2)})`],
+      ["speedup", num(speedup(r), 3)], ["A-B-B-A round speedups", (speed.speedups || []).map((v) => num(v, 3))],
+      ["identical tokens", num(finite(r.identical_fraction), 2)],
+      ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
+    ]));
+    if (r.baseline) {
+      const p = el("p", {}, "history baseline: commit ", el("code", { text: short(r.baseline.commit) }), " run ");
+      p.append(c.baseline_slug ? link(c.baseline_slug + ".html", r.baseline.run_id || "?") : (r.baseline.run_id || "?"));
+      if ((r.baseline.regressions || []).length) p.append(" · regressed: " + r.baseline.regressions.join(", "));
+      box.append(p);
+    }
+    box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
+    const command = (r.command || []).map(shellWord).join(" ");
+    box.append(el("pre", { className: "command", text: command || "(none recorded)" }));
+    for (const w of r.warnings || []) box.append(el("p", { className: "why", text: "warning: " + w }));
+    return box;
+  }
+
+  function runPage(d) {
+    const tbody = document.querySelector("#summary-cases tbody");
+    const box = document.getElementById("cases");
+    for (const c of d.cases) {
+      tbody.append(summaryRow(c));
+      box.append(caseDetails(c));
+    }
+    const models = document.querySelector("#models tbody");
+    for (const name of Object.keys(d.models).sort()) {
+      const m = d.models[name] || {};
+      models.append(el("tr", {}, cell(name), el("td", {}, el("code", { text: m.sha256 || "?" })),
+        cell(m.size === null || m.size === undefined ? "?" : m.size, "num")));
+    }
+    const servers = document.getElementById("baselines");
+    for (const b of d.servers) {
+      const head = el("summary", {}, "speculation-off server for " + b.key);
+      if (b.log_href) head.append(" · ", link(b.log_href, "log"));
+      servers.append(el("details", {}, head,
+        el("pre", { className: "command", text: (b.command || []).map(shellWord).join(" ") })));
+    }
+  }
+
+  const d = data();
+  const page = document.body.dataset.page;
+  if (page === "case") casePage(d);
+  else if (page === "run") runPage(d);
+  document.body.dataset.ready = "1";
+  performance.mark("specsuite-drawn");
+})();

@@ -1,0 +1,59 @@
+"""``specsuite report [--out DIR] [--device D]``: the history as a static site, from the history database and
+the results folders it knows; no server, no network, opens from ``file://``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specsuite.common import paths
+from specsuite.common.argtypes import CommandParser
+from specsuite.common.errors import UserError
+from specsuite.history import db as history
+from specsuite.report.data import LAST, default_mirror
+from specsuite.report.site import Sources, build_site
+
+
+def default_out() -> Path:
+    return paths.RESULTS_DIR / "site"
+
+
+def parser() -> CommandParser:
+    p = CommandParser(
+        "report",
+        "The history as a static site: a table per device class and backend, a page per case over commits, "
+        "a page per run.",
+    )
+    p.add_argument("--out", type=Path, help="the site's folder, replaced whole (default results/site)")
+    p.add_argument("--device", help="only this device (name or class)")
+    p.add_argument(
+        "--last",
+        type=int,
+        default=LAST,
+        metavar="N",
+        help=f"the newest N runs of each device class and backend (default {LAST}; 0: all)",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help="where the runs' results folders are (default results/): their logs, summaries and bisects "
+        "go into the site",
+    )
+    p.add_argument("--db", type=Path, help="the history database (default: the one `history` reads)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    db = Path(a.db) if a.db is not None else history.default_path()
+    results = Path(a.results) if a.results is not None else paths.RESULTS_DIR
+    if a.last < 0:
+        raise UserError(f"--last {a.last}: give a number of runs, or 0 for all")
+    built = build_site(Sources(db, results, default_mirror(), a.device, a.last), a.out or default_out())
+    if not built.runs:
+        print(f"no runs recorded yet in {db}: the site says so (every suite run records itself when it ends)")
+    print(
+        f"report: {built.runs} runs on {built.groups} device class(es), {built.case_pages} case pages, "
+        f"{built.run_folders} results folders found -> {built.out / 'index.html'}"
+    )
+    return 0

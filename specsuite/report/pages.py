@@ -1,0 +1,228 @@
+"""What each page shows, as plain data: the index's rows, a case's series over commits (columns for its
+charts), a run's header and cases. The templates lay these out; the page's script draws the charts and
+the long tables from the JSON part."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from specsuite.history.changes import ChangePoint
+from specsuite.report.data import Group, Point, slug
+from specsuite.report.folders import Bisect, Folder
+from specsuite.report.render import sparkline
+from specsuite.results.document import Run
+from specsuite.results.record import finite
+from specsuite.results.verdict import verdict
+
+
+class Metric(NamedTuple):
+    key: str
+    label: str
+    floor: str | None  # the floor of a case record that applies to it
+    digits: int  # as summary.md prints it
+
+
+METRICS = (
+    Metric("accept_rate", "accept rate", "min_accept_rate", 4),
+    Metric("accept_len", "accept length", "min_accept_len", 4),
+    Metric("pos0_rate", "position-0 rate", None, 4),
+    Metric("speedup", "speedup", "min_speedup", 3),
+)
+SPARK_RUNS = 30
+BAD = frozenset({"failed", "drifted", "error", "interrupted"})
+Series = list[Point]
+
+
+def status_of(status: str | None, reason: str | None, uncalibrated: bool) -> tuple[str, str]:
+    """(kind, words): kind is one of passed, uncalibrated, failed, drifted, skipped, error, interrupted,
+    unknown (a CSS class too); the words say why where the run said why."""
+    status = status or "unknown"
+    if status == "passed":
+        return ("uncalibrated", "passed, uncalibrated") if uncalibrated else ("passed", "passed")
+    if status == "failed" and reason == "drifted":
+        return "drifted", "failed: drifted"
+    kind = status if status in ("failed", "skipped", "error", "interrupted") else "unknown"
+    return kind, f"{status}: {reason}" if reason else status
+
+
+def point_status(p: Point) -> tuple[str, str]:
+    return status_of(p.status, p.reason, p.uncalibrated)
+
+
+def spread(p: Point) -> tuple[float | None, float | None]:
+    """The lowest and highest per-round speedup of the A-B-B-A samples (two rounds or more)."""
+    samples = [v for v in p.speedups if v is not None]  # decoded as JSON numbers: finite
+    return (min(samples), max(samples)) if len(samples) > 1 else (None, None)
+
+
+def first_line(text: str | None, limit: int = 240) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def case_href(group: Group, case: str) -> str:
+    """A case page from the site's root."""
+    return f"cases/{group.slug}/{slug(case)}.html"
+
+
+# --- change points ---------------------------------------------------------------------------------------
+
+
+def located(series: Series, cps: Sequence[ChangePoint]) -> list[tuple[int, ChangePoint]]:
+    """Each change point at the index of its first run after the change (by run id, else by commit)."""
+    at_run = {p.run.run_id: i for i, p in reversed(list(enumerate(series)))}
+    out = []
+    for cp in cps:
+        index = at_run.get(cp.after_run_id)
+        if index is None:
+            after = cp.after_commit.lower()
+            index = next((i for i, p in enumerate(series) if _same(p.run.commit, after)), None)
+        if index is not None:
+            out.append((index, cp))
+    return sorted(out, key=lambda pair: pair[0])
+
+
+def _same(a: str, b: str) -> bool:
+    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
+
+
+def change_row(index: int, cp: ChangePoint, series: Series) -> dict[str, Any]:
+    run = series[index].run
+    return {
+        "index": index,
+        "metric": cp.metric,
+        "before_commit": cp.before_commit,
+        "after_commit": cp.after_commit,
+        "mean_before": finite(cp.mean_before),
+        "mean_after": finite(cp.mean_after),
+        "change": cp.change if isinstance(cp.change, float) and math.isfinite(cp.change) else None,
+        "p_value": finite(cp.p_value),
+        "run": run.run_id,
+        "slug": run.slug,
+    }
+
+
+# --- the index -------------------------------------------------------------------------------------------
+
+
+def index_row(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case of a device class and backend: its latest run's numbers and status, a sparkline of its last
+    runs, and the last change point."""
+    latest = series[-1]
+    kind, words = point_status(latest)
+    tail = series[-SPARK_RUNS:]
+    key = "accept_rate" if any(p.accept_rate is not None for p in tail) else "speedup"
+    spark = sparkline([getattr(p, key) for p in tail], [point_status(p)[0] in BAD for p in tail])
+    return {
+        "case": case,
+        "href": case_href(group, case),
+        "kind": kind,
+        "status": words,
+        "message": first_line(latest.message) if kind != "passed" else "",
+        "numbers": [(getattr(latest, m.key), f".{m.digits}f") for m in METRICS],
+        "spark": spark,
+        "spark_metric": key.replace("_", " "),
+        "run": latest.run.run_id,
+        "run_href": f"runs/{latest.run.slug}.html",
+        "commit": latest.run.commit,
+        "change": changes[-1] if changes else None,
+    }
+
+
+# --- a case page -----------------------------------------------------------------------------------------
+
+
+def per_position(series: Series) -> dict[str, Any]:
+    """The latest run's acceptance by draft position, beside its baseline's (the run the relative gate
+    compared it with; else the nearest earlier commit in this order that has one)."""
+    with_rates = [p for p in series if p.per_position_rate]
+    if not with_rates:
+        return {"latest": None, "baseline": None, "note": "no run of this case recorded per-position rates"}
+    latest = with_rates[-1]
+    note = "the run the relative gate compared it with"
+    base = next((p for p in reversed(series) if p.run.run_id == latest.baseline_run), None)
+    if base is None:
+        earlier = [p for p in with_rates[:-1] if p.run.commit != latest.run.commit]
+        base, note = (earlier[-1], "the nearest earlier commit in this order") if earlier else (None, "")
+    if base is None:
+        note = "no earlier commit recorded per-position rates"
+    return {"latest": _rates(latest), "baseline": _rates(base) if base else None, "note": note}
+
+
+def _rates(p: Point) -> dict[str, Any]:
+    return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
+
+
+def case_data(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The columns of a case's charts and runs table: one entry per run, in commit order."""
+    kinds = [point_status(p) for p in series]
+    lows_highs = [spread(p) for p in series]
+    return {
+        "case": case,
+        "commit": [p.run.commit for p in series],
+        "run": [p.run.run_id for p in series],
+        "slug": [p.run.slug for p in series],
+        "started": [p.run.started for p in series],
+        "kind": [k for k, _ in kinds],
+        "status": [w for _, w in kinds],
+        "message": [first_line(p.message) for p in series],
+        "metrics": [m._asdict() for m in METRICS],
+        "values": {m.key: [getattr(p, m.key) for p in series] for m in METRICS},
+        "floors": {m.key: [p.floors.get(m.floor) for p in series] for m in METRICS if m.floor},
+        "speed_lo": [lo for lo, _ in lows_highs],
+        "speed_hi": [hi for _, hi in lows_highs],
+        "changes": changes,
+        "per_position": per_position(series),
+        "ordered_by": group.ordered_by,
+    }
+
+
+# --- a run page ------------------------------------------------------------------------------------------
+
+
+def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[str, Any]:
+    v = verdict(run)
+    return {
+        "headline": run.verdict or v.headline,
+        "green": v.green,
+        "attention": v.attention,
+        "history_line": run.history.line if run.history is not None else None,
+        "files": folder.files if folder else {},
+        "logs": folder.logs if folder else {},
+        "skipped": folder.skipped if folder else [],
+        "bisects": bisects,
+    }
+
+
+def run_data(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> dict[str, Any]:
+    """What the run page's script lays out: the cases, the models, the speculation-off servers."""
+    logs = folder.logs if folder else {}
+    servers = [
+        {"key": k, "command": b.command, "log_href": logs.get(b.log or "")}
+        for k, b in sorted(run.baselines.items())
+    ]
+    return {"cases": run_cases(run, group, folder, slugs), "models": run.models, "servers": servers}
+
+
+def run_cases(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> list[dict[str, Any]]:
+    """Every case of the run for its page's script: the record as it is (msgspec encodes it as results.json
+    has it), its status in words, and the links that exist in this site (its log, its case page, its
+    baseline's run page)."""
+    logs = folder.logs if folder else {}
+    out = []
+    for rec in run.cases.values():
+        kind, words = status_of(rec.status, rec.reason, rec.uncalibrated)
+        base = rec.baseline.run_id if rec.baseline is not None else None
+        out.append(
+            {
+                "record": rec,
+                "kind": kind,
+                "status": words,
+                "log_href": logs.get(rec.log or ""),
+                "case_href": "../" + case_href(group, rec.name),
+                "baseline_slug": slugs.get(base or ""),
+            }
+        )
+    return out

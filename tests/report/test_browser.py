@@ -1,0 +1,155 @@
+"""The site in a real browser (headless Chromium, from file://): every page of a history of real
+synthetic-tier runs plus crafted ones (a step, a drift, failures, a hostile results.json) loads without a
+console error, every chart is drawn, the failing case is marked, the change point sits at its commit, a
+point clicks through to its run, and every link resolves. Screenshots of the index and the stepped case's
+page go to results/report-browser-test/."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+from browser import Browser, open_browser
+from sitedata import HOSTILE, INACTIVE_CASE, STEP_AT, STEP_CASE, Story, hostile_run, story
+
+from specsuite.common import paths
+from specsuite.report.site import Sources, build_site
+
+pytestmark = pytest.mark.slow
+GROUP = "cpu-x86-64-avx2--cpu"
+SHOTS = paths.RESULTS_DIR / "report-browser-test"
+CHANGE_RGB = (225, 111, 0)  # site.js's change-point colour
+
+
+@dataclass
+class Site:
+    story: Story
+    out: Path
+
+    def case(self, name: str) -> Path:
+        return self.out / "cases" / GROUP / f"{name}.html"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    yield from open_browser(tmp_path_factory.mktemp("chromium-profile"))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    tmp = tmp_path_factory.mktemp("browsed")
+    s = story(tmp)
+    hostile_run(s.db, s.results, n=20)
+    build_site(Sources(s.db, s.results, s.mirror), tmp / "site")  # change points: history.changes
+    return Site(s, tmp / "site")
+
+
+def _charts(browser: Browser) -> list[dict[str, Any]]:
+    """Each chart figure of the page: its id, whether it says it has no data, and how many of its
+    canvas's pixels are painted."""
+    return browser.js("""
+        return [...document.querySelectorAll("figure.chart")].map((f) => {
+          const c = f.querySelector("canvas");
+          let painted = 0;
+          if (c && c.width && c.height) {
+            const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
+          }
+          return {id: f.id, nodata: f.classList.contains("nodata"), painted};
+        });""")
+
+
+def _shot(browser: Browser, name: str) -> None:
+    shot = browser.screenshot(SHOTS / name)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"screenshot: {shot}")
+
+
+def _links(browser: Browser) -> list[str]:
+    return browser.js(
+        "return [...document.querySelectorAll('a[href], script[src], link[href]')].map((e) => e.href||e.src)"
+    )
+
+
+def test_every_page_loads_clean_every_chart_is_drawn_every_link_resolves(
+    browser: Browser, site: Site
+) -> None:
+    root = site.out.resolve()
+    queue, seen, checked = deque([root / "index.html"]), {root / "index.html"}, 0
+    while queue:
+        page = queue.popleft()
+        errors = browser.load(page)
+        assert errors == [], f"{page.relative_to(root)}: {errors}"
+        assert browser.js("return window.pwned") is None and browser.js("return document.images.length") == 0
+        if page.parent.parent.name == "cases":
+            charts = _charts(browser)
+            assert len(charts) == 5, page
+            for c in charts:
+                assert c["nodata"] or c["painted"] > 500, f"{page.relative_to(root)}: {c}"
+        for href in _links(browser):
+            url = urlparse(href)
+            assert url.scheme == "file", f"{page.relative_to(root)} links out: {href}"
+            target = Path(unquote(url.path))
+            assert target.is_file() and target.is_relative_to(root), f"{page.relative_to(root)}: {href}"
+            checked += 1
+            if target.suffix == ".html" and target not in seen:
+                seen.add(target)
+                queue.append(target)
+    s = site.story
+    n_cases = len(list((site.out / "cases").rglob("*.html")))
+    assert len(seen) == 1 + n_cases + len(s.run_ids) + 1  # every page is reachable (the hostile run too)
+    assert checked > 500
+
+
+def test_the_failing_case_is_marked_on_the_index(browser: Browser, site: Site) -> None:
+    browser.load(site.out / "index.html")
+    row = browser.js("""
+        const r = document.querySelector(`tr[data-case="${arguments[0]}"]`), b = r.querySelector(".badge");
+        return {cls: r.className, text: b.textContent, bg: getComputedStyle(b).backgroundColor,
+                edge: getComputedStyle(r.cells[0]).borderLeftColor};""", INACTIVE_CASE)  # fmt: skip
+    assert row == {"cls": "status-failed", "text": "failed: spec_inactive", "bg": "rgb(207, 34, 46)",
+                   "edge": "rgb(207, 34, 46)"}  # fmt: skip
+    drifted = browser.js(f"return document.querySelector('tr[data-case=\"{STEP_CASE}\"] .badge').textContent")
+    assert drifted == "failed: drifted"
+    text = browser.js("return document.body.innerText")
+    assert HOSTILE in text  # the hostile case name, shown as text
+    _shot(browser, "index.png")
+
+
+def test_the_change_point_is_drawn_at_its_commit_and_points_open_their_runs(
+    browser: Browser, site: Site
+) -> None:
+    s = site.story
+    assert browser.load(site.case(STEP_CASE)) == []
+    found = browser.js("""
+        const u = window.specsuiteCharts["chart-accept_rate"], ctx = u.ctx;
+        const x = Math.round(u.valToPos(arguments[0] - 0.5, "x", true));
+        const hits = [];
+        for (let dx = -2; dx <= 2; dx++) {
+          const col = ctx.getImageData(x + dx, u.bbox.top, 1, u.bbox.height).data;
+          for (let i = 0; i < col.length; i += 4) hits.push([col[i], col[i + 1], col[i + 2]]);
+        }
+        return hits;""", STEP_AT)  # fmt: skip
+    orange = [p for p in found if all(abs(a - b) < 40 for a, b in zip(p, CHANGE_RGB, strict=True))]
+    assert len(orange) > 50  # the dashed line between the last run before and the first after
+    row = browser.js("return document.querySelector('table.changes tbody tr').dataset")
+    assert row == {"index": str(STEP_AT), "after": s.commits[STEP_AT]}
+    _shot(browser, "case.png")
+    # a click on the point of the last run opens that run's page
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    where = browser.js("""
+        const u = window.specsuiteCharts["chart-accept_rate"], i = arguments[0];
+        const r = u.over.getBoundingClientRect();
+        return [u.valToPos(i, "x") - r.width / 2, u.valToPos(u.data[1][i], "y") - r.height / 2];""",
+        len(s.run_ids) - 1)  # fmt: skip
+    over = browser.driver.find_element("css selector", "#chart-accept_rate .u-over")
+    ActionChains(browser.driver).move_to_element_with_offset(
+        over, int(where[0]), int(where[1])
+    ).click().perform()
+    assert browser.driver.current_url.endswith(f"/runs/{s.run_ids[-1]}.html")

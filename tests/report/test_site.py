@@ -1,0 +1,357 @@
+"""The site built from a real history: its pages and links, the statuses on the index, change-point
+markers, results folders copied safely, a hostile results.json escaped, the folder replaced whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sitedata import (
+    FLOOR_CASE,
+    HOSTILE,
+    INACTIVE_CASE,
+    STEP_AT,
+    STEP_CASE,
+    Story,
+    at,
+    hostile_run,
+    real,
+    record,
+    story,
+)
+
+from specsuite.cli import main as cli
+from specsuite.common.errors import UserError
+from specsuite.report import site
+from specsuite.report.site import MARKER, Sources, build_site
+
+CLASS = "cpu-x86-64-avx2"
+GROUP = f"{CLASS}--cpu"
+
+
+class Page(HTMLParser):
+    """The parts of a page the tests look at: every element's tag and attributes, in order, and the data."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str]]] = []
+        self.texts: list[str] = []
+        self.data: Any = None
+        self._in_data = False
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.elements.append((tag, a))
+        self._in_data = tag == "script" and a.get("id") == "site-data"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_data = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_data:
+            self.data = json.loads(data)
+        else:
+            self.texts.append(data)
+
+    def find(self, tag: str, **attrs: str) -> list[dict[str, str]]:
+        return [a for t, a in self.elements if t == tag and all(a.get(k) == v for k, v in attrs.items())]
+
+    @property
+    def text(self) -> str:
+        return " ".join(" ".join(self.texts).split())
+
+
+def page(root: Path, rel: str) -> Page:
+    return Page((root / rel).read_text(encoding="utf-8"))
+
+
+@dataclass
+class Built:
+    story: Story
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    tmp = tmp_path_factory.mktemp("site")
+    s = story(tmp)
+    out = tmp / "site"
+    build_site(Sources(s.db, s.results, s.mirror), out)
+    return Built(s, out)
+
+
+def test_pages_for_the_index_every_case_and_every_run(built: Built) -> None:
+    out = built.out
+    assert (out / "index.html").is_file() and (out / MARKER).is_file()
+    cases = sorted(p.stem for p in (out / "cases" / GROUP).glob("*.html"))
+    assert cases == sorted(real(2)["cases"])
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == sorted(built.story.run_ids)
+    assert {p.name for p in (out / "assets" / "vendor").iterdir()} == {
+        "uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE"
+    }  # fmt: skip
+
+
+def _row(index: Page, case: str) -> dict[str, str]:
+    (row,) = index.find("tr", **{"data-case": case})
+    return row
+
+
+def test_the_index_marks_the_failing_and_the_drifted_case(built: Built) -> None:
+    index = page(built.out, "index.html")
+    assert _row(index, INACTIVE_CASE)["class"] == "status-failed"
+    assert _row(index, STEP_CASE)["class"] == "status-drifted"
+    assert _row(index, FLOOR_CASE)["class"] == "status-passed"  # it failed before; the latest run passed
+    assert "failed: spec_inactive the server drafted no token" in index.text
+    assert "9 runs over 9 commits, in ancestry order" in index.text
+    assert len(index.find("svg", **{"class": "spark"})) == len(real(2)["cases"])
+
+
+def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
+    s = built.story
+    p = page(built.out, f"cases/{GROUP}/{STEP_CASE}.html")
+    d = p.data
+    assert d["commit"] == s.commits and d["run"] == s.run_ids
+    rates = d["values"]["accept_rate"]
+    before, after = (
+        real(2)["cases"][STEP_CASE]["accept_rate"],
+        round(real(2)["cases"][STEP_CASE]["accept_rate"] * 0.9, 4),
+    )
+    assert rates[STEP_AT - 1] == before and rates[STEP_AT] == after
+    assert (
+        d["kind"][-1] == "drifted"
+        and d["floors"]["accept_rate"][-1] == real(2)["cases"][STEP_CASE]["floors"]["min_accept_rate"]
+    )
+    # the A-B-B-A rounds of the real run with repeats: the band around the median
+    assert d["speed_lo"][-1] <= d["values"]["speedup"][-1] <= d["speed_hi"][-1]
+    pp = d["per_position"]
+    assert (
+        pp["latest"]["run"] == s.run_ids[-1]
+        and pp["latest"]["rates"] == real(2)["cases"][STEP_CASE]["per_position_rate"]
+    )
+    assert pp["baseline"]["commit"] == s.commits[-2]
+
+
+def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> None:
+    s = built.story
+    last = s.run_ids[-1]
+    p = page(built.out, f"runs/{last}.html")
+    assert f"FAILED: 2 of 26 case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
+    cases = {c["record"]["name"]: c for c in p.data["cases"]}
+    rec = real(2)["cases"]["tiny-mtp-fixed"]
+    mtp = cases["tiny-mtp-fixed"]
+    assert mtp["record"] == rec  # the record as results.json holds it: counters, command, samples
+    assert mtp["kind"] == "passed" and cases[INACTIVE_CASE]["status"] == "failed: spec_inactive"
+    assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log"
+    assert (built.out / "runs" / mtp["log_href"]).read_bytes() == (
+        s.results / last / "logs" / "tiny-mtp-fixed.log"
+    ).read_bytes()
+    assert (built.out / "runs" / last / "results.json").is_file()
+    assert mtp["case_href"] == f"../cases/{GROUP}/tiny-mtp-fixed.html"
+    assert f"first bad commit {s.commits[STEP_AT]}" in p.text and "step 2" in p.text  # its bisect
+    assert "Bisect" not in page(built.out, f"runs/{s.run_ids[-2]}.html").text
+    first = page(built.out, f"runs/{s.run_ids[0]}.html")  # a real run: its own headline, its summary.md
+    assert real(0)["verdict"] in first.text and first.find("a", href=f"{s.run_ids[0]}/summary.md")
+
+
+def _links(root: Path) -> list[tuple[Path, str]]:
+    found = []
+    for html in root.rglob("*.html"):
+        p = Page(html.read_text(encoding="utf-8"))
+        found += [(html, a["href"]) for t, a in p.elements if t == "a" and "href" in a]
+        found += [(html, a["src"]) for t, a in p.elements if t == "script" and "src" in a]
+        found += [(html, a["href"]) for t, a in p.elements if t == "link"]
+    return found
+
+
+def test_every_static_link_resolves_inside_the_site(built: Built) -> None:
+    links = _links(built.out)
+    assert len(links) > 100
+    for html, href in links:
+        target = (html.parent / href.split("#")[0]).resolve()
+        assert target.is_file(), f"{html.relative_to(built.out)}: {href}"
+        assert target.is_relative_to(built.out.resolve())
+
+
+def _cp(s: Story, **kw: Any) -> Any:
+    from types import SimpleNamespace
+
+    fields = dict(case=STEP_CASE, metric="accept_rate", device_class=CLASS, backend="cpu",
+                  before_commit=s.commits[STEP_AT - 1], after_commit=s.commits[STEP_AT],
+                  after_run_id=s.run_ids[STEP_AT], mean_before=0.4775, mean_after=0.4298, change=-0.1,
+                  p_value=None)  # fmt: skip
+    return SimpleNamespace(**{**fields, **kw})
+
+
+def test_change_points_are_marked_at_their_commit(tmp_path: Path, built: Built) -> None:
+    s = built.story
+    out = tmp_path / "site"
+    other = _cp(s, metric="speedup", after_run_id="not-a-run", change=0.2, p_value=0.004)  # found by commit
+    build_site(Sources(s.db, s.results, s.mirror), out, changes=[_cp(s), other])
+    p = page(out, f"cases/{GROUP}/{STEP_CASE}.html")
+    rows = p.find("tr", **{"data-after": s.commits[STEP_AT]})
+    assert [r["data-index"] for r in rows] == [str(STEP_AT)] * 2
+    assert [(c["metric"], c["index"]) for c in p.data["changes"]] == [("accept_rate", 5), ("speedup", 5)]
+    assert p.find("a", href=f"../../runs/{s.run_ids[STEP_AT]}.html")
+    index = page(out, "index.html")
+    assert f"at {s.commits[STEP_AT][:7]}" in index.text and index.find(
+        "a", href=f"runs/{s.run_ids[STEP_AT]}.html"
+    )
+    elsewhere = page(out, f"cases/{GROUP}/tiny-mtp-fixed.html")
+    assert elsewhere.data["changes"] == [] and "tiny-mtp-fixed" in elsewhere.text
+
+
+def test_the_detector_finds_the_step_at_its_commit(tmp_path: Path, built: Built) -> None:
+    s = built.story
+    env = {"SPEC_CACHE_DIR": str(tmp_path)}
+    (tmp_path / "llama.cpp").mkdir()
+    os.symlink(s.mirror, tmp_path / "llama.cpp" / "git")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        build_site(Sources(s.db, s.results, s.mirror), tmp_path / "site")
+    p = page(tmp_path / "site", f"cases/{GROUP}/{STEP_CASE}.html")
+    rate = [c for c in p.data["changes"] if c["metric"] == "accept_rate"]
+    assert [(c["after_commit"], c["index"]) for c in rate] == [(s.commits[STEP_AT], STEP_AT)]
+
+
+def test_a_hostile_results_json_lands_as_text(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    hostile_run(db, results)
+    build_site(Sources(db, results, None), out)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert all(p.resolve().is_relative_to(out.resolve()) for p in files)
+    for html in (p for p in files if p.suffix == ".html"):
+        text = html.read_text(encoding="utf-8")
+        assert "<script>window" not in text and "<img" not in text, html
+        Page(text)  # its data parses
+    run = page(out, "runs/hostile-run.html")
+    (bad,) = [c for c in run.data["cases"] if c["record"]["name"] == HOSTILE]
+    assert (
+        bad["record"]["message"] == HOSTILE
+        and HOSTILE in bad["record"]["command"]
+        and bad["log_href"] is None
+    )
+    assert not (out / "runs" / "hostile-run" / "logs" / "passwd.log").exists()
+    assert "not copied: logs/passwd.log: a symlink (not followed)" in run.text
+    assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log").is_file()
+
+
+def test_the_out_folder_is_replaced_whole_and_only_a_site(tmp_path: Path) -> None:
+    db, results = tmp_path / "h.sqlite", tmp_path / "results"
+    record(at(real(0), "a" * 40, 0), db, results)
+    src, out = Sources(db, results, None), tmp_path / "site"
+    build_site(src, out)
+    (out / "stale.html").write_text("old")
+    build_site(src, out)
+    assert not (out / "stale.html").exists() and (out / "index.html").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site")] == []  # no staging left
+    foreign = tmp_path / "home"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="a folder that holds something else"):
+        build_site(src, foreign)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    os.symlink(out, tmp_path / "link")
+    with pytest.raises(UserError, match="a symlink"):
+        build_site(src, tmp_path / "link")
+
+
+def test_a_failed_build_leaves_the_old_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db, results = tmp_path / "h.sqlite", tmp_path / "results"
+    record(at(real(0), "a" * 40, 0), db, results)
+    src, out = Sources(db, results, None), tmp_path / "site"
+    build_site(src, out)
+    before = (out / "index.html").read_text()
+
+    def broken(*a: Any, **k: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(site, "_index_group", broken)
+    with pytest.raises(OSError, match="disk full"):
+        build_site(src, out)
+    assert (out / "index.html").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite", "results", "site"]
+
+
+def test_page_weight_for_a_thousand_runs(tmp_path: Path) -> None:
+    """A case page with 1 000 runs, with everything it loads, stays under 2 MB."""
+    from specsuite.history import db as history
+    from specsuite.results.document import decode_run
+
+    doc = real(2)
+    doc["cases"] = {k: doc["cases"][k] for k in ("tiny-mtp-random", "tiny-simple-fixed")}
+    path = tmp_path / "h.sqlite"
+    import contextlib
+
+    with contextlib.closing(history.connect(path)) as conn, history.transaction(conn):
+        for n in range(1000):
+            history.insert_run(conn, decode_run(at(doc, f"{n:040x}", n), "bench"))
+    out = tmp_path / "site"
+    build_site(Sources(path, None, None), out)
+    html = out / "cases" / GROUP / "tiny-mtp-random.html"
+    loaded = [
+        html,
+        *(
+            html.parent / a["src"]
+            for a in page(out, f"cases/{GROUP}/tiny-mtp-random.html").find("script")
+            if "src" in a
+        ),
+    ]
+    loaded += [html.parent / a["href"] for a in page(out, f"cases/{GROUP}/tiny-mtp-random.html").find("link")]
+    weight = sum(p.resolve().stat().st_size for p in loaded)
+    assert len(page(out, f"cases/{GROUP}/tiny-mtp-random.html").data["run"]) == 1000
+    assert weight < 2_000_000, weight
+    assert (out / "index.html").stat().st_size < 2_000_000
+
+
+def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, results = tmp_path / "h.sqlite", tmp_path / "results"
+    assert cli(["report", "--db", str(db), "--out", str(tmp_path / "empty")]) == 0
+    assert "no runs recorded yet" in capsys.readouterr().out
+    assert "No runs recorded yet" in page(tmp_path / "empty", "index.html").text
+    record(at(real(0), "a" * 40, 0), db, results)
+    assert cli(["report", "--db", str(db), "--results", str(results), "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"report: 1 runs on 1 device class\(es\), 26 case pages, 1 results folders found -> .*index\.html",
+        out,
+    )
+    assert cli(["report", "--db", str(db), "--device", "h200", "--out", str(tmp_path / "s")]) == 2
+    assert "error: --device 'h200': not in the history" in capsys.readouterr().err
+
+
+def test_a_new_run_renders_its_page_and_the_others_are_carried_over(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    for n in range(3):
+        record(at(real(n), f"{n:040x}", n), db, results)
+    src = Sources(db, results, None)
+    assert build_site(src, out).rendered == 3
+    ids = [p.name for p in (out / "runs").glob("*.html")]
+    inode = {name: (out / "runs" / name).stat().st_ino for name in ids}
+    again = build_site(src, out)
+    assert again.rendered == 0 and again.run_folders == 3
+    assert {name: (out / "runs" / name).stat().st_ino for name in ids} == inode  # the same files, linked
+    doc = at(real(2), "f" * 40, 3)
+    record(doc, db, results)
+    assert build_site(src, out).rendered == 1 and (out / "runs" / f"{doc['run_id']}.html").is_file()
+    (results / at(real(0), "0" * 40, 0)["run_id"] / "summary.md").write_text("### a summary written later\n")
+    assert build_site(src, out).rendered == 1  # its results folder changed
+
+
+def test_last_keeps_the_newest_runs_of_each_device(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    docs = [at(real(0), f"{n:040x}", n) for n in range(3)]
+    for doc in docs:
+        record(doc, db, results)
+    build_site(Sources(db, results, None, last=2), out)
+    assert sorted(p.stem for p in (out / "runs").glob("*.html")) == [d["run_id"] for d in docs[1:]]
+    assert "the last 2 of 3 runs" in page(out, "index.html").text
+    assert page(out, f"cases/{GROUP}/tiny-mtp-fixed.html").data["run"] == [d["run_id"] for d in docs[1:]]
+    assert cli(["report", "--db", str(db), "--last", "-1", "--out", str(out)]) == 2

@@ -1,0 +1,187 @@
+"""Histories for the report's tests, built from real runs.
+
+``story()``: the three real synthetic-tier runs (tests/data/results/site-real-*, the real CPU build)
+at the first three commits of a real git repository (the llama.cpp mirror stand-in that orders them), then
+six runs made from the third one: from the sixth commit on, one case accepts less (a step: the change point),
+the eighth run fails another case on a floor, and the last run fails the stepped case as ``drifted`` and a
+third case as ``spec_inactive``. Every run is recorded through the history's own ``record_run`` and has
+its results folder (results.json, and for the real ones their summary.md; the last one the real logs).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testdata import DATA_ROOT
+
+from specsuite.history.db import record_run
+from specsuite.results.document import decode_run
+
+REAL = [DATA_ROOT / "results" / f"site-real-{i}" for i in (1, 2, 3)]
+T0 = dt.datetime(2026, 12, 1, 0, 0, tzinfo=dt.timezone.utc)
+STEP_CASE, STEP_AT, STEP_FACTOR = "tiny-mtp-random", 5, 0.9
+FLOOR_CASE, FLOOR_AT = "tiny-dspark-random", 7
+INACTIVE_CASE = "tiny-simple-random"
+N_COMMITS = 9
+
+
+def git_commits(repo: Path, n: int) -> list[str]:
+    """A real git repository of ``n`` empty commits (fixed dates): their shas, oldest first."""
+    repo.mkdir(parents=True, exist_ok=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }  # fmt: skip
+
+    def git(*args: str, when: str | None = None) -> str:
+        extra = {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when} if when else {}
+        out = subprocess.run(["git", *args], cwd=repo, env={**env, **extra}, check=True, capture_output=True)
+        return out.stdout.decode().strip()
+
+    git("init", "-q")
+    for i in range(n):
+        git("commit", "-q", "--allow-empty", "-m", f"commit {i}", when=f"2026-11-{i + 1:02d}T00:00:00Z")
+    return git("rev-list", "--reverse", "HEAD").split()
+
+
+def real(i: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((REAL[i] / "results.json").read_text())
+    return doc
+
+
+def at(doc: dict[str, Any], commit: str, n: int, run_id: str | None = None) -> dict[str, Any]:
+    """A run of ``doc``'s cases at ``commit``, the ``n``-th of the history (its run id and start time)."""
+    out = copy.deepcopy(doc)
+    started = T0 + dt.timedelta(hours=n)
+    out["run_id"] = run_id or f"{started:%Y%m%dT%H%M%SZ}-synthetic"
+    out["started"] = started.isoformat(timespec="seconds")
+    out["finished"] = (started + dt.timedelta(minutes=3)).isoformat(timespec="seconds")
+    out["binary"]["commit"] = commit
+    return out
+
+
+def fail(rec: dict[str, Any], reason: str, message: str) -> None:
+    rec.update(status="failed", reason=reason, message=message)
+
+
+def record(doc: dict[str, Any], db: Path, results: Path, logs_from: Path | None = None) -> Path:
+    """Record ``doc`` in the history and write its results folder; the folder."""
+    folder = results / doc["run_id"]
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(doc, indent=2))
+    if logs_from is not None:
+        shutil.copytree(logs_from, folder / "logs")
+    assert record_run(decode_run(doc, doc["run_id"]), db) is not None
+    return folder
+
+
+@dataclass
+class Story:
+    db: Path
+    results: Path
+    mirror: Path
+    commits: list[str]
+    run_ids: list[str]
+
+    @property
+    def step_commit(self) -> str:
+        return self.commits[STEP_AT]
+
+
+def story(tmp: Path) -> Story:
+    mirror = tmp / "mirror"
+    commits = git_commits(mirror, N_COMMITS)
+    db, results = tmp / "history.sqlite", tmp / "results"
+    ids = []
+    for n, commit in enumerate(commits):
+        doc = at(real(min(n, 2)), commit, n)
+        cases = doc["cases"]
+        if n >= STEP_AT:
+            rec = cases[STEP_CASE]
+            rec["accept_rate"] = round(rec["accept_rate"] * STEP_FACTOR, 4)
+            rec["accept_len"] = round(rec["accept_len"] * STEP_FACTOR, 4)
+        if n == FLOOR_AT:
+            fail(
+                cases[FLOOR_CASE],
+                "floor",
+                f"accept_rate 0.2001 < floor {cases[FLOOR_CASE]['floors']['min_accept_rate']}",
+            )
+            cases[FLOOR_CASE]["accept_rate"] = 0.2001
+        if n == N_COMMITS - 1:
+            why = f"accept_rate drifted -10.0 % over the last runs; first commit after it: {commits[STEP_AT]}"
+            fail(cases[STEP_CASE], "drifted", why)
+            fail(
+                cases[INACTIVE_CASE],
+                "spec_inactive",
+                "the server drafted no token: speculative decoding never ran",
+            )
+        if n >= 3:  # crafted: the verdict and the history line are the report's to compute, not copied
+            doc.pop("verdict", None)
+            doc.pop("history", None)
+        folder = record(doc, db, results, REAL[2] / "logs" if n == N_COMMITS - 1 else None)
+        if n < 3:
+            shutil.copy(REAL[n] / "summary.md", folder / "summary.md")
+        ids.append(doc["run_id"])
+    bisect(results, commits)
+    return Story(db, results, mirror, commits, ids)
+
+
+def bisect(results: Path, commits: list[str]) -> None:
+    """A bisect of the stepped case over the story's commits, as ``specsuite bisect`` writes bisect.json,
+    and a folder whose bisect.json is not one."""
+    steps = [
+        {"label": label, "commit": commits[i], "subject": f"commit {i}", "verdict": verdict, "rule": rule,
+         "value": value, "detail": "", "folder": f"{label}-{commits[i][:10]}", "build_s": 1.0, "run_s": 1.0,
+         "exit_code": 0}
+        for label, i, verdict, rule, value in [
+            ("good", STEP_AT - 1, "good", "reference", 0.4775),
+            ("bad", N_COMMITS - 1, "bad", "relative", 0.4297),
+            ("step 1", STEP_AT + 1, "bad", "relative", 0.4297),
+            ("step 2", STEP_AT, "bad", "relative", 0.4297),
+        ]
+    ]  # fmt: skip
+    doc = {
+        "status": "found",
+        "headline": f"first bad commit {commits[STEP_AT]} 'commit {STEP_AT}' ({STEP_CASE}, accept_rate, rtol "
+        "0.05; 2 bisect steps)",
+        "first_bad": {"commit": commits[STEP_AT], "subject": f"commit {STEP_AT}"},
+        "candidates": [],
+        "params": {"case": STEP_CASE, "metric": "accept_rate", "rtol": 0.05, "good": commits[STEP_AT - 1],
+                   "bad": commits[-1], "tree": "/nowhere", "out": "/nowhere", "builder": "x",
+                   "build_argv": [], "run_argv": [], "reference": None},
+        "tested": steps,
+    }  # fmt: skip
+    (results / "bisect-20261201T090000Z-tiny-mtp-random").mkdir()
+    (results / "bisect-20261201T090000Z-tiny-mtp-random" / "bisect.json").write_text(json.dumps(doc))
+    (results / "bisect-broken").mkdir()
+    (results / "bisect-broken" / "bisect.json").write_text('{"status": "found"}')
+
+
+HOSTILE = '</script><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+
+
+def hostile_run(db: Path, results: Path, n: int = 0) -> dict[str, Any]:
+    """A results.json whose every text field tries to inject script, and whose log is a symlink out."""
+    doc = at(real(0), "d" * 40, n, run_id="hostile-run")
+    rec = doc["cases"].pop("tiny-mtp-fixed")
+    rec.update(name=HOSTILE, status="failed", reason=HOSTILE, message=HOSTILE, target=HOSTILE)
+    rec.update(command=["llama-server", HOSTILE], log="logs/../../../../etc/passwd", warnings=[HOSTILE])
+    doc["cases"] = {HOSTILE: rec, **dict(list(doc["cases"].items())[:1])}
+    doc["device"] = {"name": HOSTILE, "class": HOSTILE}
+    doc["binary"]["backend"] = HOSTILE
+    doc["tier"] = doc["host"] = HOSTILE
+    doc["models"] = {HOSTILE: {"sha256": HOSTILE, "size": 1}}
+    folder = record(doc, db, results)
+    (folder / "logs").mkdir()
+    os.symlink("/etc/passwd", folder / "logs" / "passwd.log")
+    (folder / "logs" / f"{'x' * 10}.log").write_text("a real log line\n")
+    return doc
