@@ -22,7 +22,19 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 PYPROJECT = nox.project.load_toml(Path(__file__).resolve().parent / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PYPROJECT)  # its classifiers: every supported minor version
-PRIMARY = "3.11"  # runs every test; the others run the unit tests (the real build and servers once is enough)
+PRIMARY = "3.11"  # runs every test, the real build and servers included
+# The other Pythons run what differs between interpreters: every module imported, and the unit tests of the
+# layers that hold the parsing, records, history and command lines. The whole unit suite on each of four
+# Pythons would take CI past its time budget (README: "CI's time"); `nox -s tests-3.13 -- tests` runs it all.
+OTHER_PYTHONS_TESTS = (
+    "tests/test_imports.py",
+    "tests/test_structure.py",
+    "tests/test_cli.py",
+    "tests/common",
+    "tests/cases",
+    "tests/results",
+    "tests/history",
+)
 # A cancelled job (SIGTERM/SIGINT to nox) reaches the running command, which gets time to stop its servers
 # and write its results before nox gives up on it.
 GRACE_S = 120.0  # how long nox waits for the command to finish after a signal, before SIGTERM
@@ -118,8 +130,10 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests (unit, fake Hub, fake binaries, the real CPU build); no GPU needed."""
     session.install("-e", ".[test,plot,lint]")  # the workflow's tests run its linters
-    only_units = [] if session.python == PRIMARY else ["-m", "not integration and not slow"]
-    session.run("pytest", *only_units, *session.posargs)
+    scope = [] if session.python == PRIMARY else ["-m", "not integration and not slow"]
+    if session.python != PRIMARY and not session.posargs:
+        scope += OTHER_PYTHONS_TESTS
+    session.run("pytest", "-n", "auto", *scope, *session.posargs)  # pytest-xdist: one worker per core
 
 
 if __name__ == "__main__":
