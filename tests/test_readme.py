@@ -8,7 +8,9 @@ stops right after its parser accepted the arguments (``_parses``): a command tha
 the rest to pytest is checked as it really reads them (what a tier hands to pytest, pytest's own
 options, is not checked here). Placeholders (``TIER``, ``N``, ``DIR…``) become a
 value of their option's type, or its first choice; optional groups (``[--json]``) are taken in.
-(``invoke TASK --option`` lines: tests/test_cli.py checks their tasks and options.)
+``python benchmarks/X.py`` lines name scripts whose ``--help`` lists their options, and the ``python -m
+pytest`` line a test that exists. (``invoke TASK --option`` lines: tests/test_cli.py checks their tasks and
+options; ``pip install -e .`` and ``pip wheel .``: tests/test_packaging.py.)
 
 Run end to end, below, every line that needs no build, no real model, no GPU and no network, on test
 data: ``specsuite changes`` (the README's output, line for line), ``invoke history --json``, ``specsuite
@@ -405,3 +407,22 @@ def test_the_check_fails_on_a_wrong_line(monkeypatch) -> None:
             parses(monkeypatch, command, argv)
         monkeypatch.undo()
     assert nox_line("nox -s build test_smoke -- --cpu -x") == (["build", "test_smoke"], [], ["--cpu", "-x"])
+
+
+def test_python_lines_name_real_scripts_tests_and_options() -> None:
+    """``python benchmarks/X.py --opt N`` names a script whose --help lists each option (a benchmark is
+    not run: minutes of builds and servers); ``python -m pytest FILE::TEST`` names a test that exists."""
+    spans = re.findall(r"`(python3? [^`]+)`", README.replace("\n", " "))
+    scripts = [words(s)[1:] for s in spans if words(s)[1].startswith("benchmarks/")]
+    assert len(scripts) >= 4
+    for script, *argv in scripts:
+        assert (paths.REPO_ROOT / script).is_file(), script
+        if flags := [w for w in argv if w.startswith("--")]:
+            shown_help = subprocess.run([sys.executable, script, "--help"], cwd=paths.REPO_ROOT,
+                                        capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert shown_help.returncode == 0 and all(f in shown_help.stdout for f in flags), script
+    tests = [w for s in spans if s.startswith("python -m pytest") for w in words(s) if "::" in w]
+    assert tests, "the README's pytest line"
+    for node in tests:
+        file, _, name = node.partition("::")
+        assert f"def {name}(" in (paths.REPO_ROOT / file).read_text(encoding="utf-8"), node
