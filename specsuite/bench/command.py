@@ -5,7 +5,7 @@ measured on its own server (bench_measure.py): decode tokens/s per round from th
 acceptance from the /metrics delta, the speedup over ``off``. The answer (bench_report.py, bench_plot.py):
 a markdown table, printed and saved as bench.md, bench.json with every number, bench.png, and whether
 ``auto`` picked the fastest mode. Exit 0 when every configuration was measured, 1 when one failed (its row
-says why), 2 on bad input.
+says why), 2 on bad input, 130 on Ctrl-C or SIGTERM (the rows so far written, marked interrupted).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.bench.measure import ModeRun, Workload, measure_modes, resolve_modes
+from specsuite.bench.measure import BenchInterrupted, ModeRun, Workload, measure_modes, resolve_modes
 from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
 from specsuite.bench.report import BenchContext, document, markdown
 from specsuite.cases.schema import CTX_SIZE
-from specsuite.common import atomic, paths
+from specsuite.common import atomic, errors, paths, procs
 from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.models.store import StoredModel
-from specsuite.server.resolver import canonicalize_spec_mode
+from specsuite.server.resolver import Resolution, canonicalize_spec_mode
 from specsuite.suite.posargs import split_posargs
 
 DEFAULT_MODES = "auto,off,ngram,mtp,mtp+ngram"
@@ -119,10 +119,22 @@ def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
 
 
 def main(argv: list[str]) -> int:
-    from specsuite.results.document import check_results_dir, new_run_id, utc_now
+    """The bench; Ctrl-C or SIGTERM (a runner cancelling the job: the same path as run-tier's) stops its
+    server, writes the rows so far marked interrupted, and goes on to cli as KeyboardInterrupt (exit 130)."""
+    with procs.sigterm_as_interrupt():
+        try:
+            ctx, plans, work, out = _prepare(options(argv))
+        except KeyboardInterrupt:
+            print("bench: interrupted before any mode was measured: no report written", flush=True)
+            raise
+        return _measure(ctx, plans, work, out)
+
+
+def _prepare(opts: BenchOptions) -> tuple[BenchContext, list[tuple[str, Resolution]], Workload, Path]:
+    """Everything before the first server: the models fetched and checked, each mode resolved."""
+    from specsuite.results.document import check_results_dir, new_run_id
     from specsuite.server.probe import probe
 
-    opts = options(argv)
     set_name, n_predict = _model_defaults(opts.model, opts.drafter)
     set_name = opts.prompts or set_name
     prompts = _prompt_set(set_name)
@@ -157,10 +169,26 @@ def main(argv: list[str]) -> int:
         drafter=opts.drafter,
         drafter_sha256=drafter.sha256 if drafter else None,
     )
+    return ctx, plans, work, out
+
+
+def _measure(ctx: BenchContext, plans: list[tuple[str, Resolution]], work: Workload, out: Path) -> int:
+    """Every mode measured, then the reports; interrupted: the rows so far reported, then re-raised."""
+    from specsuite.results.document import utc_now
+
     started = utc_now()
-    runs = measure_modes(plans, work, _say)
+    try:
+        runs = measure_modes(plans, work, _say)
+    except BenchInterrupted as stop:
+        write_reports(ctx, stop.runs, out, started)
+        done = sum(1 for r in stop.runs if r.measurement.ok and not r.shares_with)
+        _say(
+            f"bench: interrupted while measuring {stop.mode}; bench.md and bench.json hold the {done} "
+            "configuration(s) measured before it"
+        )
+        raise
     write_reports(ctx, runs, out, started)
-    return 0 if all(r.measurement.ok for r in runs) else 1
+    return errors.OK if all(r.measurement.ok for r in runs) else errors.FAILED
 
 
 def _say(line: str) -> None:

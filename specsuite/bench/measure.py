@@ -26,6 +26,7 @@ from specsuite.suite.measure import Prompts, decode_tps, run_prompts, warm_up
 
 Say = Callable[[str], None]
 DRAFT_FLAG = "--model-draft"  # the resolver's spelling of a separate MTP drafter
+INTERRUPTED = "interrupted"  # the reason of a row Ctrl-C or SIGTERM ended the bench in, or before
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.reason is None and bool(self.tps)
+
+    @property
+    def status(self) -> str:
+        """measured, interrupted (its rounds so far are kept, but judge nothing), or failed."""
+        return "measured" if self.ok else INTERRUPTED if self.reason == INTERRUPTED else "failed"
 
     @property
     def median(self) -> float | None:
@@ -108,6 +114,16 @@ class ModeRun:
     shares_with: str | None = None  # the earlier mode whose measurement this row reuses
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM ended the measurements (its server already stopped): ``runs`` holds a row for
+    every mode, the one in progress and those not reached with the reason ``interrupted``. Still a
+    KeyboardInterrupt: once the report is written it goes on up to ``cli``, which says so and exits 130."""
+
+    def __init__(self, runs: list[ModeRun], mode: str) -> None:
+        super().__init__(f"interrupted while measuring {mode}")
+        self.runs, self.mode = runs, mode
+
+
 def resolve_modes(
     modes: list[str], caps: Capabilities, target: Path, gpu: bool, drafter: Path | None = None
 ) -> list[tuple[str, Resolution]]:
@@ -132,25 +148,54 @@ def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
 
 
 def measure_modes(plans: list[tuple[str, Resolution]], work: Workload, say: Say) -> list[ModeRun]:
-    """Measure each distinct flag set once, in the order the modes were given."""
-    done: dict[tuple[str, ...], tuple[str, Measurement]] = {}
-    runs = []
-    for mode, res in plans:
-        if res.flags in done:
-            first, shared = done[res.flags]
-            say(f"bench: {mode} resolves to the same flags as {first}: sharing its measurement")
-            runs.append(ModeRun(mode, res, shared, shares_with=first))
+    """Measure each distinct flag set once, in the order the modes were given; BenchInterrupted (every
+    row so far) on Ctrl-C or SIGTERM."""
+    done: Done = {}
+    runs: list[ModeRun] = []
+    for i, (mode, res) in enumerate(plans):
+        if (row := _shared(mode, res, done)) is not None:
+            say(f"bench: {mode} resolves to the same flags as {row.shares_with}: sharing its measurement")
+            runs.append(row)
             continue
         say(f"bench: {mode} -> {' '.join(res.flags) or '(no speculative flags)'}")
-        got = measure(res.flags, work, work.logs / f"{mode.replace('+', '-')}.log", say)
+        got = Measurement(res.flags, log=work.logs / f"{mode.replace('+', '-')}.log")
         done[res.flags] = (mode, got)
         runs.append(ModeRun(mode, res, got))
+        try:
+            measure(got, work, say)
+        except KeyboardInterrupt:
+            got.reason, got.message = INTERRUPTED, "the bench was interrupted while measuring this mode"
+            raise BenchInterrupted(runs + _not_reached(plans[i + 1 :], done), mode) from None
     return runs
 
 
-def measure(flags: tuple[str, ...], work: Workload, log: Path, say: Say) -> Measurement:
-    """One server with ``flags``: warm-up, N rounds, the counters' delta; a failure becomes the reason."""
-    got = Measurement(flags, log=log)
+Done = dict[tuple[str, ...], tuple[str, Measurement]]  # flags -> the first mode with them, its measurement
+
+
+def _shared(mode: str, res: Resolution, done: Done) -> ModeRun | None:
+    """The row of a mode whose flags an earlier mode's server already ran: that measurement, shared."""
+    if res.flags not in done:
+        return None
+    first, shared = done[res.flags]
+    return ModeRun(mode, res, shared, shares_with=first)
+
+
+def _not_reached(plans: list[tuple[str, Resolution]], done: Done) -> list[ModeRun]:
+    """The rows of the modes an interrupted bench did not reach (one with a started server's flags shares
+    its measurement, as it would have)."""
+    why = "the bench was interrupted before this mode"
+    return [
+        _shared(mode, res, done)
+        or ModeRun(mode, res, Measurement(res.flags, reason=INTERRUPTED, message=why))
+        for mode, res in plans
+    ]
+
+
+def measure(got: Measurement, work: Workload, say: Say) -> None:
+    """One server with ``got.flags``: warm-up, N rounds, the counters' delta, into ``got``; a failure
+    becomes its reason. Ctrl-C or SIGTERM (see procs.interrupt_on_sigterm) stops the server on its way up."""
+    flags, log = got.flags, got.log
+    assert log is not None
     try:
         command(work, flags, 0)  # a flag the binary lacks ends it here, before a server
         srv = start_server(lambda port: command(work, flags, port), log)
@@ -165,7 +210,6 @@ def measure(flags: tuple[str, ...], work: Workload, log: Path, say: Say) -> Meas
         got.reason, got.message = "metrics", str(exc)
     if got.reason is not None:
         say(f"bench:   failed: {got.reason} (log: {log})")
-    return got
 
 
 def _rounds(srv: LlamaServer, work: Workload, got: Measurement, say: Say) -> None:

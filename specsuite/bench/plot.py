@@ -26,7 +26,8 @@ def _label(run: ModeRun) -> str:
 def _note(run: ModeRun, base: float | None) -> str:
     """Above each bar: the speedup over off, or why there is no bar."""
     if not run.measurement.ok:
-        return f"failed:\n{run.measurement.reason}"
+        status = run.measurement.status
+        return status if status == "interrupted" else f"{status}:\n{run.measurement.reason}"
     up = speedup(run, base)
     return f"{up:.2f}x" if up is not None else ""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsuite.bench.measure import ModeRun
+from specsuite.bench.measure import INTERRUPTED, ModeRun
 from specsuite.common import table
 from specsuite.server.resolver import Resolution
 
@@ -86,9 +86,16 @@ def _times(up: float | None) -> str:
     return DASH if up is None else f"{up:.2f}x"
 
 
+def interrupted_in(runs: list[ModeRun]) -> str | None:
+    """The mode Ctrl-C or SIGTERM ended the bench in; None when every mode ran to its end."""
+    return next((r.mode for r in runs if r.measurement.status == INTERRUPTED and not r.shares_with), None)
+
+
 def _note(run: ModeRun) -> str:
     notes = []
-    if run.measurement.reason:
+    if run.measurement.status == INTERRUPTED:
+        notes.append(INTERRUPTED)
+    elif run.measurement.reason:
         notes.append(f"failed: {run.measurement.reason}")
     if run.shares_with:
         notes.append(f"same flags as {run.shares_with}: one measurement")
@@ -147,6 +154,12 @@ def markdown(ctx: BenchContext, runs: list[ModeRun]) -> str:
         "",
         table.render(HEADER, rows(runs), markdown=True),
     ]
+    if stop := interrupted_in(runs):
+        lines.insert(
+            1,
+            f"- **INTERRUPTED (Ctrl-C or SIGTERM) while measuring {stop}: the rows marked "
+            "interrupted were not measured**",
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -158,6 +171,7 @@ def document(ctx: BenchContext, runs: list[ModeRun], started: str, finished: str
         "run_id": ctx.run_id,
         "started": started,
         "finished": finished,
+        "interrupted": interrupted_in(runs),  # the mode Ctrl-C or SIGTERM ended the bench in, or null
         "model": {"name": ctx.model, "sha256": ctx.sha256},
         "drafter": {"name": ctx.drafter, "sha256": ctx.drafter_sha256} if ctx.drafter else None,
         "binary": {"path": ctx.binary, "commit": ctx.commit, "backend": ctx.backend},
@@ -177,7 +191,7 @@ def _mode_doc(r: ModeRun, base: float | None) -> dict[str, Any]:
         "why": res.why,
         "fallback_reason": res.fallback_reason,
         "shares_with": r.shares_with,
-        "status": "measured" if m.ok else "failed",
+        "status": m.status,
         "reason": m.reason,
         "message": m.message,
         **m.numbers(),

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from filelock import FileLock
@@ -26,7 +24,7 @@ from specsuite.bisect.build import BuildFailed, load_builder
 from specsuite.bisect.judge import Judgement, judge
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
-from specsuite.common.procs import last_line, run_forwarding
+from specsuite.common.procs import interrupt_on_sigterm, last_line, run_forwarding
 from specsuite.results.document import load_run
 
 STEP_FILE = "step.json"
@@ -166,14 +164,10 @@ def over_budget(params: Params, n: int) -> str | None:
     return None
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def step_command(state: Path) -> int:
     """The step ``git bisect run`` calls: 0 good, 1 bad, 125 skip; ABORT (git stops) when the step itself
     broke, since any other status from 1 to 127 would read as "bad"; KeyboardInterrupt gives 130."""
-    signal.signal(signal.SIGTERM, _sigterm)  # the bisect stopping: end like Ctrl-C, lock released
+    interrupt_on_sigterm()  # the bisect stopping: end like Ctrl-C, lock released
     try:
         params = Params.load(state)
         with FileLock(step_lock(Path(params.tree))):

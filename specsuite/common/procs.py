@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -73,6 +73,29 @@ def children(pid: int | None = None, proc: Path = Path("/proc")) -> list[int]:
             with contextlib.suppress(OSError):
                 out += [int(c) for c in (task / "children").read_text().split()]
     return out
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def interrupt_on_sigterm() -> None:
+    """The one SIGTERM path of a command that measures: a runner cancelling the job (SIGTERM) ends it like
+    Ctrl-C, a KeyboardInterrupt, so its ``finally`` blocks stop its servers and remove its temporary folders,
+    it writes what it measured, and ``cli`` says ``interrupted`` and exits 130 (common.errors). Python's
+    default for SIGTERM is to die at once, with none of that."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """``interrupt_on_sigterm`` while the block runs, the previous handler after it (a command that runs
+    in-process, as tests run it, leaves its caller's handler as it found it)."""
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def install_forwarder() -> None:

@@ -151,13 +151,15 @@ class LlamaServer:
         """SIGTERM to the process group, wait, then SIGKILL; returns the exit code. Safe to call twice."""
         proc, self.proc = self.proc, None
         rc = None
-        if proc is not None:
-            rc = procs.stop_group(proc)
-        _LIVE.discard(self)
-        self._http.close()
-        if self._config_home:
-            shutil.rmtree(self._config_home, ignore_errors=True)
-            self._config_home = None
+        try:
+            if proc is not None:
+                rc = procs.stop_group(proc)  # SIGKILL is sent before any wait an interrupt could cut short
+        finally:  # a second Ctrl-C or SIGTERM while stopping still removes the config folder
+            _LIVE.discard(self)
+            self._http.close()
+            if self._config_home:
+                shutil.rmtree(self._config_home, ignore_errors=True)
+                self._config_home = None
         return rc
 
     def __enter__(self) -> LlamaServer:

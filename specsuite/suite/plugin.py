@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ import msgspec
 import pytest
 
 from specsuite.cases.schema import Case, load_cases, select_cases
-from specsuite.common import paths, settings
+from specsuite.common import paths, procs, settings
 from specsuite.common.errors import UserError
 from specsuite.models.lock import load_lock
 from specsuite.results.document import RunResults, default_results_dir, load_run, utc_now
@@ -61,10 +60,6 @@ MARKERS = (
     "suite: the speculative-decoding suite itself, selected by SPEC_METHODS",
     "heavy: needs a GPU and multi-GiB models (compact, nightly, all tiers)",
 )
-
-
-def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @dataclass
@@ -123,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if cases:
         # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
         # servers are stopped, results.json and summary.md are written.
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        procs.interrupt_on_sigterm()
 
 
 def _marks(case: Case) -> list[Any]:

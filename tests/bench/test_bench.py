@@ -10,10 +10,14 @@ the resolver reads their metadata (MTP heads) to pick each mode's flags.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import socket
 import stat
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from specsuite import cli
 from specsuite.bench.command import parse_modes
 from specsuite.bench.measure import Measurement, ModeRun
 from specsuite.bench.report import auto_verdict
-from specsuite.common import errors
+from specsuite.common import errors, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.server.resolver import Resolution
@@ -270,6 +274,98 @@ def test_without_matplotlib_one_note_and_the_rest_is_written(bench, monkeypatch)
     assert "note: no bench.png: matplotlib is not installed" in b.stdout
     assert not (b.out / "bench.png").exists()
     assert b.mode("off")["tps_median"] == 50.0 and "| off |" in b.md
+
+
+# --- interrupted: Ctrl-C, or SIGTERM from a runner cancelling the job ---------------------------------------
+
+
+def _pids(exe: Path) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", str(exe)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _no_process_left(exe: Path) -> bool:
+    for _ in range(50):  # a SIGKILLed server is reaped by its parent's exit: give the kernel a moment
+        if not _pids(exe):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _bench_process(env: Path, models: Path, exe: Path, *args: str) -> subprocess.Popen[str]:
+    """``python -m specsuite bench ARGS`` as its own process, its temp folder private (env/tmp)."""
+    (env / "tmp").mkdir()
+    child_env = {k: v for k, v in os.environ.items() if k != "SPEC_METHOD_MODEL_DIR"}
+    child_env.update(SPEC_MODEL_DIR=str(models), SPEC_CACHE_DIR=str(env / "cache"), TMPDIR=str(env / "tmp"),
+                     LLAMA_SERVER_BIN_PATH=str(exe))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "specsuite", "bench", *args, "--out", str(env / "out")],
+        cwd=paths.REPO_ROOT,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(found: Any, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 120  # generous: a loaded machine starts the bench slowly
+    while not found() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_bench_reports_what_was_measured_and_leaves_nothing(
+    env: Path, models: Path, sig
+) -> None:
+    """off is measured, then auto's server hangs in its warm-up request: the signal stops that server,
+    bench.md and bench.json hold off's numbers with auto and mtp marked interrupted, the exit is 130, and
+    neither a server nor a server's config folder (specsuite-xdg-*) is left."""
+    events = env / "events.jsonl"
+    exe = fake_llama(env / "bin", request_sleep_s=60.0, events=str(events))
+    proc = _bench_process(env, models, exe, "--model", MTP_TARGET, "--modes", "off,auto,mtp", "--repeat", "2")
+    spec_started = lambda: events.exists() and '"spec": true' in events.read_text()  # noqa: E731
+    _wait_for(spec_started, proc)
+    time.sleep(0.5)  # into auto's warm-up request
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == errors.INTERRUPTED, out + err
+    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+    assert out.splitlines()[-1] == (
+        "bench: interrupted while measuring auto; bench.md and bench.json hold the 1 configuration(s) "
+        "measured before it"
+    )
+    b = Bench(proc.returncode, env / "out", out, err)
+    assert b.doc["interrupted"] == "auto"
+    assert (b.mode("off")["status"], b.mode("off")["tps"]) == ("measured", [50.0, 50.0])
+    for mode, when in (("auto", "while measuring"), ("mtp", "before")):
+        m = b.mode(mode)
+        assert (m["status"], m["reason"], m["tps_median"]) == ("interrupted", "interrupted", None)
+        assert m["message"].startswith(f"the bench was interrupted {when} this mode")
+    assert b.mode("auto")["command"] and b.mode("mtp")["command"] is None  # mtp's server never started
+    assert "- **INTERRUPTED (Ctrl-C or SIGTERM) while measuring auto: the rows marked interrupted" in b.md
+    assert b.row("auto")[8] == "interrupted" and b.row("off")[3] == "50.0"
+    assert b.md in out  # printed as well as saved
+    assert list((env / "tmp").glob("specsuite-xdg-*")) == []
+    assert _no_process_left(exe)
+
+
+def test_sigterm_before_any_server_says_nothing_was_measured(env: Path, models: Path) -> None:
+    """A probe that never answers: SIGTERM there is one line saying no report was written, and exit 130."""
+    started = env / "started"
+    hang = env / "bin" / "llama-server"
+    hang.parent.mkdir()
+    hang.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(started))}\nexec sleep 60\n")
+    hang.chmod(0o755)
+    proc = _bench_process(env, models, hang, "--model", MTP_TARGET)
+    _wait_for(started.exists, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == errors.INTERRUPTED, out + err
+    assert out == "bench: interrupted before any mode was measured: no report written\n"
+    assert err == "interrupted\n"
+    assert not (env / "out").exists() and _no_process_left(hang)
 
 
 # --- bad input ----------------------------------------------------------------------------------------------

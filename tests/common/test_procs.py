@@ -137,3 +137,12 @@ def test_stop_group_ends_the_whole_group() -> None:
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     assert procs.stop_group(proc, grace_s=5.0) is not None
     assert proc.poll() is not None
+
+
+def test_sigterm_as_interrupt_raises_keyboard_interrupt_and_restores_the_handler() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    signal_name = f"signal {int(signal.SIGTERM)}"
+    with pytest.raises(KeyboardInterrupt, match=signal_name), procs.sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at the next bytecode: never reached
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -1,0 +1,421 @@
+"""Every command line README.md shows is tested (issue 19, item 7): parsed, and run where that is cheap.
+
+Parsed, all of them: each ``nox …`` line names sessions and tags of noxfile.py, and the arguments after
+``--`` (also those of the sessions table and the test sessions' options) parse with the parser of the
+command each session runs; each ``specsuite COMMAND …`` line names a command of ``cli.COMMANDS`` whose
+options parse. Parsing goes through the command's own ``main`` (what nox and invoke call), which the test
+stops right after its parser accepted the arguments (``_parses``): a command that drops build flags or hands
+the rest to pytest is checked as it really reads them (what a tier hands to pytest, pytest's own
+options, is not checked here). Placeholders (``TIER``, ``N``, ``DIR…``) become a
+value of their option's type, or its first choice; optional groups (``[--json]``) are taken in.
+``python benchmarks/X.py`` lines name scripts whose ``--help`` lists their options, and the ``python -m
+pytest`` line a test that exists. (``invoke TASK --option`` lines: tests/test_cli.py checks their tasks and
+options; ``pip install -e .`` and ``pip wheel .``: tests/test_packaging.py.)
+
+Run end to end, below, every line that needs no build, no real model, no GPU and no network, on test
+data: ``specsuite changes`` (the README's output, line for line), ``invoke history --json``, ``specsuite
+history import``, ``specsuite plan``, ``specsuite bisect --plan``, ``invoke verify-models``, ``specsuite
+plot``, ``invoke probe`` and ``invoke resolve`` (the fake llama-server), ``invoke make-synthetic-models``,
+``invoke report``; ``invoke compare A B`` and ``specsuite --help`` run in tests/test_cli.py.
+
+Only parsed, with the reason: ``build`` and ``nox -s build`` (a llama.cpp build: tests/build), every test
+session and ``run-tier`` (a built binary and the tiers' models; the synthetic tier runs on the real build in
+tests/suite), ``calibrate`` (N runs of a tier), ``bench`` (run against fakes in tests/bench), ``bisect
+--good/--bad`` and ``--from-plan`` (builds of llama.cpp commits: tests/bisect), ``gpu-check`` (a GPU),
+``merge`` (the results folders of a sharded run: tests/suite/test_shards.py), ``fetch-models`` and
+``lock-models`` (the Hub: tests/models with the fake Hub), the ``lint`` and ``tests`` sessions (a whole
+lint or test run; their lines carry no arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import histories
+import pytest
+from fakellama import fake_llama
+from testdata import DATA_ROOT
+
+from specsuite import cli
+from specsuite.common import errors, paths
+
+README = (paths.REPO_ROOT / "README.md").read_text(encoding="utf-8")
+BIN = Path(sys.executable).parent
+RESULTS = DATA_ROOT / "results"
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_-]*(\.[a-z]+)?")  # TIER, N, TIER-OR-CASES, RESULTS.json, FILE.png
+
+
+# --- the lines the README shows -----------------------------------------------------------------------------
+
+
+def shown(program: str) -> list[str]:
+    """Every ``program …`` command line of the README: in backticks, or in a code block (without its
+    ``$`` prompt and ``#`` comment), each part of an ``&&`` chain."""
+    spans = re.findall(r"`([^`\n]+)`", README)
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", README, re.S)
+    lines = [ln.split("  #")[0] for block in blocks for ln in block.splitlines()]
+    found = set()
+    for text in [*spans, *lines]:
+        for part in text.split("&&"):
+            part = part.strip().removeprefix("$ ")
+            if part.startswith(program + " "):
+                found.add(part)
+    return sorted(found)
+
+
+def words(line: str) -> list[str]:
+    """A command line's words, optional groups taken in and ellipses (``DIR…``, ``RESULTS.json...``) cut."""
+    out = []
+    for word in line.replace("[", " ").replace("]", " ").split():
+        word = word.removesuffix("…").removesuffix("...")
+        if word:
+            out.append(word)
+    return out
+
+
+def _value(action: argparse.Action | None, word: str) -> str:
+    """A placeholder as a value its option takes: its first choice, or a number where it wants one."""
+    if action is None or not PLACEHOLDER.fullmatch(word):
+        return word
+    if action.choices:
+        return str(next(iter(action.choices)))
+    for candidate in (word, "4", "0.05"):
+        try:
+            callable(action.type) and action.type(candidate)
+            return candidate
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            continue
+    return word
+
+
+def concrete(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with each option's placeholder value made one it takes (positionals stay as shown)."""
+    actions = parser._option_string_actions  # argparse keeps them only here
+    return [_value(actions.get(argv[i - 1]) if i else None, w) for i, w in enumerate(argv)]
+
+
+# --- parsing through the command's own main -----------------------------------------------------------------
+
+
+class Parsed(BaseException):
+    """A command's parser accepted its arguments: the test stops the command there."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("parsed")
+        self.result = result
+
+
+def _stopping(make: Callable[[], argparse.ArgumentParser]) -> Callable[[], argparse.ArgumentParser]:
+    """``make``, whose parser raises Parsed once its outermost parse succeeded (parse_args calls
+    parse_known_args: stopping there would skip its check for unknown arguments)."""
+
+    def stopping() -> argparse.ArgumentParser:
+        parser = make()
+        depth: list[int] = []
+        for name in ("parse_args", "parse_known_args"):
+            real = getattr(parser, name)
+
+            def stop(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+                if depth:
+                    return real(*args, **kwargs)
+                depth.append(1)
+                try:
+                    result = real(*args, **kwargs)
+                finally:
+                    depth.pop()
+                raise Parsed(result)
+
+            setattr(parser, name, stop)
+        return parser
+
+    return stopping
+
+
+# `bisect --plan FILES` has no parser (it reads its files at once): run below on a real results folder
+UNPARSED = (["bisect", "--plan"],)
+
+
+def parses(monkeypatch: pytest.MonkeyPatch, command: str, argv: list[str]) -> None:
+    """``specsuite COMMAND ARGV`` through cli.main, stopped when the command's parser accepted ARGV."""
+    if [command, *argv[:1]] in UNPARSED:
+        return
+    module = importlib.import_module(cli.COMMANDS[command].partition(":")[0])
+    for name, fn in list(vars(module).items()):
+        if (name == "parser" or name.endswith("_parser")) and getattr(
+            fn, "__module__", ""
+        ) == module.__name__:
+            monkeypatch.setattr(module, name, _stopping(fn))
+    argv = concrete(cli.command_parser(command), argv)
+    try:
+        code = cli.main([command, *argv])
+    except Parsed:
+        return
+    pytest.fail(f"`specsuite {command} {' '.join(argv)}` did not parse (exit {code}; its error is above)")
+
+
+# --- nox ----------------------------------------------------------------------------------------------------
+
+
+def noxfile_sessions() -> tuple[dict[str, list[str] | None], set[str]]:
+    """Read from noxfile.py's source (loading it would register its sessions a second time in nox's one
+    registry, which tests/test_noxfile.py reads): each session's specsuite command and fixed arguments
+    (its ``_specsuite(session, …)`` call; None for lint and tests, which run none with the arguments after
+    ``--``), and every tag of a session."""
+    tree = ast.parse((paths.REPO_ROOT / "noxfile.py").read_text(encoding="utf-8"))
+    commands: dict[str, list[str] | None] = {}
+    tags: set[str] = set()
+    for fn in tree.body:
+        decorators = [d for d in getattr(fn, "decorator_list", []) if "nox.session" in ast.unparse(d)]
+        if not isinstance(fn, ast.FunctionDef) or not decorators:
+            continue
+        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and ast.unparse(c.func) == "_specsuite"]
+        commands[fn.name] = [ast.literal_eval(a) for a in calls[0].args[1:]] if calls else None
+        for d in decorators:
+            keywords = d.keywords if isinstance(d, ast.Call) else []
+            tags.update(t for k in keywords if k.arg == "tags" for t in ast.literal_eval(k.value))
+    return commands, tags
+
+
+SESSIONS, TAGS = noxfile_sessions()
+
+
+def nox_line(line: str) -> tuple[list[str], list[str], list[str]]:
+    """(sessions, tags, the arguments after ``--``) of a ``nox …`` line."""
+    argv = words(line)[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    sessions: list[str] = []
+    tags: list[str] = []
+    flag = None
+    for word in argv[:cut]:
+        if word.startswith("-"):
+            flag = word
+            continue
+        assert flag in ("-s", "-t"), f"{line}: {word} follows neither -s nor -t"
+        (sessions if flag == "-s" else tags).append(word)
+    return sessions, tags, argv[cut + 1 :]
+
+
+def session_table() -> list[str]:
+    """The sessions table's arguments as nox lines: ``nox -s SESSION -- ARGS`` for each ``-- ARGS`` in a
+    session's row; the options of the test sessions listed below it, on test_smoke."""
+    section = README.split("## nox sessions", 1)[1].split("\n## ", 1)[0]
+    lines = []
+    for name, row in re.findall(r"^\| `([a-z_]+)` \|(.*)$", section, re.M):
+        for span in re.findall(r"`-- ([^`]*)`", row):  # (a bare `--flag` there names a server flag)
+            lines.append(f"nox -s {name} -- {span}")
+    options = section.split("Options of the test sessions:", 1)[1].split("\n\n", 1)[0]
+    for span in re.findall(r"`(-[^`]*)`", options):
+        flag, _, values = span.partition(" ")
+        for value in values.split("|") if values else [""]:  # `--gpus all|N|0,2,5`: each alternative
+            lines.append(f"nox -s test_smoke -- {flag} {value}".strip())
+    return lines
+
+
+NOX_LINES = shown("nox")
+TABLE_LINES = session_table()
+
+
+def test_the_readme_shows_the_lines_this_module_checks() -> None:
+    assert len(NOX_LINES) >= 8 and "nox -s build test_compact -- --cuda --repeat 4 -x" in NOX_LINES
+    assert "nox -s calibrate -- --tier compact --runs 3 --dry-run" in [
+        " ".join(words(x)) for x in TABLE_LINES
+    ]
+    assert "nox -s test_smoke -- --gpus 0,2,5" in TABLE_LINES and len(TABLE_LINES) >= 20
+    assert "specsuite changes --case tiny-mtp-random --metric accept_rate" in shown("specsuite")
+
+
+def test_readme_nox_sessions_and_tags_are_the_noxfiles() -> None:
+    assert {"build", "test_smoke", "bench", "lint", "tests"} <= set(SESSIONS)
+    assert sorted(TAGS) == ["cpu", "gpu"]
+    for line in [*NOX_LINES, *TABLE_LINES]:
+        names, wanted, _ = nox_line(line)
+        assert names or wanted, line
+        assert set(names) <= set(SESSIONS), line
+        assert set(wanted) <= TAGS, line
+
+
+@pytest.mark.parametrize("line", NOX_LINES + TABLE_LINES)
+def test_readme_nox_arguments_parse_with_each_sessions_command(line: str, monkeypatch) -> None:
+    names, _, posargs = nox_line(line)
+    for name in names:
+        command = SESSIONS.get(name)
+        if command is None:  # lint and tests: no specsuite command reads the arguments
+            assert not posargs, line
+            continue
+        parses(monkeypatch, command[0], [*command[1:], *posargs])
+        monkeypatch.undo()
+
+
+# --- specsuite ----------------------------------------------------------------------------------------------
+
+# `specsuite COMMAND --help` and `specsuite …` name no command (test_cli runs every command's --help)
+SPECSUITE_LINES = [ln for ln in shown("specsuite") if len(words(ln)) > 1 and not words(ln)[1].isupper()]
+
+
+@pytest.mark.parametrize("line", SPECSUITE_LINES)
+def test_readme_specsuite_lines_name_a_command_and_parse(line: str, monkeypatch) -> None:
+    argv = words(line)[1:]
+    if argv == ["--help"]:
+        assert cli.main(argv) == errors.OK
+        return
+    assert argv[0] in cli.COMMANDS, line
+    parses(monkeypatch, argv[0], argv[1:])
+
+
+# --- run end to end -----------------------------------------------------------------------------------------
+
+
+def run(
+    *argv: str, tool: str = "specsuite", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    exe = BIN / tool
+    if not exe.exists():
+        pytest.skip(f"{tool} is not installed next to {sys.executable} (pip install -e .)")
+    return subprocess.run([str(exe), *argv], cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def drift(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The history the README's change-point example comes from: real synthetic-tier runs, -3 % a commit."""
+    from specsuite.history import db
+
+    folder = tmp_path_factory.mktemp("drift")
+    docs = histories.history_docs(histories.SHAPES["drift"])
+    db.import_runs(histories.write(docs, folder / "runs"), folder / "history.sqlite")
+    return folder / "history.sqlite"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"SPEC_CACHE_DIR": str(tmp_path / "cache"), "SPEC_HISTORY": str(tmp_path / "history.sqlite")}
+
+
+def test_specsuite_changes_prints_what_the_readme_shows(drift: Path, env) -> None:
+    block = README.split("$ specsuite changes --case tiny-mtp-random --metric accept_rate\n", 1)[1]
+    shown_lines = [ln.strip() for ln in block.split("…", 1)[0].splitlines() if ln.strip()]
+    proc = run("changes", "--case", "tiny-mtp-random", "--metric", "accept_rate",
+               env={**env, "SPEC_HISTORY": str(drift)})  # fmt: skip
+    assert proc.returncode == errors.OK, proc.stderr
+    got = [ln.strip() for ln in proc.stdout.splitlines()]
+    assert len(shown_lines) == 5 and got[: len(shown_lines)] == shown_lines
+
+
+def test_invoke_history_json(drift: Path, env) -> None:
+    proc = run("history", "--case", "tiny-mtp-random", "--last", "2", "--json", "--db", str(drift),
+               tool="invoke", env=env)  # fmt: skip
+    assert proc.returncode == errors.OK, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["run_id"], r["case"]) for r in rows] == [
+        ("h10", "tiny-mtp-random"),
+        ("h11", "tiny-mtp-random"),
+    ]
+
+
+def test_specsuite_history_import_enters_each_run_once(tmp_path: Path, env) -> None:
+    db = tmp_path / "imported.sqlite"
+    first = run("history", "import", str(RESULTS / "fixture-base"),
+                str(RESULTS / "fixture-regressed" / "results.json"), "--db", str(db), env=env)  # fmt: skip
+    assert first.returncode == errors.OK and f"2 of 2 run(s) entered into {db}" in first.stdout, first.stderr
+    again = run("history", "import", str(RESULTS / "fixture-base"), "--db", str(db), env=env)
+    assert again.returncode == errors.OK and "0 of 1 run(s) entered" in again.stdout
+
+
+def test_specsuite_plan_splits_a_tier(tmp_path: Path, env) -> None:
+    out = tmp_path / "plan.json"
+    proc = run("plan", "synthetic", "--shards", "2", "--json", "--out", str(out), env=env)
+    assert proc.returncode == errors.OK, proc.stderr
+    shards = json.loads(out.read_text())["include"]
+    assert [s["shard"] for s in shards] == ["1/2", "2/2"] and json.loads(proc.stdout)["include"] == shards
+
+
+def test_specsuite_bisect_plan_reads_a_red_run(env) -> None:
+    """fixture-regressed fails a floor, with no earlier commit in the (empty) history: nothing to bisect."""
+    proc = run("bisect", "--plan", str(RESULTS / "fixture-regressed"), env=env)
+    assert proc.returncode == errors.OK, proc.stderr
+    assert json.loads(proc.stdout) == [] and "not bisected: ngram (floor)" in proc.stderr
+
+
+def test_invoke_verify_models_on_an_empty_model_folder(tmp_path: Path, env) -> None:
+    (tmp_path / "models").mkdir()
+    proc = run(
+        "verify-models", "--full", tool="invoke", env={**env, "SPEC_MODEL_DIR": str(tmp_path / "models")}
+    )
+    assert proc.returncode == errors.OK, proc.stderr  # not fetched is not corrupt: fetch-models fetches them
+    assert "synth-target-llama-fixed.gguf" in proc.stdout and "missing (not fetched)" in proc.stdout
+
+
+def test_specsuite_plot_two_runs(tmp_path: Path, env) -> None:
+    pytest.importorskip("matplotlib")
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(RESULTS / "fixture-base", a)
+    shutil.copytree(RESULTS / "fixture-regressed", b)
+    proc = run("plot", str(a), str(b), env=env)
+    assert proc.returncode == errors.OK, proc.stderr
+    assert (b / "per_position.png").read_bytes()[:4] == b"\x89PNG" and str(
+        b / "per_position.png"
+    ) in proc.stdout
+
+
+def test_invoke_probe_make_synthetic_models_and_resolve(tmp_path: Path, env) -> None:
+    exe = fake_llama(tmp_path / "bin")
+    probe = run("probe", "--binary", str(exe), tool="invoke", env=env)
+    assert probe.returncode == errors.OK and "tiny-none" in probe.stdout, probe.stderr
+    made = run("make-synthetic-models", "--out", str(tmp_path / "synth"), tool="invoke", env=env)
+    assert made.returncode == errors.OK, made.stderr
+    model = tmp_path / "synth" / "synth-target-glm4moe-mtp-fixed.gguf"
+    args = ["--model", str(model), "--mode", "auto", "--device", "cpu", "--binary", str(exe)]
+    args += ["--spec-draft-n-max", "4", "--extra-args=--temp 0"]
+    resolved = run("resolve", *args, tool="invoke", env=env)
+    assert resolved.returncode == errors.OK, resolved.stderr
+    assert "speculative mode: auto -> ngram-mod,draft-mtp" in resolved.stdout
+    assert "--spec-draft-n-max 4" in resolved.stdout
+
+
+def test_invoke_report_builds_the_site(drift: Path, tmp_path: Path, env) -> None:
+    site = tmp_path / "site"
+    proc = run("report", "--out", str(site), "--last", "5", "--db", str(drift), tool="invoke", env=env)
+    assert proc.returncode == errors.OK, proc.stderr
+    assert (site / "index.html").is_file() and "report: 5 runs on 1 device class(es)" in proc.stdout
+
+
+def test_the_check_fails_on_a_wrong_line(monkeypatch) -> None:
+    """The parse check can fail: an option the command lacks, a value its type refuses."""
+    for command, argv in (
+        ("plan", ["TIER", "--shardz", "N"]),
+        ("run-tier", ["smoke", "--drift-window", "2"]),
+    ):
+        with pytest.raises(pytest.fail.Exception, match="did not parse"):
+            parses(monkeypatch, command, argv)
+        monkeypatch.undo()
+    assert nox_line("nox -s build test_smoke -- --cpu -x") == (["build", "test_smoke"], [], ["--cpu", "-x"])
+
+
+def test_python_lines_name_real_scripts_tests_and_options() -> None:
+    """``python benchmarks/X.py --opt N`` names a script whose --help lists each option (a benchmark is
+    not run: minutes of builds and servers); ``python -m pytest FILE::TEST`` names a test that exists."""
+    spans = re.findall(r"`(python3? [^`]+)`", README.replace("\n", " "))
+    scripts = [words(s)[1:] for s in spans if words(s)[1].startswith("benchmarks/")]
+    assert len(scripts) >= 4
+    for script, *argv in scripts:
+        assert (paths.REPO_ROOT / script).is_file(), script
+        if flags := [w for w in argv if w.startswith("--")]:
+            shown_help = subprocess.run([sys.executable, script, "--help"], cwd=paths.REPO_ROOT,
+                                        capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert shown_help.returncode == 0 and all(f in shown_help.stdout for f in flags), script
+    tests = [w for s in spans if s.startswith("python -m pytest") for w in words(s) if "::" in w]
+    assert tests, "the README's pytest line"
+    for node in tests:
+        file, _, name = node.partition("::")
+        assert f"def {name}(" in (paths.REPO_ROOT / file).read_text(encoding="utf-8"), node
