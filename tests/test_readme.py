@@ -53,6 +53,7 @@ from specsuite.common import errors, paths
 README = (paths.REPO_ROOT / "README.md").read_text(encoding="utf-8")
 BIN = Path(sys.executable).parent
 RESULTS = DATA_ROOT / "results"
+PYTHONS = re.findall(r"Python :: (3\.\d+)", (paths.REPO_ROOT / "pyproject.toml").read_text())
 PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_-]*(\.[a-z]+)?")  # TIER, N, TIER-OR-CASES, RESULTS.json, FILE.png
 
 
@@ -202,6 +203,9 @@ def nox_line(line: str) -> tuple[list[str], list[str], list[str]]:
             flag = word
             continue
         assert flag in ("-s", "-t"), f"{line}: {word} follows neither -s nor -t"
+        if flag == "-s" and (m := re.fullmatch(r"(\w+)-(3\.\d+)", word)):  # a session on one Python
+            assert m[2] in PYTHONS, f"{line}: {m[2]} is not a supported Python ({PYTHONS})"
+            word = m[1]
         (sessions if flag == "-s" else tags).append(word)
     return sessions, tags, argv[cut + 1 :]
 
@@ -250,7 +254,10 @@ def test_readme_nox_arguments_parse_with_each_sessions_command(line: str, monkey
     names, _, posargs = nox_line(line)
     for name in names:
         command = SESSIONS.get(name)
-        if command is None:  # lint and tests: no specsuite command reads the arguments
+        if name == "tests":  # pytest's: test paths of this repository
+            assert all((paths.REPO_ROOT / a).exists() for a in posargs if not a.startswith("-")), line
+            continue
+        if command is None:  # lint: no specsuite command reads the arguments
             assert not posargs, line
             continue
         parses(monkeypatch, command[0], [*command[1:], *posargs])
