@@ -165,7 +165,7 @@ def test_uncalibrated_case_reports_without_floors(run) -> None:
 
 
 def test_crash_mid_request_is_a_failure_with_a_reason(run) -> None:
-    rec = run(_case(SIMPLE), die_after_requests=2)  # warm-up and one prompt, then SIGABRT
+    rec = run(_case(SIMPLE), die_after_requests=2)  # the cold pass's two prompts, then SIGABRT
     assert rec.status == "failed" and rec.reason in ("runtime_error", "crashed")
     assert "GGML_ASSERT" in rec.message
 
@@ -197,8 +197,20 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     base = _port(baseline.command)
     assert sent[0] == (base, WARMUP_N_PREDICT)  # before any measured request, to either server
     assert [n for port, n in sent if port == base] == [WARMUP_N_PREDICT] + [8] * 4  # 2 cases x 2 prompts
-    for rec in recs:  # every case's server: its own warm-up first, as before
-        assert next(n for port, n in sent if port == _port(rec.command or [])) == WARMUP_N_PREDICT
+    for rec in recs:  # every case's server: the cold pass first (the prompts), then its own warm-up
+        assert [n for port, n in sent if port == _port(rec.command or [])] == [8, 8, WARMUP_N_PREDICT, 8, 8]
+
+
+def test_a_learning_drafter_reports_its_cold_pass_and_is_not_nondeterministic(run, monkeypatch) -> None:
+    """Like ngram-mod: a fresh server drafts less (the cold pass, as upstream counts it) than one that has
+    seen the prompts (the warmed rounds, which agree with each other)."""
+    monkeypatch.setenv("SPEC_REPEAT", "3")
+    cold = [{"drafted": 6, "accepted": 3, "drafts": 2, "per_pos": [2, 1, 0]}] * 2
+    rec = run(_case(SIMPLE), first_requests=cold)
+    assert rec.status == "passed", rec.message
+    assert (rec.drafted, rec.accepted, rec.drafts, rec.per_position) == (12, 6, 4, [4, 2, 0])
+    assert [(r.drafted, r.accepted, r.drafts) for r in rec.rounds] == [(24, 18, 8)] * 3
+    assert rec.nondeterministic is False
 
 
 @pytest.mark.parametrize(
