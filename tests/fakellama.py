@@ -33,6 +33,7 @@ DEFAULT: dict[str, Any] = {
     # the first speculative /completion requests of the process, in turn: like by_request but not cycled,
     # before it (a drafter that learns: a fresh server counts differently from a warmed one)
     "first_requests": [],
+    "counted_at_start": 0,  # drafted, accepted and drafts already counted when /health first answers
     "spec_ms_per_token": 10.0,  # decode speed of a speculative server
     "base_ms_per_token": 20.0,  # ... and of one without speculation
     "ms_cv": 0.0,  # noise: each request's time drawn around the above with this coefficient of variation
@@ -62,6 +63,7 @@ if args[:1] == ["--list-devices"]:
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
 port = int(args[args.index("--port") + 1])
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
+state.update({k: CONFIG["counted_at_start"] for k in ("drafted", "accepted", "drafts")})
 for line in CONFIG["log_lines"]:
     print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)

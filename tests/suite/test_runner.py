@@ -170,6 +170,13 @@ def test_crash_mid_request_is_a_failure_with_a_reason(run) -> None:
     assert "GGML_ASSERT" in rec.message
 
 
+def test_counters_before_the_first_request_are_left_out_and_named(run) -> None:
+    rec = run(_case(SIMPLE), counted_at_start=5)
+    assert rec.status == "passed", rec.message
+    assert (rec.drafted, rec.accepted, rec.drafts) == (24, 18, 8)  # the cold pass's two prompts only
+    assert any("counted drafted=5 accepted=5 drafts=5 before its first request" in w for w in rec.warnings)
+
+
 def _port(command: list[str]) -> int:
     return int(command[command.index("--port") + 1])
 
