@@ -447,6 +447,7 @@ def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], l
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 13.5 min on the shared 2-core machine at load average 10 (2026-12-02)
 def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path, monkeypatch) -> None:
     """ngram-mod keeps its n-gram pool across requests, so a request before the measured ones changes what is
     counted. The suite's reported counters must be those of upstream's measurement: the same command line
