@@ -30,6 +30,10 @@ DEFAULT: dict[str, Any] = {
     # per speculative /completion request in turn (cycled): {"accepted": a, "per_pos": [...]} replacing the
     # two above, for a server whose counters differ between rounds of the same prompts
     "by_request": None,
+    # the first speculative /completion requests of the process, in turn: like by_request but not cycled,
+    # before it (a drafter that learns: a fresh server counts differently from a warmed one)
+    "first_requests": [],
+    "counted_at_start": 0,  # drafted, accepted and drafts already counted when /health first answers
     "spec_ms_per_token": 10.0,  # decode speed of a speculative server
     "base_ms_per_token": 20.0,  # ... and of one without speculation
     "ms_cv": 0.0,  # noise: each request's time drawn around the above with this coefficient of variation
@@ -59,6 +63,7 @@ if args[:1] == ["--list-devices"]:
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
 port = int(args[args.index("--port") + 1])
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
+state.update({k: CONFIG["counted_at_start"] for k in ("drafted", "accepted", "drafts")})
 for line in CONFIG["log_lines"]:
     print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
@@ -124,7 +129,9 @@ class H(BaseHTTPRequestHandler):
             if spec:
                 time.sleep(CONFIG["request_sleep_s"])
                 now = dict(CONFIG)
-                if CONFIG["by_request"]:
+                if state["requests"] <= len(CONFIG["first_requests"]):
+                    now.update(CONFIG["first_requests"][state["requests"] - 1])
+                elif CONFIG["by_request"]:
                     now.update(CONFIG["by_request"][(state["requests"] - 1) % len(CONFIG["by_request"])])
                 for k in ("drafted", "accepted", "drafts"):
                     state[k] += now[k]

@@ -137,9 +137,11 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     prompts: list[PromptCheck] = []
     baseline: BaselineRef | None = None
     drift: DriftRef | None = None
-    rounds: list[Counters] = []  # each speculative round's counters (the first is the one reported)
-    # two rounds of this run disagree (from 3 rounds on: two after the first, which a method with an n-gram
-    # cache may change by learning): no exact comparison for it
+    # each warmed speculative round's counters (the reported ones are the cold pass's, before the rounds;
+    # records before it was added reported the first round's)
+    rounds: list[Counters] = []
+    # two warmed rounds of this run disagree (from 3 rounds on: two after the first, which a method with an
+    # n-gram cache may change by learning; the cold pass is not compared): no exact comparison for it
     nondeterministic: bool = False
     command: list[str] | None = None
     log: str | None = None

@@ -180,18 +180,19 @@ def chat_body(prompt: str, max_tokens: int = 16) -> dict[str, Any]:
 class RequestOutcome:
     """Everything one case measured; ``numbers()`` is what results.json and the SPEC_RESULT line show."""
 
-    delta: Delta
-    completions: list[Completion]
+    delta: Delta  # the cold pass: the counters reported and judged
+    completions: list[Completion]  # ... and its tokens
     divergences: list[PromptDivergence] = field(default_factory=list)
     speed: Speed = field(default_factory=Speed)
-    rounds: list[Delta] = field(default_factory=list)  # every speculative round's counters, first included
+    rounds: list[Delta] = field(default_factory=list)  # every warmed speculative round's counters
 
     @property
     def nondeterministic(self) -> bool:
-        """Two speculative rounds of the same prompts disagree in a counter. From three rounds on, a first
-        round that differs from later rounds that agree is a method learning from its earlier requests (an
-        n-gram cache: its second round sees the prompts of the first), not noise: every run's first round
-        starts from the same state, and it is the one reported and compared."""
+        """Two warmed speculative rounds of the same prompts disagree in a counter. The cold pass (``delta``)
+        is not compared with them: it alone starts from a fresh server, so a drafter that keeps state across
+        requests (ngram-mod) counts differently there by design; whether it repeats is what two runs of one
+        commit show in the history. From three rounds on, a first round that differs from later rounds that
+        agree is such a method still learning from the requests before it, not noise."""
         seen = [counters(d) for d in self.rounds]
         later = seen[1:] if len(seen) > 2 else seen
         return len(set(later)) > 1

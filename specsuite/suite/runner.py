@@ -2,10 +2,12 @@
 
 Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``),
 the models (stamp-verified paths), the GGUF checks, then a server with the case's speculation next to the
-speculation-off baseline server of the same target, measured in A-B-B-A rounds after a discarded warm-up;
-the ``/metrics`` delta of the first round gives the acceptance numbers. Then the floors, the sanity
-relations, divergence from the baseline's tokens, the self-tests, the speed floor, the usage check and the
-relative gate against the history baseline. Every outcome, also an interruption, lands in results.json.
+speculation-off baseline server of the same target. The acceptance numbers come from a cold pass as upstream
+measures: the prompts on the fresh speculative server before any other request, counted by ``/metrics``;
+then a discarded warm-up and the A-B-B-A speed rounds (their counters are kept, not reported). Then the
+floors, the sanity relations, divergence from the baseline's tokens, the self-tests, the speed floor, the
+usage check and the relative gate against the history baseline. Every outcome, also an interruption,
+lands in results.json.
 """
 
 from __future__ import annotations
@@ -232,15 +234,35 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
         srv.stop()
 
 
+def _cold_pass(spec: LlamaServer, case: Case) -> tuple[metrics.Delta, list[Completion], list[str]]:
+    """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
+
+    A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
+    upstream's numbers when the server counted nothing before its first request (the pinned build
+    counts nothing at startup: the snapshot is zero), and ``metrics.delta`` catches a restart mid-pass,
+    which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
+    would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
+    empty state as upstream's, which no warm-up before it may change."""
+    ready = spec.metrics()
+    comps = run_prompts(spec.post, case.prompt_texts, case.n_predict)
+    warn = []
+    if ready.drafted or ready.accepted or ready.drafts:
+        warn.append(
+            f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
+            "before its first request: upstream's cumulative counters would include them, ours do not"
+        )
+    return metrics.delta(ready, spec.metrics()), comps, warn
+
+
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer
-) -> tuple[list[metrics.Delta], list[Completion], list[Completion], Speed]:
-    """Warm-up (the baseline's was done when it started), then A-B-B-A rounds; the counters of each
-    speculative round are the ``/metrics`` delta over it (the first is the one reported, the others show
-    whether they repeat)."""
+) -> tuple[list[metrics.Delta], list[Completion], Speed]:
+    """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
+    speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
+    never reported: the cold pass's are)."""
     warm_up(spec.post, case.prompt_texts)
     snapshots = [spec.metrics()]
-    speed, first_spec, first_base = Speed(), None, None
+    speed, first_base = Speed(), None
     # side by side on shared cores no timing means anything: one round, for the tokens and counters
     for order in abba(session.options.repeat if session.speed else 1):
         for side in order:
@@ -248,15 +270,14 @@ def _rounds(
             comps = run_prompts(srv.post, case.prompt_texts, case.n_predict)
             tps = decode_tps(comps)
             if side == "spec":
-                first_spec = first_spec or comps
                 snapshots.append(spec.metrics())
             else:
                 first_base = first_base or comps
             if session.speed:
                 (speed.spec_tps if side == "spec" else speed.base_tps).append(tps or 0.0)
-    assert first_spec is not None and first_base is not None
+    assert first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
-    return deltas, first_spec, first_base, speed
+    return deltas, first_base, speed
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
@@ -269,7 +290,9 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     with _serving(session, command, log, case) as spec:
         rec.command = spec.command
         try:
-            deltas, comps, base_comps, speed = _rounds(session, case, spec, base)
+            cold, comps, warned = _cold_pass(spec, case)  # before any other request to this server
+            rec.warnings += warned
+            deltas, base_comps, speed = _rounds(session, case, spec, base)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
         except ServerFailed as exc:
             if not base.running:
@@ -281,7 +304,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
     ref = session.baseline_tokens(target, case, base_comps)
-    outcome = RequestOutcome(deltas[0], comps, divergence(ref, comps), speed, rounds=deltas)
+    outcome = RequestOutcome(cold, comps, divergence(ref, comps), speed, rounds=deltas)
     return Measured(outcome, spec.log_text(), usage)
 
 

@@ -288,18 +288,22 @@ def test_a_broken_baseline_record_never_turns_a_green_run_red(
 def test_counters_one_token_apart_are_named_in_the_summary(seed: Seed, db: Path, tmp_path) -> None:
     """Accept rate -2.8 %: inside rtol, so the case passes; the summary still says which position moved."""
     close = {"drafted": 12, "accepted": 12, "drafts": 4, "per_pos": [4, 4, 4]}
-    off_by_one = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 3 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    off_by_one = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 2 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    off_by_one += [{"accepted": 12, "per_pos": [4, 4, 4]}]
     run = run_b(seed, tmp_path, db, {**close, "by_request": off_by_one})
     assert run.proc.returncode == 0, run.output
-    # requests: the warm-up, then 3 prompts a round: the first round's third prompt is request 4
+    # requests: the cold pass (3 prompts: the reported counters), the warm-up, then 3 prompts a round: the
+    # cold pass's third prompt is request 3
     assert run.case["accepted"] == 35 and run.case["nondeterministic"] is False
     assert run.case["baseline"]["counters"] == "accepted 36 → 35 (−1); position 2: 12 → 11 (−1)"
     assert "| accepted 36 → 35 (−1); position 2: 12 → 11 (−1) |" in (run.dir / "summary.md").read_text()
 
 
 def test_rounds_that_disagree_mark_the_case_nondeterministic(seed: Seed, db: Path, tmp_path) -> None:
-    # a cycle of 4 requests against rounds of 3 prompts (after the warm-up): rounds 2 and 3 differ
-    cycle = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 3 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    # a cycle of 4 requests against the cold pass (requests 1-3), the warm-up (4) and rounds of 3 prompts
+    # (5-7, 8-10, 11-13): rounds 2 and 3 differ (36 against 35 accepted)
+    cycle = [{"accepted": 12, "per_pos": [4, 4, 4]}] * 2 + [{"accepted": 11, "per_pos": [4, 4, 3]}]
+    cycle += [{"accepted": 12, "per_pos": [4, 4, 4]}]
     run = run_b(seed, tmp_path, db, {**GOOD, "by_request": cycle}, "--repeat", "3")
     assert run.proc.returncode == 0, run.output
     assert run.case["nondeterministic"] is True

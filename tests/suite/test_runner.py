@@ -22,7 +22,7 @@ from fakellama import fake_llama
 
 from specsuite.cases.schema import Case, parse_case_file
 from specsuite.common.errors import UserError
-from specsuite.results.document import Run, RunOptions
+from specsuite.results.document import Run, RunOptions, load_run
 from specsuite.results.verdict import verdict
 from specsuite.server import process
 from specsuite.server.process import LlamaServer
@@ -165,9 +165,16 @@ def test_uncalibrated_case_reports_without_floors(run) -> None:
 
 
 def test_crash_mid_request_is_a_failure_with_a_reason(run) -> None:
-    rec = run(_case(SIMPLE), die_after_requests=2)  # warm-up and one prompt, then SIGABRT
+    rec = run(_case(SIMPLE), die_after_requests=2)  # the cold pass's two prompts, then SIGABRT
     assert rec.status == "failed" and rec.reason in ("runtime_error", "crashed")
     assert "GGML_ASSERT" in rec.message
+
+
+def test_counters_before_the_first_request_are_left_out_and_named(run) -> None:
+    rec = run(_case(SIMPLE), counted_at_start=5)
+    assert rec.status == "passed", rec.message
+    assert (rec.drafted, rec.accepted, rec.drafts) == (24, 18, 8)  # the cold pass's two prompts only
+    assert any("counted drafted=5 accepted=5 drafts=5 before its first request" in w for w in rec.warnings)
 
 
 def _port(command: list[str]) -> int:
@@ -197,8 +204,20 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     base = _port(baseline.command)
     assert sent[0] == (base, WARMUP_N_PREDICT)  # before any measured request, to either server
     assert [n for port, n in sent if port == base] == [WARMUP_N_PREDICT] + [8] * 4  # 2 cases x 2 prompts
-    for rec in recs:  # every case's server: its own warm-up first, as before
-        assert next(n for port, n in sent if port == _port(rec.command or [])) == WARMUP_N_PREDICT
+    for rec in recs:  # every case's server: the cold pass first (the prompts), then its own warm-up
+        assert [n for port, n in sent if port == _port(rec.command or [])] == [8, 8, WARMUP_N_PREDICT, 8, 8]
+
+
+def test_a_learning_drafter_reports_its_cold_pass_and_is_not_nondeterministic(run, monkeypatch) -> None:
+    """Like ngram-mod: a fresh server drafts less (the cold pass, as upstream counts it) than one that has
+    seen the prompts (the warmed rounds, which agree with each other)."""
+    monkeypatch.setenv("SPEC_REPEAT", "3")
+    cold = [{"drafted": 6, "accepted": 3, "drafts": 2, "per_pos": [2, 1, 0]}] * 2
+    rec = run(_case(SIMPLE), first_requests=cold)
+    assert rec.status == "passed", rec.message
+    assert (rec.drafted, rec.accepted, rec.drafts, rec.per_position) == (12, 6, 4, [4, 2, 0])
+    assert [(r.drafted, r.accepted, r.drafts) for r in rec.rounds] == [(24, 18, 8)] * 3
+    assert rec.nondeterministic is False
 
 
 @pytest.mark.parametrize(
@@ -367,3 +386,97 @@ def test_real_build_case_records_what_it_ran(tmp_path, monkeypatch) -> None:
     assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
     assert rec.speed.repeat == 1 and rec.decode_tps and rec.baseline_decode_tps
     assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()
+
+
+# upstream's three prompts (its speculative-decoding CI, shared/seeds/upstream-spec-ci.txt), typed here from
+# the seed so the test does not take them from the cases file it checks
+UPSTREAM_PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number using memoization.\n\n```python\n",
+    "The three main differences between TCP and UDP are:\n1.",
+    "Question: What is the capital of France, and what river flows through it?\nAnswer:",
+]
+
+
+def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], list[int]]:
+    """Upstream's measurement, by hand: a fresh server of ``command`` (on another port), upstream's three
+    requests, then the cumulative ``/metrics`` counters read as its ``spec_metrics`` reads them."""
+    import os
+    import subprocess
+    import time
+
+    import requests
+
+    port = _free()
+    argv = [*command]
+    argv[argv.index("--port") + 1] = str(port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.5)
+        for prompt in UPSTREAM_PROMPTS:
+            body = {"prompt": prompt, "temperature": 0.0, "top_k": 1, "seed": 42, "n_predict": 128,
+                    "cache_prompt": False, "return_tokens": True}  # fmt: skip
+            res = requests.post(f"{url}/completion", json=body, timeout=600)
+            assert res.status_code == 200 and res.json()["tokens"], res.text
+        text = requests.get(f"{url}/metrics", timeout=60).text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    got = {}
+    for name in ("draft_tokens", "accepted_tokens", "drafts"):
+        m = re.search(rf"^llamacpp:spec_decode_num_{name}_total (\S+)$", text, re.MULTILINE)
+        assert m is not None, text
+        got[name] = int(float(m.group(1)))
+    pos = re.findall(r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)$',
+                     text, re.MULTILINE)  # fmt: skip
+    per_pos = [0] * (max((int(i) for i, _ in pos), default=-1) + 1)
+    for i, v in pos:
+        per_pos[int(i)] = int(float(v))
+    return got, per_pos
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # 13.5 min on the shared 2-core machine at load average 10 (2026-12-02)
+def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path, monkeypatch) -> None:
+    """ngram-mod keeps its n-gram pool across requests, so a request before the measured ones changes what is
+    counted. The suite's reported counters must be those of upstream's measurement: the same command line
+    (as results.json records it) started fresh, upstream's three requests, the cumulative counters."""
+    from fakeserver import real_binary
+
+    from specsuite.cases.schema import load_cases, select_cases
+    from specsuite.models.fetch import fetch_models
+
+    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(real_binary()))
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
+    for var in ("SPEC_MODEL_DIR", "SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
+        monkeypatch.delenv(var, raising=False)
+    (case,) = select_cases(load_cases(), "ngram-mod")
+    assert [text for _, text in case.prompt_texts] == UPSTREAM_PROMPTS and case.n_predict == 128
+    fetch_models(models=case.models, tty=False)
+    s = suite.open_session("ngram-mod", [case], tmp_path / "r")
+    try:
+        runner.run_case(case, s)
+    finally:
+        suite.finish_session(s)
+    rec = load_run(tmp_path / "r").cases["ngram-mod"]  # what results.json says, command line included
+    assert rec.status == "passed", rec.message
+    got, per_pos = _upstream_counters(rec.command or [], tmp_path / "upstream.log")
+    print(f"fresh server: {got} per position {per_pos}; suite: drafted={rec.drafted} "
+          f"accepted={rec.accepted} drafts={rec.drafts} per position {rec.per_position}; "
+          f"warmed rounds {[(r.drafted, r.accepted, r.drafts) for r in rec.rounds]}")  # fmt: skip
+    suite_counts = (rec.drafted, rec.accepted, rec.drafts)
+    assert suite_counts == (got["draft_tokens"], got["accepted_tokens"], got["drafts"])
+    assert rec.per_position == per_pos
+    # the drafter is stateful here: its warmed round counts differently, so the test tells the two apart
+    assert (rec.rounds[0].drafted, rec.rounds[0].accepted, rec.rounds[0].drafts) != suite_counts
