@@ -147,16 +147,7 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     flags += user
     key = build_key(src.identity, backend, flags, f"{compiler_path} {compiler}")
     build_dir = paths.cache_dir() / "builds" / f"{backend}-{key}"
-    env = shared_cache_env(env, build_dir)
-    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, env)
-
-
-def shared_cache_env(env: Mapping[str, str], build_dir: Path) -> dict[str, str]:
-    """ccache's base_dir is the build folder, and CMake sees the source through ``<build>/src`` (a link,
-    ``configure_command``): every compile line then names files relative to the build folder
-    (``src/ggml/...``), the same in every build folder, so a build of another tree (a bisect step's
-    worktree, a new cache) hits the objects an earlier build of the same files left in ccache."""
-    return {**env, "CCACHE_BASEDIR": env.get("CCACHE_BASEDIR") or str(build_dir)}
+    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, dict(env))
 
 
 def choose_backend(
@@ -303,13 +294,8 @@ def extra_flags(env: Mapping[str, str], defines: list[str]) -> list[str]:
     return [*extra, *(f"-D{d}" for d in defines)]
 
 
-# The build folder's layout: 2 since CMake reads the source through <build>/src (shared_cache_env); a folder
-# configured with the source's own path is never reconfigured with the link.
-LAYOUT = 2
-
-
 def build_key(identity: str, backend: str, flags: list[str], compiler: str) -> str:
-    blob = json.dumps([identity, backend, flags, compiler, LAYOUT])
+    blob = json.dumps([identity, backend, flags, compiler])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -322,22 +308,8 @@ def is_configured(build_dir: Path) -> bool:
 
 
 def configure_command(plan: Plan, cmake: str, ninja: str) -> list[str]:
-    """CMake's configure line; the source is given as ``<build>/src``, a link to it (shared_cache_env)."""
-    bld = str(plan.build_dir)
-    src = source_link(plan.build_dir, plan.source.path)
-    return [cmake, "-S", str(src), "-B", bld, f"-DCMAKE_MAKE_PROGRAM={ninja}", *plan.flags]
-
-
-def source_link(build_dir: Path, target: Path) -> Path:
-    """``<build>/src`` pointing at ``target``: made (or replaced, by rename) when it points elsewhere."""
-    link = build_dir / "src"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    if not (link.is_symlink() and os.readlink(link) == str(target)):
-        tmp = build_dir / f".src-{os.getpid()}"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(target, target_is_directory=True)
-        os.replace(tmp, link)  # a real folder at <build>/src would make this fail: the build folder is ours
-    return link
+    src, bld = str(plan.source.path), str(plan.build_dir)
+    return [cmake, "-S", src, "-B", bld, f"-DCMAKE_MAKE_PROGRAM={ninja}", *plan.flags]
 
 
 def configure(plan: Plan, cmake: str, ninja: str) -> None:
