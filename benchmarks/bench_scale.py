@@ -65,6 +65,9 @@ def timed(env: dict[str, str], out: Path, selector: str, *args: str) -> float:
         raise SystemExit(
             f"run-tier {selector} {' '.join(args)} wrote no results:\n{proc.stdout}{proc.stderr}"
         )
+    # a red run is still timed, but says so: a case not run (a dead worker) makes a side look faster
+    verdict = (out / "summary.md").read_text(encoding="utf-8").splitlines()[0]
+    print(f"  {' '.join(args) or 'serial'}: exit {proc.returncode}, {verdict.split(': ', 1)[-1]}", flush=True)
     return wall
 
 
