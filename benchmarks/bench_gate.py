@@ -10,9 +10,10 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
    3-request means, then varies by about ``--cv``), on both servers. A: ``--runs`` runs of
    ``specsuite run-tier`` over the synthetic cases in FAKE_CASES (each case one more measurement of the same
    fake); B: as many runs with the speculative server slowed by each size.
-2. Real CPU build (build/bin/llama-server) on the smoke tier's ``--real-cases``: A = the build as it is,
-   B = the same build with the speculative server held to 1 thread (a wrapper adds ``--threads 1``, the
-   baseline server keeps the default): a real slowdown of whatever size this machine gives it.
+2. Real CPU build (LLAMA_SERVER_BIN_PATH, else build/bin/llama-server) on the smoke tier's
+   ``--real-cases``: A = the build as it is, B = the same build with the speculative server held to
+   1 thread (a wrapper adds ``--threads 1``, the baseline server keeps the default): a real slowdown
+   of whatever size this machine gives it.
 Every comparison is one case of one run judged against the same case of another: A/A every later A run
 against every earlier one, A/B every B run against every A run, by the relative gate
 (``history.regress.regressions`` at ``--rtol``: Mann–Whitney p < 0.05 over the rounds and a median drop
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakellama import fake_llama  # noqa: E402
 
-from specsuite.common import table  # noqa: E402
+from specsuite.common import paths, table  # noqa: E402
 from specsuite.history import regress  # noqa: E402
 from specsuite.results.document import Run, load_run  # noqa: E402
 from specsuite.results.record import CaseRecord, finite  # noqa: E402
@@ -177,7 +178,7 @@ def main() -> None:
     rows += section(f"fake server (CV {args.cv * 100:g} % set)", a, bs, args.rtol, args.window)
 
     if args.real_runs:
-        binary = ROOT / "build" / "bin" / "llama-server"
+        binary = paths.server_binary()  # LLAMA_SERVER_BIN_PATH, else build/bin
         wrapper = work / "one-thread" / "llama-server"
         wrapper.parent.mkdir(parents=True, exist_ok=True)
         wrapper.write_text(WRAPPER.format(binary=binary))

@@ -3,8 +3,9 @@
 
     python benchmarks/bench_scale.py [--runs N] [--skip-cpu] [--skip-gpu]
 
-1. The synthetic tier on the real CPU build (build/bin/llama-server): ``run-tier synthetic`` against
-   ``run-tier synthetic --workers 2`` (two cases side by side: acceptance only, speed not measured).
+1. The synthetic tier on the real CPU build (LLAMA_SERVER_BIN_PATH, else build/bin/llama-server):
+   ``run-tier synthetic`` against ``run-tier synthetic --workers 2`` (two cases side by side:
+   acceptance only, speed not measured).
 2. A fake 4-GPU box (tests/fakellama.py: a fake ``nvidia-smi`` listing 4 H200s and a fake CUDA
    llama-server whose speculative requests sleep 0.5 s, standing in for a GPU's decode time), eight cases
    on four targets: ``--gpus 1`` (serial, one GPU) against ``--gpus all`` (one xdist worker per GPU).
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakellama import fake_llama, fake_nvidia_smi, gpu_devices  # noqa: E402
 
+from specsuite.common import paths  # noqa: E402
 from specsuite.models.fetch import fetch_models  # noqa: E402
 
 FAKE_CASES = (
@@ -63,6 +65,9 @@ def timed(env: dict[str, str], out: Path, selector: str, *args: str) -> float:
         raise SystemExit(
             f"run-tier {selector} {' '.join(args)} wrote no results:\n{proc.stdout}{proc.stderr}"
         )
+    # a red run is still timed, but says so: a case not run (a dead worker) makes a side look faster
+    verdict = (out / "summary.md").read_text(encoding="utf-8").splitlines()[0]
+    print(f"  {' '.join(args) or 'serial'}: exit {proc.returncode}, {verdict.split(': ', 1)[-1]}", flush=True)
     return wall
 
 
@@ -92,7 +97,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         root = Path(tmp)
         if not a.skip_cpu:
-            binary = ROOT / "build" / "bin" / "llama-server"
+            binary = paths.server_binary()  # LLAMA_SERVER_BIN_PATH, else build/bin
             if not binary.is_file():
                 raise SystemExit(f"{binary}: build it first (nox -s build)")
             compare(
