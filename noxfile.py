@@ -133,7 +133,8 @@ def tests(session: nox.Session) -> None:
     scope = [] if session.python == PRIMARY else ["-m", "not integration and not slow"]
     if session.python != PRIMARY and not session.posargs:
         scope += OTHER_PYTHONS_TESTS
-    session.run("pytest", "-n", "auto", *scope, *session.posargs)  # pytest-xdist: one worker per core
+    # pytest-xdist: one worker per core; the slowest tests listed, for CI's time budget
+    session.run("pytest", "-n", "auto", "--durations=25", *scope, *session.posargs)
 
 
 if __name__ == "__main__":
