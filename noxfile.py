@@ -25,7 +25,8 @@ PYTHONS = nox.project.python_versions(PYPROJECT)  # its classifiers: every suppo
 PRIMARY = "3.11"  # runs every test, the real build and servers included
 # The other Pythons run what differs between interpreters: every module imported, and the unit tests of the
 # layers that hold the parsing, records, history and command lines. The whole unit suite on each of four
-# Pythons would take CI past its time budget (README: "CI's time"); `nox -s tests-3.13 -- tests` runs it all.
+# Pythons would take CI past its time budget (README: "CI's time"); `nox -s tests-3.13 -- tests` runs every
+# unit test there.
 OTHER_PYTHONS_TESTS = (
     "tests/test_imports.py",
     "tests/test_structure.py",

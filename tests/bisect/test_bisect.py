@@ -111,9 +111,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private cache (mirror, worktree, probe cache), the models, and this folder importable by steps.
-    ccache's cache stays the user's, as on a runner: a bisect's repeated first builds hit it."""
-    monkeypatch.setenv("CCACHE_DIR", os.environ.get("CCACHE_DIR") or str(paths.cache_dir() / "ccache"))
+    """A private cache (mirror, worktree, probe cache), the models, and this folder importable by steps."""
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
