@@ -182,7 +182,7 @@ def builds(
 
     def cold(_: int) -> None:
         shutil.rmtree(out, ignore_errors=True)
-        built.append(build_site(src, out, changes=[]))
+        built.append(build_site(src, out))
 
     cold_s = median_s(cold, args.repeats)
     assert built[-1].rendered == min(args.runs, args.last) and (out / "index.html").is_file()
@@ -190,7 +190,7 @@ def builds(
     for i, commit in enumerate(nightly):  # a nightly run: one more run recorded, then the site again
         history.record_run(variant(doc, args.runs + i, commit, rng), src.db)
         t = time.perf_counter()
-        built.append(build_site(src, out, changes=[]))
+        built.append(build_site(src, out))
         times.append(time.perf_counter() - t)
         assert built[-1].rendered == 1
     warm_s = statistics.median(times)
