@@ -2,8 +2,9 @@
 
 The mirror is source.py's (``<cache>/llama.cpp/git``, or ``git-<hash>`` for another LLAMA_CPP_REPO: a bare
 full-history clone per remote). The worktree lives at
-``<cache>/bisect/tree-<hash of the repository>`` and is reused by every bisect of that repository, so its
-build folder (keyed by the folder path) is reused too and ninja rebuilds only what a checkout changed. One
+``<cache>/bisect/<hash of the repository>/llama.cpp`` and is reused by every bisect of that repository, so
+its build folder beside it (build.build_place) is reused too and ninja rebuilds only what a checkout changed;
+its first build takes from ccache every object a ``nox -s build`` of the same files made. One
 bisect per worktree at a time: ``exclusive`` holds its lock for the whole command.
 """
 
@@ -87,7 +88,7 @@ def head(tree: Path) -> str:
 
 def tree_path(cache: Path, repository: str) -> Path:
     digest = hashlib.sha256(repository.encode()).hexdigest()[:16]
-    return cache / "bisect" / f"tree-{digest}"
+    return cache / "bisect" / digest / "llama.cpp"  # named as build.build_place wants it
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """``python -m specsuite build``: configure and build ``llama-server``, publish it to ``build/bin``.
 
-Each (source, backend, flags, compiler) combination gets its own CMake build folder under
-``<cache>/builds/<key>``, so CPU and CUDA builds coexist and a repeated build is ninja's no-op. The binary is
+Each (source, backend, flags, compiler) combination gets its own CMake build folder (``build_place``), so
+CPU and CUDA builds coexist and a repeated build is ninja's no-op. The binary is
 copied to ``build/bin/llama-server`` only after a successful build; a failed build removes the published
 binary and ``build-info.json``, so nothing points at a build that did not happen.
 """
@@ -146,8 +146,24 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         user = [f for f in user if not f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
     flags += user
     key = build_key(src.identity, backend, flags, f"{compiler_path} {compiler}")
-    build_dir = paths.cache_dir() / "builds" / f"{backend}-{key}"
-    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, dict(env))
+    build_dir, base_dir = build_place(src.path, f"{backend}-{key}")
+    env = {**env, "CCACHE_BASEDIR": str(base_dir)} if base_dir is not None else dict(env)
+    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, env)
+
+
+def build_place(tree: Path, name: str) -> tuple[Path, Path | None]:
+    """The build folder of ``tree`` and ccache's base_dir for it (None: no path rewriting).
+
+    A tree the cache owns (the pinned sdist's ``vendor/llama.cpp``, a LLAMA_CPP_REF worktree, a bisect
+    worktree: each a folder named ``llama.cpp``) is built beside itself, with base_dir its parent: every
+    compile then names its sources ``../llama.cpp/...`` and ccache hashes that relative path, so a build of
+    another commit, or the bisect's worktree, reuses the objects of every file it did not change. A user's
+    LLAMA_CPP_DIR is built under ``<cache>/builds``: nothing is written beside a checkout we do not own.
+    """
+    cache = paths.cache_dir().resolve()
+    if tree.name == "llama.cpp" and tree.resolve().is_relative_to(cache):
+        return tree.parent / f"build-{name}", tree.parent
+    return cache / "builds" / name, None
 
 
 def choose_backend(

@@ -135,7 +135,7 @@ def source_from_ref(ref: str, repository: str, cache: Path) -> Source:
     with FileLock(str(root / "git.lock")):
         ensure_mirror(mirror, repository)
         commit = resolve_ref(mirror, ref, repository)
-        tree = root / "ref" / commit
+        tree = root / "ref" / commit / "llama.cpp"  # build_place: its builds beside it share ccache
         if not (tree / "CMakeLists.txt").exists():
             add_worktree(mirror, tree, commit)
     check_tree(tree, f"LLAMA_CPP_REF={ref}")

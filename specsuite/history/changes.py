@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,12 +292,17 @@ def find_changes(
     metric: str | None = None,
     device: str | None = None,
     mirror: Path | None = None,
+    runs: Collection[str] | None = None,
 ) -> list[ChangePoint]:
     """Every change point in the history (``case``, ``metric``, ``device`` — a name or a class — narrow
     it), per series in commit order. ``mirror``: the llama.cpp git mirror that orders commits (default
-    ``default_mirror()``; a missing one orders by time). An unknown metric is a UserError."""
+    ``default_mirror()``; a missing one orders by time). ``runs``: only these runs (their run ids), as
+    the site's window of the last runs: the permutation tests cost grows with the series, and a change
+    point outside the window would mark nothing. An unknown metric is a UserError."""
     check_metric(metric)
     rows = history.series(path, case=case, device=device)
+    if runs is not None:
+        rows = [row for row in rows if row["run_id"] in runs]
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
         key = (row["case"], row["device_class"], row["backend"], str(row["cases_sha256"] or ""))

@@ -403,7 +403,9 @@ def groups(runs: Sequence[RunRow], mirror: Path | None) -> dict[tuple[str, str],
 # --- change points ---------------------------------------------------------------------------------------
 
 
-def change_points(path: Path, device: str | None, mirror: Path | None) -> list[ChangePoint]:
-    """Every change point of the history (``history.changes``), its commits ordered by the same mirror
-    as the site's series."""
-    return find_changes(path, device=device, mirror=mirror)
+def change_points(
+    path: Path, device: str | None, mirror: Path | None, runs: list[RunRow]
+) -> list[ChangePoint]:
+    """The change points (``history.changes``) among the runs the site shows, its commits ordered by the
+    same mirror as the site's series."""
+    return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})

@@ -78,7 +78,7 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
     _check_out(out)
     runs = data.load_runs(src.db, src.device, src.last)
     if changes is None:
-        changes = data.change_points(src.db, src.device, src.mirror) if runs else []
+        changes = data.change_points(src.db, src.device, src.mirror, runs) if runs else []
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}")

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ccachelog
 import histories
 import msgspec
 import pytest
@@ -37,6 +38,7 @@ from specsuite.bisect import night
 from specsuite.bisect.build import BuildFailed
 from specsuite.bisect.judge import judge
 from specsuite.bisect.report import commit_url
+from specsuite.build import info as buildinfo
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.results.record import CaseRecord
@@ -459,13 +461,29 @@ def make_llama_repo(dest: Path) -> list[str]:
     return _git(dest, "rev-list", "--reverse", "HEAD").split()
 
 
+# The per-user ccache that `nox -s build` filled, read before any test moves SPEC_CACHE_DIR.
+MAIN_CCACHE = os.environ.get("CCACHE_DIR") or str(paths.cache_dir() / "ccache")
+
+
+def _main_build_is_cpu_under_ccache() -> bool:
+    """Whether `nox -s build` published a CPU build compiled through MAIN_CCACHE: then its objects are
+    what the bisect's first build must take (a CUDA build's CPU files are compiled with other defines)."""
+    info = buildinfo.load()
+    launcher = "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+    return bool(info and info["backend"] == "cpu" and launcher in info["cmake_flags"])
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(3600)
 def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> None:
+    """The first build takes from `nox -s build`'s ccache every object whose file the repository did not
+    change (build.build_place: both trees compile ``../llama.cpp/...``), so CI compiles llama.cpp once."""
     if shutil.which("git") is None or shutil.which("c++") is None:
         pytest.skip("needs git and a C++ compiler")
     monkeypatch.setenv("LLAMA_CPP_REPO", str(env / "llama.cpp"))
+    monkeypatch.setenv("CCACHE_DIR", MAIN_CCACHE)
+    monkeypatch.setenv("CCACHE_STATSLOG", str(env / "ccache-stats.log"))
     shas = make_llama_repo(env / "llama.cpp")
     t0 = time.monotonic()
     code = bisect.main(
@@ -473,9 +491,20 @@ def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> No
     )
     wall = time.monotonic() - t0
     out = capfd.readouterr().out
+    compiles = ccachelog.outcomes(env / "ccache-stats.log")
+    missed = sorted(f for f, what in compiles.items() if what == "miss")
     with capfd.disabled():  # the measurement, for the record
         print(out[out.rfind("\nbisect: ") :], f"\nwall {wall:.0f} s", flush=True)
+        print(f"ccache: {len(compiles) - len(missed)} of {len(compiles)} files from {MAIN_CCACHE}; "
+              f"compiled: {missed}")  # fmt: skip
     assert code == 0, out[-3000:]
+    if _main_build_is_cpu_under_ccache() and not os.environ.get("CCACHE_DISABLE"):
+        # Compiled here, and only these: what holds the commit (ggml.c, build-info.cpp), the broken
+        # speculative.cpp, and llama's unity batch files (CMake before 4.0 includes their sources by absolute
+        # path: CMAKE_UNITY_BUILD_RELOCATABLE is 4.0's). Every other object came from the main build.
+        own = {"../llama.cpp/ggml/src/ggml.c", "common/build-info.cpp", "../llama.cpp/common/speculative.cpp"}
+        unexpected = [f for f in missed if f not in own and "/Unity/unity_" not in f]
+        assert len(compiles) > 100 and not unexpected, missed
     doc = _result(env)
     assert doc["first_bad"] == {
         "commit": shas[2],

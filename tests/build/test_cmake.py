@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import ccachelog
 import pytest
 
 from specsuite.build import cmake as build
@@ -25,6 +26,7 @@ from specsuite.common.filehash import sha256_file
 FAKE_SERVER = r"""
 #include <stdio.h>
 #include <string.h>
+#include "llama.h"
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--version") == 0) {
         fprintf(stderr, "version: 0.0.1-fake (build 7, commit abc1234)\nbuilt with cc for test\n");
@@ -41,6 +43,7 @@ FAKE_CMAKE = """cmake_minimum_required(VERSION 3.14)
 project(fake_llama C)
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 add_executable(llama-server tools/server/server.c)
+target_include_directories(llama-server PRIVATE include)
 """
 
 
@@ -401,6 +404,43 @@ def test_build_publish_noop_and_failure(
     ):
         build.main(["--cpu"])
     assert not binary.exists() and not info_file.exists() and buildinfo.load() is None
+
+
+def test_a_tree_the_cache_owns_is_built_beside_it_and_shares_ccache_across_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two caches at different depths, each with its own copy of one tree named llama.cpp (as the pinned
+    sdist's, a LLAMA_CPP_REF or a bisect worktree is): the second build takes its objects from the first's
+    ccache, because both compile ``../llama.cpp/...`` under their base_dir. Real CMake, ninja and ccache."""
+    if toolchain.find_ccache() is None:
+        pytest.skip("needs ccache (the build session installs it from PyPI where it is missing)")
+    stats = tmp_path / "stats.log"
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    monkeypatch.setenv("CCACHE_STATSLOG", str(stats))
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    seen = []
+    for root in (tmp_path / "a", tmp_path / "deeper" / "b"):
+        monkeypatch.setenv("SPEC_CACHE_DIR", str(root / "cache"))
+        monkeypatch.setattr(paths, "BUILD_DIR", root / "build")
+        tree = fake_tree(root / "cache" / "bisect" / "0123" / "llama.cpp")
+        monkeypatch.setenv("LLAMA_CPP_DIR", str(tree))
+        stats.unlink(missing_ok=True)
+        assert build.main(["--cpu"]) == 0
+        plan = build.make_plan(parse(["--cpu"]), build.tool_env())
+        assert plan.build_dir.parent == tree.parent and plan.build_dir.name.startswith("build-cpu-")
+        assert plan.env["CCACHE_BASEDIR"] == str(tree.parent)
+        seen.append(ccachelog.outcomes(stats))
+    assert seen == [
+        {"../llama.cpp/tools/server/server.c": "miss"},
+        {"../llama.cpp/tools/server/server.c": "hit"},
+    ]
+
+
+def test_a_users_own_tree_is_built_in_the_cache_without_path_rewriting(isolated: Path) -> None:
+    tree = fake_tree(isolated / "checkout" / "llama.cpp")  # named like ours, but not in the cache
+    plan = build.make_plan(parse(["--cpu"]), {"PATH": os.environ["PATH"], "LLAMA_CPP_DIR": str(tree)})
+    assert plan.build_dir.parent == isolated / "cache" / "builds" and "CCACHE_BASEDIR" not in plan.env
+    assert not (tree.parent / plan.build_dir.name).exists()
 
 
 def test_failed_configure_leaves_nothing_published(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:

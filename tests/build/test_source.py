@@ -123,7 +123,7 @@ def test_ref_checks_out_that_commit_with_history(tmp_path: Path, cache: Path) ->
     env = {"LLAMA_CPP_REF": commits[0][:8], "LLAMA_CPP_REPO": str(repo)}
     src = source.resolve_source(env)
     assert src.kind == "ref" and src.commit == commits[0]
-    assert src.path == cache / "llama.cpp" / "ref" / commits[0]
+    assert src.path == cache / "llama.cpp" / "ref" / commits[0] / "llama.cpp"
     assert (src.path / "CMakeLists.txt").read_text() == "# one\n"
     assert git(src.path, "rev-parse", "HEAD") == commits[0]  # llama.cpp's build-info reads these
     assert git(src.path, "rev-list", "--count", "HEAD") == "1"

@@ -60,6 +60,16 @@ def test_a_step_is_one_change_point_at_its_commit_on_every_acceptance_metric(tmp
         assert c.device_class.startswith("cpu-") and c.backend == "cpu"
 
 
+def test_runs_bound_the_series_to_a_window(tmp_path: Path) -> None:
+    """The site's window (its last runs): a step before it is no change point, one inside it still is."""
+    db = make_db(tmp_path, SHAPES["step"])  # the step at run h06
+    ids = {str(row["run_id"]) for row in history.series(db)}
+    assert find_changes(db, metric="accept_rate", runs={i for i in ids if i >= "h06"}) == []
+    around = {i for i in ids if i >= "h04"}
+    found = find_changes(db, metric="accept_rate", runs=around)
+    assert {(c.after_run_id, c.runs_before, c.runs_after) for c in found} == {("h06", 2, 6)}
+
+
 def test_a_speed_collapse_is_found_at_its_commit_and_a_20_percent_step_is_noise_here(tmp_path: Path) -> None:
     """Speed on this shared 2-core machine: the synthetic tier's tokens/s of one commit spreads by 2x to 8x
     between runs (and its speedup from 0.3 to 400: the tiny random targets stop early), so a 20 % step is

@@ -358,36 +358,6 @@ def _free() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.integration
-@pytest.mark.slow
-def test_real_build_case_records_what_it_ran(tmp_path, monkeypatch) -> None:
-    """One real smoke case on the pinned CPU build: verified sha256s, the command, the speed rounds."""
-    from fakeserver import real_binary
-
-    from specsuite.cases.schema import load_cases, select_cases
-    from specsuite.models.fetch import fetch_models
-
-    binary = real_binary()
-    monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(binary))
-    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
-    for var in ("SPEC_MODEL_DIR", "SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
-        monkeypatch.delenv(var, raising=False)
-    (case,) = select_cases(load_cases(), "ngram-mod")
-    fetch_models(models=case.models, tty=False)
-    s = suite.open_session("ngram-mod", [case], tmp_path / "r")
-    try:
-        rec = runner.run_case(case, s)
-    finally:
-        suite.finish_session(s)
-    assert rec.status == "passed", rec.message
-    doc = json.loads((tmp_path / "r" / "results.json").read_text())
-    assert doc["models"] and all(re.fullmatch(r"[0-9a-f]{64}", m["sha256"]) for m in doc["models"].values())
-    cmd = " ".join(rec.command or [])
-    assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
-    assert rec.speed.repeat == 1 and rec.decode_tps and rec.baseline_decode_tps
-    assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()
-
-
 # upstream's three prompts (its speculative-decoding CI, shared/seeds/upstream-spec-ci.txt), typed here from
 # the seed so the test does not take them from the cases file it checks
 UPSTREAM_PROMPTS = [
@@ -449,9 +419,10 @@ def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], l
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # 13.5 min on the shared 2-core machine at load average 10 (2026-12-02)
 def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path, monkeypatch) -> None:
-    """ngram-mod keeps its n-gram pool across requests, so a request before the measured ones changes what is
-    counted. The suite's reported counters must be those of upstream's measurement: the same command line
-    (as results.json records it) started fresh, upstream's three requests, the cumulative counters."""
+    """One real smoke case on the pinned CPU build (the only one of the tests session: test_smoke runs the
+    tier). ngram-mod keeps its n-gram pool across requests, so a request before the measured ones changes
+    what is counted. The suite's reported counters must be those of upstream's measurement: the same command
+    line (as results.json records it) started fresh, upstream's three requests, the cumulative counters."""
     from fakeserver import real_binary
 
     from specsuite.cases.schema import load_cases, select_cases
@@ -471,6 +442,13 @@ def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path
         suite.finish_session(s)
     rec = load_run(tmp_path / "r").cases["ngram-mod"]  # what results.json says, command line included
     assert rec.status == "passed", rec.message
+    # what it ran: verified sha256s, the command, the speed rounds, the server's log
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert doc["models"] and all(re.fullmatch(r"[0-9a-f]{64}", m["sha256"]) for m in doc["models"].values())
+    cmd = " ".join(rec.command or [])
+    assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
+    assert rec.speed.repeat == 1 and rec.decode_tps and rec.baseline_decode_tps
+    assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()
     got, per_pos = _upstream_counters(rec.command or [], tmp_path / "upstream.log")
     print(f"fresh server: {got} per position {per_pos}; suite: drafted={rec.drafted} "
           f"accepted={rec.accepted} drafts={rec.drafts} per position {rec.per_position}; "
