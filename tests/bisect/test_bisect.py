@@ -39,6 +39,7 @@ from specsuite.bisect.build import BuildFailed
 from specsuite.bisect.judge import judge
 from specsuite.bisect.report import commit_url
 from specsuite.build import info as buildinfo
+from specsuite.build import toolchain
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.results.record import CaseRecord
@@ -498,7 +499,8 @@ def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> No
         print(f"ccache: {len(compiles) - len(missed)} of {len(compiles)} files from {MAIN_CCACHE}; "
               f"compiled: {missed}")  # fmt: skip
     assert code == 0, out[-3000:]
-    if _main_build_is_cpu_under_ccache() and not os.environ.get("CCACHE_DISABLE"):
+    uses_ccache = toolchain.find_ccache() is not None and not os.environ.get("CCACHE_DISABLE")
+    if _main_build_is_cpu_under_ccache() and uses_ccache:  # both builds through one ccache
         # Compiled here, and only these: what holds the commit (ggml.c, build-info.cpp), the broken
         # speculative.cpp, and llama's unity batch files (CMake before 4.0 includes their sources by absolute
         # path: CMAKE_UNITY_BUILD_RELOCATABLE is 4.0's). Every other object came from the main build.
