@@ -3,7 +3,6 @@ from an empty folder, with the real llama-server, and writes its results there."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,23 +22,13 @@ def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900, **kw)  # type: ignore[call-overload]
 
 
-def _uv() -> list[str] | None:
-    """uv (a test dependency) where it is installed: it makes the venv and installs in seconds what pip
-    takes a minute of CI's two cores to resolve and unpack; the installation is the same wheel's."""
-    return [sys.executable, "-m", "uv"] if importlib.util.find_spec("uv") else None
-
-
 def _install(wheel: Path, venv: Path) -> None:
-    """A fresh venv at ``venv`` holding ``wheel`` and its dependencies from the package index."""
-    uv = _uv()
-    made = _run([*uv, "venv", "-q", "--seed", str(venv)] if uv else [sys.executable, "-m", "venv", str(venv)])
+    """A fresh venv at ``venv`` holding ``wheel`` and its dependencies from the package index. uv (a test
+    dependency) does in seconds what pip takes a minute of CI's two cores for; the wheel is the same."""
+    uv = [sys.executable, "-m", "uv"]
+    made = _run([*uv, "venv", "-q", "--seed", str(venv)])
     assert made.returncode == 0, made.stderr
-    python = str(venv / "bin" / "python")
-    got = _run(
-        [*uv, "pip", "install", "-q", "--python", python, str(wheel)]
-        if uv
-        else [python, "-m", "pip", "install", "-q", str(wheel)]
-    )
+    got = _run([*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(wheel)])
     assert got.returncode == 0, got.stderr
 
 

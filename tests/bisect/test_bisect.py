@@ -38,6 +38,7 @@ from specsuite.bisect import night
 from specsuite.bisect.build import BuildFailed
 from specsuite.bisect.judge import judge
 from specsuite.bisect.report import commit_url
+from specsuite.build import cmake as build_cmake
 from specsuite.build import info as buildinfo
 from specsuite.build import toolchain
 from specsuite.common import paths
@@ -462,8 +463,9 @@ def make_llama_repo(dest: Path) -> list[str]:
     return _git(dest, "rev-list", "--reverse", "HEAD").split()
 
 
-# The per-user ccache that `nox -s build` filled, read before any test moves SPEC_CACHE_DIR.
-MAIN_CCACHE = os.environ.get("CCACHE_DIR") or str(paths.cache_dir() / "ccache")
+# The per-user ccache that `nox -s build` filled (the build's own choice of it), read before any test
+# moves SPEC_CACHE_DIR.
+MAIN_CCACHE = build_cmake.tool_env()["CCACHE_DIR"]
 
 
 def _main_build_is_cpu_under_ccache() -> bool:

@@ -258,8 +258,8 @@ def test_real_calibration(
 ) -> None:
     """Runs one case twice for real (a fresh server each, the real build) and calibrates a copy of cases.toml.
 
-    A synthetic case (the tiny generated models with a drafting MTP head; the smoke tier's model runs once
-    per CI, in test_smoke and one runner test) keeps this inside CI's time; every tier is calibrated the
+    A synthetic case (the tiny generated models with a drafting MTP head; the smoke tier's model runs in
+    test_smoke and in one runner test only) keeps this inside CI's time; every tier is calibrated the
     same way, e.g. `nox -s calibrate -- --tier smoke`. The cases that were not run must keep their floors.
     """
     if not _server_available():
