@@ -134,8 +134,14 @@ def tests(session: nox.Session) -> None:
     scope = [] if session.python == PRIMARY else ["-m", "not integration and not slow"]
     if session.python != PRIMARY and not session.posargs:
         scope += OTHER_PYTHONS_TESTS
-    # pytest-xdist: one worker per core; the slowest tests listed, for CI's time budget
-    session.run("pytest", "-n", "auto", "--durations=25", *scope, *session.posargs)
+    # pytest-xdist (tests/conftest.py: a worker more than cores), handing out one test at a time in the
+    # collection's order (the slow ones first) rather than a block of consecutive tests to each worker, which
+    # put every slow test on the first one; the slowest tests listed, for CI's time budget (README: "CI's
+    # time"). Workers run real llama-servers side by side: libgomp's idle threads spin for the cores the
+    # other processes need unless told to sleep. No test measures speed.
+    env = {"OMP_WAIT_POLICY": "PASSIVE"}
+    xdist = ["-n", "auto", "--maxschedchunk", "1"]
+    session.run("pytest", *xdist, "--durations=25", *scope, *session.posargs, env=env)
 
 
 if __name__ == "__main__":

@@ -358,18 +358,12 @@ def _free() -> int:
         return s.getsockname()[1]
 
 
-# upstream's three prompts (its speculative-decoding CI, shared/seeds/upstream-spec-ci.txt), typed here from
-# the seed so the test does not take them from the cases file it checks
-UPSTREAM_PROMPTS = [
-    "Write a Python function that returns the n-th Fibonacci number using memoization.\n\n```python\n",
-    "The three main differences between TCP and UDP are:\n1.",
-    "Question: What is the capital of France, and what river flows through it?\nAnswer:",
-]
-
-
-def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], list[int]]:
-    """Upstream's measurement, by hand: a fresh server of ``command`` (on another port), upstream's three
-    requests, then the cumulative ``/metrics`` counters read as its ``spec_metrics`` reads them."""
+def _upstream_counters(
+    command: list[str], prompts: list[str], n_predict: int, log: Path
+) -> tuple[dict[str, int], list[int]]:
+    """Upstream's measurement, by hand: a fresh server of ``command`` (on another port), one request per
+    prompt with upstream's body, then the cumulative ``/metrics`` counters read as its ``spec_metrics`` reads
+    them."""
     import os
     import subprocess
     import time
@@ -393,8 +387,8 @@ def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], l
             except requests.ConnectionError:
                 pass
             time.sleep(0.5)
-        for prompt in UPSTREAM_PROMPTS:
-            body = {"prompt": prompt, "temperature": 0.0, "top_k": 1, "seed": 42, "n_predict": 128,
+        for prompt in prompts:
+            body = {"prompt": prompt, "temperature": 0.0, "top_k": 1, "seed": 42, "n_predict": n_predict,
                     "cache_prompt": False, "return_tokens": True}  # fmt: skip
             res = requests.post(f"{url}/completion", json=body, timeout=600)
             assert res.status_code == 200 and res.json()["tokens"], res.text
@@ -417,12 +411,12 @@ def _upstream_counters(command: list[str], log: Path) -> tuple[dict[str, int], l
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 13.5 min on the shared 2-core machine at load average 10 (2026-12-02)
+@pytest.mark.timeout(600)
 def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path, monkeypatch) -> None:
-    """One real smoke case on the pinned CPU build (the only one of the tests session: test_smoke runs the
-    tier). ngram-mod keeps its n-gram pool across requests, so a request before the measured ones changes
-    what is counted. The suite's reported counters must be those of upstream's measurement: the same command
-    line (as results.json records it) started fresh, upstream's three requests, the cumulative counters."""
+    """ngram-mod (the front end's ngram mode, on a generated model; the smoke tier runs it on Gemma) keeps
+    its n-gram pool across requests, so a request before the measured ones changes what is counted. The
+    suite's reported counters must be those of upstream's measurement: the same command line (as
+    results.json records it) started fresh, one upstream request per prompt, the cumulative counters."""
     from fakeserver import real_binary
 
     from specsuite.cases.schema import load_cases, select_cases
@@ -430,17 +424,17 @@ def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path
 
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(real_binary()))
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
-    for var in ("SPEC_MODEL_DIR", "SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
+    monkeypatch.setenv("SPEC_MODEL_DIR", str(tmp_path / "models"))
+    for var in ("SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
         monkeypatch.delenv(var, raising=False)
-    (case,) = select_cases(load_cases(), "ngram-mod")
-    assert [text for _, text in case.prompt_texts] == UPSTREAM_PROMPTS and case.n_predict == 128
+    (case,) = select_cases(load_cases(), "tiny-ngram")
     fetch_models(models=case.models, tty=False)
-    s = suite.open_session("ngram-mod", [case], tmp_path / "r")
+    s = suite.open_session("tiny-ngram", [case], tmp_path / "r")
     try:
         runner.run_case(case, s)
     finally:
         suite.finish_session(s)
-    rec = load_run(tmp_path / "r").cases["ngram-mod"]  # what results.json says, command line included
+    rec = load_run(tmp_path / "r").cases["tiny-ngram"]  # what results.json says, command line included
     assert rec.status == "passed", rec.message
     # what it ran: verified sha256s, the command, the speed rounds, the server's log
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
@@ -449,7 +443,8 @@ def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path
     assert "--seed 42" in cmd and "--poll 0" in cmd and "--spec-type ngram-mod" in cmd
     assert rec.speed.repeat == 1 and rec.decode_tps and rec.baseline_decode_tps
     assert (tmp_path / "r" / rec.log).stat().st_size > 0 and (tmp_path / "r" / "bench.json").is_file()
-    got, per_pos = _upstream_counters(rec.command or [], tmp_path / "upstream.log")
+    prompts = [text for _, text in case.prompt_texts]
+    got, per_pos = _upstream_counters(rec.command or [], prompts, case.n_predict, tmp_path / "upstream.log")
     print(f"fresh server: {got} per position {per_pos}; suite: drafted={rec.drafted} "
           f"accepted={rec.accepted} drafts={rec.drafts} per position {rec.per_position}; "
           f"warmed rounds {[(r.drafted, r.accepted, r.drafts) for r in rec.rounds]}")  # fmt: skip
