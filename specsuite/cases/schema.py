@@ -286,7 +286,7 @@ def _ready(
 
 def parse_case_file(text: str, lock_names: set[str] | None = None) -> CaseFile:
     """Parse and validate the text of a cases file: its prompt sets and its cases."""
-    raw = tomldata.parse_versioned(text, LABEL, "case", "prompt_set").unwrap()
+    raw = tomldata.load_versioned(text, LABEL, "case", "prompt_set")
     doc = declared.convert(raw, _CasesFile, LABEL)
     prompt_sets = _prompt_sets(doc.prompt_set)
     cases = [_ready(i, table, prompt_sets, lock_names) for i, table in enumerate(doc.case)]

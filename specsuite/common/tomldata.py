@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import tomlkit
 import tomlkit.exceptions
@@ -10,17 +13,39 @@ from tomlkit.toml_document import TOMLDocument
 
 from specsuite.common.errors import UserError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
+
+D = TypeVar("D", bound=Mapping[str, Any])
 MAX_BYTES = 4 << 20  # the real data files are a few KiB; anything this big is the wrong file
 
 
 def parse_versioned(text: str, label: str, array: str, *more_arrays: str) -> TOMLDocument:
-    """Parse ``version = 1`` plus ``[[array]]`` tables; one clear UserError (with the line) otherwise."""
+    """Parse ``version = 1`` plus ``[[array]]`` tables, as a document that keeps its layout when edited
+    (tomlkit); one clear UserError (with the line) otherwise."""
     try:
         doc = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
         raise UserError(f"{label}: not valid TOML at line {exc.line}, column {exc.col}: {exc}") from None
     except tomlkit.exceptions.TOMLKitError as exc:  # a key twice in one [[table]]: tomlkit knows no line
         raise UserError(f"{label}: not valid TOML: {exc}") from None
+    return _envelope(doc, label, array, *more_arrays)
+
+
+def load_versioned(text: str, label: str, array: str, *more_arrays: str) -> dict[str, Any]:
+    """``parse_versioned`` for a file that is only read: plain data from tomllib, about ten times faster
+    than tomlkit (every run-tier reads cases.toml in two processes)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
+        raise UserError(f"{label}: not valid TOML: {exc}") from None
+    return _envelope(doc, label, array, *more_arrays)
+
+
+def _envelope(doc: D, label: str, array: str, *more_arrays: str) -> D:
+    """The envelope's checks: the known top-level keys and ``version = 1``."""
     allowed = {"version", array, *more_arrays}
     unknown = sorted(set(doc) - allowed)
     if unknown:

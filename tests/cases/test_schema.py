@@ -206,9 +206,10 @@ def test_duplicate_names_version_and_toml_errors() -> None:
         parse_cases(BASE + BASE.split("[[case]]", 1)[1].join(["[[case]]", ""]))
     with pytest.raises(UserError, match="`version = 1` is required"):
         parse_cases(BASE.replace("version = 1", "version = 2"))
-    with pytest.raises(UserError, match="not valid TOML at line 2"):
+    with pytest.raises(UserError, match=r"^cases\.toml: not valid TOML: .*\(at line 2, column \d+\)$"):
         parse_cases("version = 1\n[[case]\n")
-    with pytest.raises(UserError, match=r'^cases\.toml: not valid TOML: Key "n_max" already exists\.$'):
+    line = (BASE + "n_max = 4\n").count("\n")  # the key given twice, on the last line
+    with pytest.raises(UserError, match=rf"^cases\.toml: not valid TOML: .*\(at line {line}, column \d+\)$"):
         parse_cases(BASE + "n_max = 4\n")
     with pytest.raises(UserError, match="cannot read cases file"):
         load_cases("/nonexistent/cases.toml")
