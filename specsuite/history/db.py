@@ -190,14 +190,19 @@ def _version(conn: sqlite3.Connection) -> int:
 def _checked_version(conn: sqlite3.Connection, target: int = len(MIGRATIONS)) -> int:
     """The schema version, once the file is known to be ours (or empty): reading it writes nothing.
 
-    SchemaTooNew for a newer specsuite's file, NotAHistory for a file with tables but no version of ours."""
-    version = _version(conn)
+    SchemaTooNew for a newer specsuite's file, NotAHistory for a file with tables but no version of ours.
+    Both read in one transaction: another process creating the history may commit its tables and version
+    between two separate reads, and an empty file would then look like a stranger's."""
+    conn.execute("BEGIN")
+    try:
+        found = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")]
+        version = _version(conn)
+    finally:
+        conn.execute("COMMIT")
     if version > target:
         raise SchemaTooNew(f"history schema v{version} is newer than this specsuite's v{target}")
-    if version == 0:
-        found = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")]
-        if found:
-            raise NotAHistory(f"it is not a specsuite history (it holds the table(s) {', '.join(found)})")
+    if version == 0 and found:
+        raise NotAHistory(f"it is not a specsuite history (it holds the table(s) {', '.join(found)})")
     return version
 
 
