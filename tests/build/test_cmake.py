@@ -382,7 +382,7 @@ def test_build_publish_noop_and_failure(
     assert "commit abc1234" in run.stderr
     info = buildinfo.load()
     assert info is not None and info == json.loads(info_file.read_text())
-    plan = build.make_plan(parse(["--cpu"]), os.environ)
+    plan = build.make_plan(parse(["--cpu"]), build.tool_env())  # the environment build.main plans in
     assert info["backend"] == "cpu" and info["cmake_flags"] == plan.flags
     assert info["source"] == {"kind": "dir", "path": str(tree.resolve()), "commit": None}
     assert info["binary_sha256"] == sha256_file(binary)

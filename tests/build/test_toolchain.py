@@ -344,6 +344,16 @@ def test_two_builds_at_once_install_ccache_once(tmp_path: Path, venv: Path) -> N
     assert (tmp_path / "pip-runs").read_text() == "pip\n"  # the second waited, then found it
 
 
+def test_a_venv_without_room_for_the_lock_is_a_ccache_note_not_a_traceback(
+    tmp_path: Path, venv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "a-file"))  # the lock cannot be made (even as root)
+    found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty")})
+    assert found is None and note.startswith("ccache not found, and not installed: ")
+    assert "`apt install ccache`" in note and not (tmp_path / "pip-args").exists()
+
+
 def test_ccache_that_cannot_be_installed_says_why(tmp_path: Path, venv: Path) -> None:
     found, note = toolchain.ensure_ccache({"PATH": str(tmp_path / "empty"), "FAIL_PIP": "1"})
     assert found is None
