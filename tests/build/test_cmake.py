@@ -451,7 +451,7 @@ def test_failed_configure_leaves_nothing_published(isolated: Path, monkeypatch: 
     with pytest.raises(UserError, match="building llama-server failed"):  # ninja re-runs CMake itself
         build.main(["--cpu"])
     assert not (isolated / "build" / "bin" / "llama-server").exists()
-    plan = build.make_plan(parse(["--cpu", "-DX=1"]), os.environ)  # a new folder: configure runs first
+    plan = build.make_plan(parse(["--cpu", "-DX=1"]), build.tool_env())  # a new folder: configure runs first
     with pytest.raises(UserError, match=r"CMake configure failed \(exit 1\) for .*llama.cpp"):
         build.main(["--cpu", "-DX=1"])
     assert not build.is_configured(plan.build_dir)
