@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specsuite.build import cmake as build  # noqa: E402 - after the path set-up above
-from specsuite.build import toolchain  # noqa: E402
 from specsuite.common import paths  # noqa: E402
+from specsuite.llamacpp import cmake as build  # noqa: E402 - after the path set-up above
+from specsuite.llamacpp import toolchain  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str], log: Path) -> float:

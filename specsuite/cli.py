@@ -25,7 +25,7 @@ from specsuite.common.errors import UserError
 # name -> the module that owns the command ("module:prefix" where a module owns two: prefix_parser,
 # prefix_main). `specsuite --help` lists them in this order.
 COMMANDS: dict[str, str] = {
-    "build": "specsuite.build.cmake",
+    "build": "specsuite.llamacpp.cmake",
     "run-tier": "specsuite.suite.tier",
     "plan": "specsuite.suite.plan",
     "merge": "specsuite.suite.shards",

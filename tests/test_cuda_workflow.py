@@ -39,7 +39,7 @@ def test_on_build_pull_requests_weekly_and_by_hand(wf: dict) -> None:
     assert set(on) == {"pull_request", "schedule", "workflow_dispatch"}
     assert "pull_request_target" not in on  # a fork's code never runs with the base repository's rights
     watched = on["pull_request"]["paths"]
-    for path in ("specsuite/build/**", "llama.cpp.pin.toml", ".github/workflows/cuda-build.yml"):
+    for path in ("specsuite/llamacpp/**", "llama.cpp.pin.toml", ".github/workflows/cuda-build.yml"):
         assert path in watched
     assert ".github/cuda-toolkit.txt" in watched
     (cron,) = on["schedule"]
@@ -116,7 +116,7 @@ def test_toolkit_step_lays_the_wheels_out_as_a_toolkit(job: dict, tmp_path: Path
     assert (root / "lib64" / "libcudart.so").resolve() == root / "lib" / "libcudart.so.13"
     assert (root / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").is_file()
     # what FindCUDAToolkit and the build's own finders see in it
-    from specsuite.build import toolchain
+    from specsuite.llamacpp import toolchain
 
     nvcc = toolchain.find_nvcc({"CUDA_HOME": str(root), "PATH": ""})
     assert nvcc is not None and nvcc.found_via == "CUDA_HOME" and nvcc.version == (13, 0)

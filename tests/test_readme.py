@@ -18,7 +18,7 @@ history import``, ``specsuite plan``, ``specsuite bisect --plan``, ``invoke veri
 plot``, ``invoke probe`` and ``invoke resolve`` (the fake llama-server), ``invoke make-synthetic-models``,
 ``invoke report``; ``invoke compare A B`` and ``specsuite --help`` run in tests/test_cli.py.
 
-Only parsed, with the reason: ``build`` and ``nox -s build`` (a llama.cpp build: tests/build), every test
+Only parsed, with the reason: ``build`` and ``nox -s build`` (a llama.cpp build: tests/llamacpp), every test
 session and ``run-tier`` (a built binary and the tiers' models; the synthetic tier runs on the real build in
 tests/suite), ``calibrate`` (N runs of a tier), ``bench`` (run against fakes in tests/bench), ``bisect
 --good/--bad`` and ``--from-plan`` (builds of llama.cpp commits: tests/bisect), ``gpu-check`` (a GPU),

@@ -19,7 +19,7 @@ LAYERS = (
     ("cases",),
     ("models",),
     ("server",),
-    ("build",),
+    ("llamacpp",),
     ("results",),
     ("history",),
     ("suite",),

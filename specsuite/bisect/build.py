@@ -18,11 +18,11 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from specsuite.build import cmake as build
-from specsuite.build import toolchain
 from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
 from specsuite.common.procs import last_line, run_forwarding
+from specsuite.llamacpp import cmake as build
+from specsuite.llamacpp import toolchain
 
 DEFAULT_BUILDER = "specsuite.bisect.build:build_commit"
 Builder = Callable[[Path, Path, list[str]], Path]

@@ -142,7 +142,7 @@ def check_bounds(args: argparse.Namespace) -> None:
 
 
 def repository() -> str:
-    from specsuite.build.source import load_pin
+    from specsuite.llamacpp.source import load_pin
 
     return os.environ.get("LLAMA_CPP_REPO") or load_pin().repository
 

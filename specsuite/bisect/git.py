@@ -19,10 +19,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from specsuite.build import source
 from specsuite.common import git
 from specsuite.common.errors import UserError
 from specsuite.common.procs import run_forwarding
+from specsuite.llamacpp import source
 
 # `git bisect log` lines (stable since git 2.x): the verdict, or the candidates left when only skips remain
 _FIRST_BAD = re.compile(r"^# first bad commit: \[([0-9a-f]{40})\] ?(.*)$", re.M)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from specsuite.build import cmake
+from specsuite.llamacpp import cmake
 
 
 def split_posargs(argv: list[str]) -> tuple[list[str], list[str]]:

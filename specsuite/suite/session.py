@@ -16,12 +16,12 @@ from typing import Any
 import msgspec
 
 from specsuite import __version__
-from specsuite.build import info as buildinfo
-from specsuite.build import source
 from specsuite.cases.schema import TIERS, Case, is_gpu_selection
 from specsuite.common import git, paths, settings
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
+from specsuite.llamacpp import info as buildinfo
+from specsuite.llamacpp import source
 from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import (
     Binary,

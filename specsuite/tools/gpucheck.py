@@ -25,10 +25,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from specsuite.build import cmake, toolchain
 from specsuite.common import atomic, paths, procs, table
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
+from specsuite.llamacpp import cmake, toolchain
 from specsuite.results.document import Run as RunDocument
 from specsuite.results.document import default_results_dir, load_run, make_results_dir
 from specsuite.results.record import CaseRecord, is_finite

@@ -38,11 +38,11 @@ from specsuite.bisect import night
 from specsuite.bisect.build import BuildFailed
 from specsuite.bisect.judge import judge
 from specsuite.bisect.report import commit_url
-from specsuite.build import cmake as build_cmake
-from specsuite.build import info as buildinfo
-from specsuite.build import toolchain
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.llamacpp import cmake as build_cmake
+from specsuite.llamacpp import info as buildinfo
+from specsuite.llamacpp import toolchain
 from specsuite.results.record import CaseRecord
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -442,7 +442,7 @@ def _edit(repo: Path, path: str, old: str, new: str) -> None:
 
 def make_llama_repo(dest: Path) -> list[str]:
     """A git repository of the pinned llama.cpp tree with 5 commits; the third breaks draft-simple."""
-    from specsuite.build.source import load_pin, source_from_pin
+    from specsuite.llamacpp.source import load_pin, source_from_pin
 
     tree = source_from_pin(load_pin(), paths.cache_dir()).path
     shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
@@ -546,7 +546,7 @@ def test_a_changed_llama_cpp_repo_gets_its_own_mirror(env, monkeypatch) -> None:
 
 def test_a_mirror_cloned_from_another_remote_is_refused_in_one_line(env) -> None:
     """The default mirror (an older specsuite kept one for every repository) cloned from elsewhere."""
-    from specsuite.build import source
+    from specsuite.llamacpp import source
 
     make_repo(env / "elsewhere", [GOOD])
     pinned = source.load_pin().repository

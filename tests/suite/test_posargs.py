@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite.build import cmake
 from specsuite.common.argtypes import CommandParser
+from specsuite.llamacpp import cmake
 from specsuite.suite.posargs import split_posargs
 
 

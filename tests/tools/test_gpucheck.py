@@ -15,9 +15,9 @@ import msgspec
 import pytest
 from fakellama import fake_llama
 
-from specsuite.build import toolchain
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.llamacpp import toolchain
 from specsuite.results.document import decode_run
 from specsuite.results.record import CaseRecord
 from specsuite.tools import gpucheck

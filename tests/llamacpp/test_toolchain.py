@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.build import toolchain
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp import toolchain
 
 
 def script(path: Path, body: str) -> Path:

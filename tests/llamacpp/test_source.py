@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.build import source
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp import source
 
 
 def make_tree(root: Path, marker: str = "one") -> Path:

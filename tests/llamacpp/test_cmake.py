@@ -16,12 +16,12 @@ from pathlib import Path
 import ccachelog
 import pytest
 
-from specsuite.build import cmake as build
-from specsuite.build import info as buildinfo
-from specsuite.build import source, toolchain
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp import cmake as build
+from specsuite.llamacpp import info as buildinfo
+from specsuite.llamacpp import source, toolchain
 
 FAKE_SERVER = r"""
 #include <stdio.h>

@@ -24,13 +24,13 @@ from typing import Any
 
 from filelock import FileLock
 
-from specsuite.build import info as buildinfo
-from specsuite.build import source, toolchain
-from specsuite.build.toolchain import Cublas, Nvcc
 from specsuite.common import paths, procs
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp import info as buildinfo
+from specsuite.llamacpp import source, toolchain
+from specsuite.llamacpp.toolchain import Cublas, Nvcc
 from specsuite.server.probe import Capabilities, probe
 
 # Release, only what llama-server needs, no web-UI download, static so the binary can be copied anywhere.
