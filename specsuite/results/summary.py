@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic, table
+from specsuite.results.crossover import crossovers
 from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import Verdict
@@ -61,12 +62,21 @@ def drift_lines(run: Run) -> list[str]:
     return out
 
 
+def crossover_lines(run: Run) -> list[str]:
+    """One line per sweep: up to which np speculation beats plain decoding on aggregate tokens/s."""
+    found = crossovers(run.cases.values())
+    if found and not run.run_options.speed:
+        return ["crossover: not measured (acceptance only: cases shared the cores)"]
+    return [f"crossover {c.line()}" for c in found]
+
+
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
     lines += [f"- **{a}**" for a in [*drift_lines(run), *v.attention]]
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
+    lines += [f"- {c}" for c in crossover_lines(run)]
     if run.parts:
         lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [

@@ -69,16 +69,17 @@ def server_command(
     case: Case | None = None,
     draft: Path | None = None,
     resolved: Sequence[str] | None = None,
+    parallel: int | None = None,
 ) -> list[str]:
     """The full argv. ``case=None`` is the baseline: the same server with speculation off. ``resolved``:
     the flags the mode resolver chose for a ``mode`` case (instead of the case's fixed configuration).
+    ``parallel``: the slots (default the case's, else 1).
 
     A case's ``server_args`` come first: llama.cpp takes the last of a repeated flag, so the harness's own
     flags (cases.toml refuses them in server_args anyway) always win."""
     ngl = gpu_layers(caps)
     extra = list(case.server_args) if case is not None else []
-    cmd = [caps.binary, *extra, "-m", str(target), caps.require_flag("ctx_size"), str(CTX_SIZE)]
-    cmd += [caps.require_flag("parallel"), "1"]
+    cmd = [caps.binary, *extra, "-m", str(target), *slot_args(caps, _slots(case, parallel))]
     if ngl is not None:
         cmd += [caps.require_flag("n_gpu_layers"), ngl]
         if case is not None:  # as upstream: the draft (or MTP head) is offloaded like the target
@@ -99,6 +100,22 @@ def server_command(
     elif case is not None:
         cmd += spec_args(caps, case, draft)
     return cmd
+
+
+def _slots(case: Case | None, parallel: int | None) -> int:
+    return parallel if parallel is not None else case.parallel if case is not None else 1
+
+
+def slot_args(caps: Capabilities, parallel: int) -> list[str]:
+    """``--ctx-size`` and ``--parallel``: llama-server divides the context among its slots (without a
+    unified KV cache, which the harness never turns on: tools/server/server-context.cpp n_ctx_slot), so
+    the context grows with the slots and each slot holds CTX_SIZE, as the np-1 case's one slot does."""
+    return [
+        caps.require_flag("ctx_size"),
+        str(CTX_SIZE * parallel),
+        caps.require_flag("parallel"),
+        str(parallel),
+    ]
 
 
 def _known(caps: Capabilities, flags: Sequence[str]) -> list[str]:

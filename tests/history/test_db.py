@@ -433,7 +433,7 @@ def _v1_database_with_a_run(db: Path) -> None:
     with history.transaction(conn):
         run = history._insert(conn, "runs", history._run_row(d, "abcdef0"))
         for rec in d.cases.values():
-            later = ("nondeterministic",)  # columns of later versions
+            later = ("nondeterministic", *history._concurrency_columns(rec))  # columns of later versions
             row = {
                 "run": run,
                 **{k: v for k, v in history._case_row(rec).items() if k not in later},
