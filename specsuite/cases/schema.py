@@ -68,6 +68,7 @@ FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
 MAX_PARALLEL = 64
 Slots = Annotated[int, Meta(ge=1, le=MAX_PARALLEL, description=f"a whole number from 1 to {MAX_PARALLEL}")]
 Sweep = Annotated[tuple[Slots, ...], Meta(min_length=1, description="a non-empty list")]
+SLOTS_OR_SWEEP = f"a whole number from 1 to {MAX_PARALLEL} (the slots) or a non-empty list of them (a sweep)"
 # exact counters are per request set: a sweep's members send streams x prompts requests each
 EXACT_COUNT_KEYS = ("expect_drafted", "expect_accepted", "expect_drafts")
 
@@ -117,7 +118,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expect_resolved: Text | None = None
     # The concurrency axis (docs/concurrency.md): the server's slots, or a sweep (a list: one case per
     # value), and the concurrent streams of requests (default: one per slot).
-    parallel: Annotated[Slots | Sweep, Meta(description="a number of slots or a list of them")] | None = None
+    parallel: Annotated[Slots | Sweep, Meta(description=SLOTS_OR_SWEEP)] | None = None
     streams: Slots | None = None
     calibration: dict[str, Any] = {}
 

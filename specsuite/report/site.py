@@ -107,6 +107,7 @@ class _Writer:
         self.groups = data.groups(runs, src.mirror)
         self.group_of = {run.pk: g for g in self.groups.values() for run in g.runs}
         self.slugs = {run.run_id: run.slug for run in runs}
+        self.sweeps: dict[int, dict[str, list[data.Member]]] = {}  # each run's sweeps, by np
 
     def page(self, rel: str, template: str, root: str, **context: Any) -> None:
         path = self.root / rel
@@ -142,6 +143,7 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
         for s in g.series.values()
     ]
     data.baselines(w.src.db, latest)  # the per-position chart compares the latest run with its baseline
+    w.sweeps = data.sweeps(w.src.db, w.runs)
     n_pages = 0
     index = []
     for group in w.groups.values():
@@ -169,6 +171,7 @@ def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoin
     rows = [pages.change_row(i, cp, series) for i, cp in pages.located(series, mine)]
     kind, words = pages.point_status(series[-1])
     note = "none in this history"
+    found = pages.case_data(group, case, series, rows, w.sweeps)
     context = {
         "page": "case",
         "title": case,
@@ -180,7 +183,8 @@ def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoin
         "latest": {"kind": kind, "status": words, "message": pages.first_line(series[-1].message)},
         "changes": rows,
         "changes_note": note,
-        "data": pages.case_data(group, case, series, rows),
+        "data": found,
+        "by_np": found["by_np"] is not None,  # a sweep's member: its speedup-by-np chart
     }
     w.page(pages.case_href(group, case), "case.html", "../../", **context)
     return pages.index_row(group, case, series, rows)

@@ -227,7 +227,9 @@ def _run_all(env: Path, monkeypatch: pytest.MonkeyPatch, cases: list[Case], **fa
 def test_acceptance_that_drops_with_slots_fails_only_the_concurrent_members(env, monkeypatch) -> None:
     """A binary whose acceptance falls when started with --parallel above 1 (llama.cpp issue 27117):
     np 1 passes, np 2 and np 4 fail with concurrency_collapse against np 1's acceptance of this run."""
-    sweep = _cases(SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.2") + "parallel = [1, 2, 4]\n")
+    sweep = _cases(
+        SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.2") + "parallel = [1, 2, 4]\n"
+    )
     assert [c.name for c in sweep] == ["c", "c-np2", "c-np4"]
     collapsed = {"accepted": 3, "per_pos": [3, 0, 0]}  # 3 of 12 drafted tokens per request, not 9
     recs = _run_all(env, monkeypatch, sweep, parallel_counters=collapsed)
@@ -238,9 +240,13 @@ def test_acceptance_that_drops_with_slots_fails_only_the_concurrent_members(env,
     ], [r.message for r in recs.values()]
     np4 = recs["c-np4"]
     assert "accept_rate 0.2500 at np 4 is 66.7% below np 1's 0.7500 (c (this run); rtol 5%)" in np4.message
-    assert np4.concurrency.np1.source == "c (this run)"  # the np-1 member's cold pass, not a server of its own
+    assert (
+        np4.concurrency.np1.source == "c (this run)"
+    )  # the np-1 member's cold pass, not a server of its own
     assert (np4.parallel, np4.streams, np4.sweep, np4.concurrency.requests) == (4, 4, "c", 8)  # 4 x 2 prompts
-    assert np4.concurrency.np1.counters.startswith("differ in 8 of 8 request(s): stream 0, prompt 'a' drafted")
+    assert np4.concurrency.np1.counters.startswith(
+        "differ in 8 of 8 request(s): stream 0, prompt 'a' drafted"
+    )
     assert len(np4.rounds) == 2 and np4.concurrency.speedups  # two rounds at np > 1, though --repeat is 1
     assert recs["c"].concurrency.np1 is None  # it is the reference
 
@@ -254,8 +260,8 @@ def test_one_stream_that_differs_from_np1_fails_batch_variant_naming_it(run) -> 
     assert rec.concurrency.np1.source.startswith("measured for c: logs/c-np1.log")
     assert rec.concurrency.np1.identical_fraction == 0.875  # 7 of 8
     assert (
-        f"1 of 8 request(s) differ from the np-1 output (measured for c: logs/c-np1.log): stream {bad.stream}, "
-        f"prompt {bad.id!r}: first differing token at index {bad.first_diff} (np 1: "
+        "1 of 8 request(s) differ from the np-1 output (measured for c: logs/c-np1.log): "
+        f"stream {bad.stream}, prompt {bad.id!r}: first differing token at index {bad.first_diff} (np 1: "
     ) in rec.message
 
 
