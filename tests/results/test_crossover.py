@@ -65,3 +65,22 @@ def test_sweeps_are_kept_apart_in_the_order_they_appear_and_annotated() -> None:
     found = annotate(recs)
     assert [(c.sweep, c.pays_up_to) for c in found] == [("mtp", 1), ("dflash", 2)]
     assert [r.concurrency.crossover_np for r in recs if r.concurrency] == [1, 2, 1, 2, None]
+
+
+@pytest.mark.parametrize("speed", [True, False])
+def test_summary_md_prints_each_sweeps_crossover_or_why_not(speed: bool) -> None:
+    from specsuite.results.document import Run, RunOptions
+    from specsuite.results.summary import summary_markdown
+    from specsuite.results.verdict import verdict
+
+    recs = [member(1, 1.42), member(2, 1.1), member(4, 0.74)]
+    for r in recs:
+        r.status = "passed"
+    run = Run(run_id="r", tier="synthetic", options=RunOptions(speed=speed), cases={r.name: r for r in recs})
+    text = summary_markdown(run, verdict(run))
+    line = (
+        "- crossover dflash: pays up to np 2; at np 4 0.74x (np 1 1.42x · np 2 1.10x · np 4 0.74x)"
+        if speed
+        else "- crossover: not measured (acceptance only: cases shared the cores)"
+    )
+    assert line in text.splitlines()
