@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,7 +59,8 @@ class CaseCalibration:
 
     @property
     def runs(self) -> int:
-        return len(self.rates)
+        """The runs observed (a sweep's table: each run once, however many of its members it holds)."""
+        return len(self.run_ids)
 
     def spread(self, values: list[float]) -> float:
         return max(values) - min(values)
@@ -109,7 +111,10 @@ def by_table(cals: dict[str, CaseCalibration], sweeps: dict[str, str]) -> dict[s
         into.rates += cal.rates
         into.lens += cal.lens
         into.speedups += cal.speedups
-        into.run_ids = list(dict.fromkeys([*into.run_ids, *cal.run_ids]))
+        # each run once however many members it holds (the most any member saw of a run id: two machines'
+        # runs may share one)
+        times = Counter(into.run_ids) | Counter(cal.run_ids)
+        into.run_ids = [i for i in dict.fromkeys([*into.run_ids, *cal.run_ids]) for _ in range(times[i])]
         into.excluded += [f"{name}: {why}" if table != name else why for why in cal.excluded]
     return out
 

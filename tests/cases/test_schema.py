@@ -224,7 +224,12 @@ def test_select_by_tier_names_and_all() -> None:
         "mtp-ngram-qwen35-4b-mtp",
     ]
     every = [c.name for c in select_cases(cases, "all")]
-    assert every == [*compact, "dflash2", "lilicorr"]
+    sweeps = [
+        f"sweep-{m}{'' if n == 1 else f'-np{n}'}"
+        for m in ("mtp", "dflash", "dspark", "eagle3", "dflash2")
+        for n in (1, 2, 4, 8, 16)
+    ]
+    assert every == [*compact, "dflash2", "lilicorr", *sweeps]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
