@@ -2,8 +2,9 @@
 
 Validation is strict and happens before any network use, so a typo is one clear message naming the entry
 and the field, and nothing is downloaded. The schema is declared once: an entry is a union of msgspec
-Structs tagged by ``source`` (hf, hf-dataset, pypi, generated), each with its own required fields, constraints on the
-fields and the rules that join them in ``__post_init__``; ``common.declared`` words the errors.
+Structs tagged by ``source`` (hf, hf-dataset, pypi, generated), each with its own required fields,
+constraints on the fields and the rules that join them in ``__post_init__``; ``common.declared`` words the
+errors.
 """
 
 from __future__ import annotations
