@@ -15,7 +15,13 @@ from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.server.metrics import Delta
-from specsuite.suite.measure import Completion, PromptDivergence, decode_tps, identical_fraction
+from specsuite.suite.measure import (
+    Completion,
+    PromptDivergence,
+    counter_numbers,
+    decode_tps,
+    identical_fraction,
+)
 
 
 @dataclass(frozen=True)
@@ -47,19 +53,13 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 def _one(p: CategoryPass, spec: Sequence[Completion], base: Sequence[Completion],
          divs: Sequence[PromptDivergence]) -> dict[str, Any]:  # fmt: skip
-    d, ids = p.delta, set(p.ids)
+    ids = set(p.ids)
     mine = [c for c in spec if c.id in ids]
     theirs = [c for c in base if c.id in ids]
     return {
         "prompts": len(p.ids),
         "prompt_tokens": sum(c.prompt_n for c in mine),
-        "drafted": d.drafted,
-        "accepted": d.accepted,
-        "drafts": d.drafts,
-        "accept_rate": _r(d.accept_rate),
-        "accept_len": _r(d.accept_len),
-        "per_position": list(d.per_position) if d.per_position_exported else [],
-        "per_position_rate": [_r(x) for x in d.per_position_rate] if d.per_position_exported else [],
+        **counter_numbers(p.delta),
         "identical_fraction": _r(identical_fraction([v for v in divs if v.id in ids])),
         "decode_tps": _r(decode_tps(mine), 2),
         "baseline_decode_tps": _r(decode_tps(theirs), 2),

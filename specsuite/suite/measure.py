@@ -211,16 +211,10 @@ class RequestOutcome:
         return None if s is None or not math.isfinite(s) else float(s)
 
     def numbers(self) -> dict[str, Any]:
-        d = self.delta
-        rates = [_r(x) for x in d.per_position_rate] if d.per_position_exported else []
+        acceptance = counter_numbers(self.delta)
+        rates = acceptance["per_position_rate"]
         return {
-            "drafted": d.drafted,
-            "accepted": d.accepted,
-            "drafts": d.drafts,
-            "accept_rate": _r(d.accept_rate),
-            "accept_len": _r(d.accept_len),
-            "per_position": list(d.per_position) if d.per_position_exported else [],
-            "per_position_rate": rates,
+            **acceptance,
             "pos0_rate": rates[0] if rates else None,
             "decode_tps": _r(statistics.median(self.speed.spec_tps), 2) if self.speed.spec_tps else None,
             "baseline_decode_tps": _r(statistics.median(self.speed.base_tps), 2)
@@ -246,6 +240,19 @@ class RequestOutcome:
         rec.rounds = [Counters(drafted=d.drafted, accepted=d.accepted, drafts=d.drafts,
                                per_position=list(d.per_position)) for d in self.rounds]  # fmt: skip
         rec.nondeterministic = self.nondeterministic
+
+
+def counter_numbers(d: Delta) -> dict[str, Any]:
+    """A ``/metrics`` delta's counters and the rates derived from them (a case's, or one category's)."""
+    return {
+        "drafted": d.drafted,
+        "accepted": d.accepted,
+        "drafts": d.drafts,
+        "accept_rate": _r(d.accept_rate),
+        "accept_len": _r(d.accept_len),
+        "per_position": list(d.per_position) if d.per_position_exported else [],
+        "per_position_rate": [_r(x) for x in d.per_position_rate] if d.per_position_exported else [],
+    }
 
 
 def counters(d: Delta) -> tuple[int, int, int, tuple[int, ...]]:

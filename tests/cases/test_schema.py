@@ -186,7 +186,14 @@ def test_seed_prompts_are_upstreams_byte_for_byte() -> None:
         for case in select_cases(cases, tier):
             if case.prompts == "seed":
                 assert [text for _, text in case.prompt_texts] == upstream, case.name
-    assert all(c.prompts == "seed" for c in select_cases(cases, "all"))
+    # the GPU tiers' other prompt sets are SPEED-Bench's (issue 34's workloads), never a stand-in for the seed
+    assert {c.prompts for c in select_cases(cases, "all")} == {
+        "seed", "speed-bench-qualitative", "speed-bench-8k", "speed-bench-32k"}  # fmt: skip
+    assert all(
+        c.prompts == "seed"
+        for c in select_cases(cases, "all")
+        if not c.name.startswith(("dflash2-", "lilicorr-"))
+    )
     seed = parse_case_file(paths.CASES_FILE.read_text()).prompt_sets["seed"]
     assert [p.text.encode() for p in seed.prompts] == [u.encode() for u in upstream]
     assert seed.dataset is None and seed.categories == ()
@@ -240,9 +247,12 @@ def test_select_by_tier_names_and_all() -> None:
     assert compact == [
         *("mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"),
         "mtp-ngram-qwen35-4b-mtp",
+        "self-draft-qwen3-4b",
     ]
     every = [c.name for c in select_cases(cases, "all")]
-    assert every == [*compact, "dflash2", "lilicorr"]
+    workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
+                                                                       "isl8k", "isl32k")]  # fmt: skip
+    assert every == [*compact, "dflash2", "lilicorr", *workloads]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
