@@ -110,7 +110,7 @@ def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at
             base, cur = finite(getattr(base_cat, metric)), finite(getattr(cur_cat, metric, None))
             if base is None or base <= 0 or (cur is not None and (base - cur) / base <= rtol + EPS):
                 continue
-            shown = "missing" if cur is None else f"{cur:.4f}, {_pct((base - cur) / base)} below"
+            shown = "missing here but" if cur is None else f"{cur:.4f}, {_pct((base - cur) / base)} below"
             message = (
                 f"category {name!r}: {metric} {shown} {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
             )
