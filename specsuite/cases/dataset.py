@@ -19,6 +19,12 @@ import msgspec
 from specsuite.cases.schema import Case, DatasetSource
 from specsuite.common.errors import UserError
 
+# What SPEED-Bench (nvidia/SPEED-Bench) stores in place of a prompt whose text comes from another dataset
+# (its throughput splits throughout, some qualitative rows): the rows must first be rebuilt with NVIDIA's
+# specdec_bench tools (Model-Optimizer's examples/specdec_bench/prepare_data.py). Sent as a prompt, it would
+# measure this sentence instead of the benchmark, and pass.
+UNRESOLVED_MARKERS = ("FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE",)
+
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
@@ -63,6 +69,12 @@ def _text(path: Path, src: DatasetSource, row: dict[str, Any], rid: str) -> str:
         raise UserError(
             f"{path}: row {rid!r} has no text in {src.text!r} (got {type(value).__name__}); a dataset whose "
             "rows must be rebuilt from other sources first is not usable as it is"
+        )
+    if any(marker in value for marker in UNRESOLVED_MARKERS):
+        raise UserError(
+            f"{path}: row {rid!r} holds a placeholder, not a prompt ({value[:60]!r}...): its text must be "
+            "rebuilt from the source dataset first (SPEED-Bench: specdec_bench's prepare_data.py); pin the "
+            "prepared file instead"
         )
     return value
 

@@ -20,6 +20,8 @@ ROWS = [
     {"qid": "5", "cat": "math", "turns": ["five"]},
     {"qid": "6", "cat": "rag", "turns": ["six"]},
 ]
+# SPEED-Bench's text for a row whose prompt lives in another dataset (its throughput splits, some qualitative)
+PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 
 
 def _src(**kw) -> DatasetSource:
@@ -55,6 +57,11 @@ def test_first_rows_of_each_category_in_file_order(tmp_path) -> None:
         ([{**ROWS[0], "turns": []}, *ROWS[1:]], _src(per_category=1), "row '1' has no text in 'turns'"),
         ([{**ROWS[0], "turns": None}, *ROWS[1:]], _src(per_category=1), "must be rebuilt from other sources"),
         ([*ROWS, {**ROWS[1], "cat": "new"}], _src(per_category=1), "values are not unique"),
+        (
+            [{**ROWS[0], "turns": [PLACEHOLDER]}],
+            _src(per_category=1),
+            "row '1' holds a placeholder, not a prompt",
+        ),
     ],
 )
 def test_a_subset_the_file_cannot_give_is_one_error(tmp_path, rows, src, needle) -> None:
