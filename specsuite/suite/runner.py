@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsuite.cases.schema import Case
+from specsuite.cases.schema import CTX_SIZE, Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
@@ -31,7 +31,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import concurrency, expect
+from specsuite.suite import categories, concurrency, expect
 from specsuite.suite.command import server_command
 from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
@@ -87,8 +87,8 @@ class Session:
     verdict: Verdict | None = None  # set once, when the run ends
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
-    _base: tuple[tuple[Path, int, int], LlamaServer] | None = None
-    _base_tokens: dict[tuple[Path, str, int, int, int], list[Completion]] = field(default_factory=dict)
+    _base: tuple[tuple[Path, int, int, int], LlamaServer] | None = None
+    _base_tokens: dict[tuple[Path, str, int, float, int, int], list[Completion]] = field(default_factory=dict)
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
 
     @property
@@ -127,14 +127,17 @@ class Session:
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        key = (target, case.gpus, case.parallel)
+        key = (target, case.gpus, case.ctx_size, case.parallel)
         if self._base is not None and self._base[0] == key:
             return self._base[1]
         self.close()
         name = target.name.replace("/", "_") + (f"-{case.gpus}gpus" if case.gpus > 1 else "")
+        name += f"-ctx{case.ctx_size}" if case.ctx_size != CTX_SIZE else ""
         name += f"-np{case.parallel}" if case.parallel > 1 else ""
         srv = self.start(
-            lambda port: server_command(self.caps, target, port, parallel=case.parallel),
+            lambda port: server_command(
+                self.caps, target, port, ctx_size=case.ctx_size, parallel=case.parallel
+            ),
             self.results.logs / f"baseline-{name}.log",
             case,
         )
@@ -148,9 +151,9 @@ class Session:
         return srv
 
     def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (target, prompt set, n_predict, slots, streams): the first baseline round
-        that ran."""
-        key = (target, case.prompts, case.n_predict, case.parallel, case.streams)
+        """The reference tokens of (target, prompt set, n_predict, temperature, slots, streams): the first
+        baseline round that ran."""
+        key = (target, case.prompts, case.n_predict, case.temperature, case.parallel, case.streams)
         return self._base_tokens.setdefault(key, got)
 
     def close(self) -> None:
@@ -174,6 +177,7 @@ def new_record(case: Case) -> CaseRecord:
         sweep=case.sweep_name,
         floors=case.floors,
         uncalibrated=case.uncalibrated,
+        temperature=case.temperature,
     )
 
 
@@ -226,15 +230,17 @@ def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft:
         raise _missing(session, exc.what, exc.reason) from None
 
     def at(parallel: int) -> Command:
-        return lambda port: server_command(session.caps, target, port, case, draft, resolved, parallel)
+        return lambda port: server_command(
+            session.caps, target, port, case, draft, resolved, parallel=parallel
+        )
 
     return at
 
 
-def _check_models(rec: CaseRecord, target: Path, draft: Path | None) -> None:
+def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: int) -> None:
     types = [t for t in (rec.spec_type or "").split(",") if t and t != "default"]
     try:
-        rec.warnings += check_models(types, target, draft)
+        rec.warnings += check_models(types, target, draft, ctx_size)
     except UserError as exc:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
@@ -253,7 +259,7 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
 
 def _cold_pass(
     spec: LlamaServer, case: Case, streams: int | None = None
-) -> tuple[metrics.Delta, Pass, list[str]]:
+) -> tuple[metrics.Delta, Pass, list[str], list[categories.CategoryPass]]:
     """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
 
     A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
@@ -261,17 +267,27 @@ def _cold_pass(
     counts nothing at startup: the snapshot is zero), and ``metrics.delta`` catches a restart mid-pass,
     which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
     would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
-    empty state as upstream's, which no warm-up before it may change.
-    ``streams``: the case's unless given (its np-1 reference's: 1)."""
+    empty state as upstream's, which no warm-up before it may change. A categorised prompt set is sent one
+    category after another, with a snapshot after each: each category's counters are exact too.
+    ``streams``: the case's unless given (its np-1 reference's: 1); each category is one pass of them."""
     ready = spec.metrics()
-    done = run_streams(spec.connection, case.prompt_texts, case.n_predict, streams or case.streams)
+    done = Pass([], 0.0)
+    marks, passes = [ready], []
+    for cat, prompts in categories.groups(case):
+        done += run_streams(
+            spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature
+        )
+        marks.append(spec.metrics())
+        if cat:
+            delta = metrics.delta(marks[-2], marks[-1])
+            passes.append(categories.CategoryPass(cat, tuple(i for i, _ in prompts), delta))
     warn = []
     if ready.drafted or ready.accepted or ready.drafts:
         warn.append(
             f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
-    return metrics.delta(ready, spec.metrics()), done, warn
+    return metrics.delta(ready, marks[-1]), done, warn, passes
 
 
 def _round_count(session: Session, case: Case) -> int:
@@ -288,13 +304,15 @@ def _rounds(
     """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
     speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
     never reported: the cold pass's are)."""
-    warm_up(spec.connection, case.prompt_texts, case.streams)
+    warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     snapshots = [spec.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
     for order in abba(_round_count(session, case)):
         for side in order:
             srv = spec if side == "spec" else base
-            done = run_streams(srv.connection, case.prompt_texts, case.n_predict, case.streams)
+            done = run_streams(
+                srv.connection, case.prompt_texts, case.n_predict, case.streams, case.temperature
+            )
             if side == "spec":
                 snapshots.append(spec.metrics())
             else:
@@ -326,7 +344,7 @@ def _measure_np1(session: Session, case: Case, command: Command) -> Reference:
     log = session.results.logs / f"{case.name}-np1.log"
     with _serving(session, command, log, case) as srv:
         try:
-            cold, done, _ = _cold_pass(srv, case, streams=1)
+            cold, done, _, _ = _cold_pass(srv, case, streams=1)
         except ServerFailed as exc:
             raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
     return Reference(f"measured for {case.name}: {session.results.rel(log)}", done.completions, cold)
@@ -342,7 +360,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
     with _serving(session, at(case.parallel), log, case) as spec:
         rec.command = spec.command
         try:
-            cold, done, warned = _cold_pass(spec, case)  # before any other request to this server
+            cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
             rec.warnings += warned
             deltas, base_comps, speed, seen = _rounds(session, case, spec, base)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
@@ -357,7 +375,9 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
     ref = session.baseline_tokens(target, case, base_comps)
     comps = done.completions
-    outcome = RequestOutcome(cold, comps, divergence(ref, comps), speed, rounds=deltas)
+    divs = divergence(ref, comps)
+    outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
+                             categories=categories.numbers(passes, comps, base_comps, divs))  # fmt: skip
     np1 = _np1(session, case, at, cold, comps)  # after the case's server stopped: one at a time
     return Measured(outcome, spec.log_text(), usage, seen, np1)
 
@@ -406,6 +426,18 @@ def _concurrency(session: Session, case: Case, rec: CaseRecord, m: Measured) -> 
     )
 
 
+def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
+    """A dataset-backed prompt set's prompts, read from its verified file (``cases.dataset``)."""
+    if case.dataset is None:
+        return case
+    from specsuite.cases.dataset import with_prompts
+
+    try:
+        return with_prompts(case, found[case.dataset.file])
+    except UserError as exc:
+        raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
+
+
 def _gpus(session: Session, case: Case) -> None:
     """A case that needs more GPUs than this run gives a worker cannot measure what it says."""
     have = len(session.slot.gpus) if session.slot is not None else 0
@@ -422,9 +454,10 @@ def _run(session: Session, case: Case, rec: CaseRecord) -> None:
     if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
         _command(session, case, rec, folder / case.target, folder / case.draft if case.draft else None)
     found = session.locate(case)
+    case = _with_dataset(case, found)
     target, draft = found[case.target], found[case.draft] if case.draft else None
     at = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
-    _check_models(rec, target, draft)
+    _check_models(rec, target, draft, case.ctx_size)
     _judge(session, case, rec, _measure(session, case, rec, at, target))
 
 

@@ -41,6 +41,10 @@ class Pass:
     completions: list[Completion]
     wall_s: float
 
+    def __add__(self, other: Pass) -> Pass:
+        """Two passes one after the other (a categorised prompt set's categories)."""
+        return Pass([*self.completions, *other.completions], self.wall_s + other.wall_s)
+
     @property
     def aggregate_tps(self) -> float | None:
         """Tokens/s over all streams together, on the client's clock: what the server delivers."""
@@ -48,7 +52,9 @@ class Pass:
         return n / self.wall_s if self.wall_s > 0 else None
 
 
-def run_streams(connect: Connect, prompts: Prompts, n_predict: int, streams: int = 1) -> Pass:
+def run_streams(
+    connect: Connect, prompts: Prompts, n_predict: int, streams: int = 1, temperature: float = 0.0
+) -> Pass:
     """The prompt set on ``streams`` concurrent streams (see the module); the first error is raised after
     every stream stopped sending (a stream waiting at the start is released by aborting the barrier)."""
     plan = schedule(prompts, streams)
@@ -63,7 +69,7 @@ def run_streams(connect: Connect, prompts: Prompts, n_predict: int, streams: int
                 gate.wait()
                 for pid, text in plan[s]:
                     t0 = time.perf_counter()
-                    body = post("/completion", request_body(text, n_predict))
+                    body = post("/completion", request_body(text, n_predict, temperature))
                     ms = (time.perf_counter() - t0) * 1000.0
                     answers[s].append(Completion.from_response(pid, body, s if streams > 1 else None, ms))
         except BaseException as exc:  # raised again in the caller's thread, below
@@ -84,10 +90,10 @@ def run_streams(connect: Connect, prompts: Prompts, n_predict: int, streams: int
     return Pass([c for a in answers for c in a], time.perf_counter() - start[0])
 
 
-def warm_up(connect: Connect, prompts: Prompts, streams: int = 1) -> None:
+def warm_up(connect: Connect, prompts: Prompts, streams: int = 1, temperature: float = 0.0) -> None:
     """One discarded short request per stream, all at once: the first batch of each size pays for
     allocations and graph setup."""
-    run_streams(connect, prompts[:1], WARMUP_N_PREDICT, streams)
+    run_streams(connect, prompts[:1], WARMUP_N_PREDICT, streams, temperature)
 
 
 @dataclass

@@ -240,9 +240,8 @@ def test_acceptance_that_drops_with_slots_fails_only_the_concurrent_members(env,
     ], [r.message for r in recs.values()]
     np4 = recs["c-np4"]
     assert "accept_rate 0.2500 at np 4 is 66.7% below np 1's 0.7500 (c (this run); rtol 5%)" in np4.message
-    assert (
-        np4.concurrency.np1.source == "c (this run)"
-    )  # the np-1 member's cold pass, not a server of its own
+    assert np4.concurrency.np1.source == "c (this run)"  # the np-1 member's, not a server of its own
+    assert "--ctx-size 4096 --parallel 4" in " ".join(np4.command or [])  # each slot: np 1's context
     assert (np4.parallel, np4.streams, np4.sweep, np4.concurrency.requests) == (4, 4, "c", 8)  # 4 x 2 prompts
     assert np4.concurrency.np1.counters.startswith(
         "differ in 8 of 8 request(s): stream 0, prompt 'a' drafted"
