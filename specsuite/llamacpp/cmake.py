@@ -113,7 +113,7 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
         published = publish_binary(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
     caps = probe(published)
-    print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: each case)")
+    print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: the cases it runs)")
     if fallback := cpu_fallback_note(caps):
         print(f"build: note: {fallback}", flush=True)
     other = os.environ.get("LLAMA_SERVER_BIN_PATH")
