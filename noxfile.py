@@ -43,8 +43,9 @@ KILL_S = 30.0  # ... and after SIGTERM, before SIGKILL
 
 
 def _specsuite(session: nox.Session, *args: str, extras: str = "") -> None:
-    # The package and what it needs to run: the `test` extra (selenium, huggingface_hub, ...) is for the
-    # project's own tests only; a tier imports none of it (tests/suite/test_tier.py runs one without it).
+    # The package and what the command needs: `datasets` (pyarrow) where nightly's Parquet prompt sets may
+    # run, `plot` for bench. The `test` extra (selenium, huggingface_hub, uv) is for the project's own tests:
+    # a tier imports none of it (tests/suite/test_progress.py runs one where it cannot be imported).
     session.install("-e", f".[{extras}]" if extras else ".")
     procs.install_forwarder()
     session.run("specsuite", *args, *session.posargs, interrupt_timeout=GRACE_S, terminate_timeout=KILL_S)
@@ -79,19 +80,19 @@ def test_compact(session: nox.Session) -> None:
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_nightly(session: nox.Session) -> None:
     """GPU tier: DFlash2 on a 27B target and LiLiCorr on a 74B target (about 41.4 GiB of models)."""
-    _specsuite(session, "run-tier", "nightly")
+    _specsuite(session, "run-tier", "nightly", extras="datasets")
 
 
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_all(session: nox.Session) -> None:
     """GPU tier: compact and nightly together (about 47.7 GiB of models)."""
-    _specsuite(session, "run-tier", "all")
+    _specsuite(session, "run-tier", "all", extras="datasets")
 
 
 @nox.session(default=False, requires=["build"])
 def calibrate(session: nox.Session) -> None:
     """Run a tier N times and write new floors into cases.toml (-- --tier compact --runs 3 [--dry-run])."""
-    _specsuite(session, "calibrate")
+    _specsuite(session, "calibrate", extras="datasets")
 
 
 @nox.session(default=False, requires=["build"])
@@ -109,7 +110,7 @@ def report(session: nox.Session) -> None:
 @nox.session(default=False)
 def bisect(session: nox.Session) -> None:
     """Find the llama.cpp commit that made a case worse (-- --good SHA --bad SHA --case NAME)."""
-    _specsuite(session, "bisect")
+    _specsuite(session, "bisect", extras="datasets")
 
 
 @nox.session(default=False)  # not under -t gpu: it builds and runs on its own

@@ -132,8 +132,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if options.budget_factor <= 0:
         return ["time budget: off (SPEC_BUDGET_FACTOR=0): pytest-timeout's limit per case"]
     return [
-        f"time budget per case: {options.budget_min_s:g} s + {options.budget_factor:g} × its tokens at its "
-        "baseline's measured tok/s (run-tier --budget-factor, SPEC_BUDGET_FACTOR, SPEC_BUDGET_MIN_S)"
+        f"time budget per case: {options.budget_min_s:g} s + {options.budget_factor:g} × its requests' time "
+        "at its baseline's measured rates (run-tier --budget-factor, SPEC_BUDGET_FACTOR, SPEC_BUDGET_MIN_S)"
     ]
 
 

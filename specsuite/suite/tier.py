@@ -37,9 +37,9 @@ def parser() -> CommandParser:
         "Fetch a tier's models, run its cases against the built llama-server, write results/.",
         epilog="Every other argument goes to pytest: -x stops at the first failed case, -k EXPR picks cases, "
         "-v shows pytest's own line per case instead of the suite's start and end lines. "
-        "A case's time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its tokens take at "
-        "the decode rate its baseline server measured in this run; past it the case fails over_budget, "
-        "naming the rate it decoded at.",
+        "A case's time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests (the "
+        "tokens they decode, their prompts) take at the rates its baseline server measured in this run; "
+        "past it the case fails over_budget, naming the rate it decoded at.",
     )
     p.add_argument(
         "tier", metavar="SELECTOR", help=f"a tier ({', '.join(TIERS)}) or a comma list of case names"

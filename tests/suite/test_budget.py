@@ -6,6 +6,7 @@ import signal
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from specsuite.cases.schema import load_cases, select_cases
@@ -29,27 +30,46 @@ def case():
     return found
 
 
-def test_the_decode_rate_is_the_servers_own_account_of_its_finished_requests(tmp_path: Path) -> None:
+def test_the_rates_are_the_servers_own_account_of_its_finished_requests(tmp_path: Path) -> None:
     log = tmp_path / "baseline.log"
     log.write_text(LOG)
-    assert budget.decode_rate(log) == (48, pytest.approx(0.0132))
-    assert budget.decode_rate(tmp_path / "none.log") == (0, 0.0)
+    got = budget.rates(log)
+    assert (got.decoded, got.prompted) == (48, 62)
+    assert got.decode_s == pytest.approx(0.0132) and got.prompt_s == pytest.approx(0.00213)
+    assert budget.rates(tmp_path / "none.log") == budget.Rates()
 
 
-def test_the_budget_is_the_minimum_plus_the_factor_times_the_tokens_at_the_baselines_rate(
+def test_the_budget_is_the_minimum_plus_the_factor_times_the_baselines_time_for_the_requests(
     tmp_path: Path, case
 ) -> None:
     log = tmp_path / "baseline.log"
     log.write_text(LOG)
-    tokens = len(case.prompt_texts) * case.n_predict * (1 + 2 * 4) + 16 + 16  # 4 rounds
-    assert budget.case_tokens(case, 4) == tokens
+    texts = [text for _, text in case.prompt_texts]
+    tokens = len(texts) * case.n_predict * (1 + 2 * 4) + 16 + 16  # 4 rounds, the warm-up, the chat request
+    prompt = sum(len(x.encode()) + 16 for x in texts) * (1 + 2 * 4) + 2 * (len(texts[0].encode()) + 16)
+    assert budget.case_work(case, 4) == budget.Work(tokens, prompt)
     got = budget.Budget.of(case, Settings(budget_factor=10, budget_min_s=60), log, 4)
-    rate = 48 / 0.0132
-    assert got is not None and got.seconds == pytest.approx(60 + 10 * tokens / rate)
-    assert got.why == f"{got.seconds:.0f} s = 60 s + 10 × {tokens} tokens at its baseline's {rate:.1f} tok/s"
+    rate, prompt_rate = 48 / 0.0132, 62 / 0.00213
+    took = tokens / rate + prompt / prompt_rate
+    assert got is not None and got.seconds == pytest.approx(60 + 10 * took)
+    assert got.why == (
+        f"{got.seconds:.0f} s = 60 s + 10 × {took:.2g} s, its baseline's time for {tokens} tokens at "
+        f"{rate:.1f} tok/s and at most {prompt} prompt tokens at {prompt_rate:.1f} tok/s"
+    )
     assert budget.Budget.of(case, Settings(budget_factor=0), log, 4) is None  # off
     unmeasured = budget.Budget.of(case, Settings(), tmp_path / "no-timings.log", 4)
     assert unmeasured is not None and unmeasured.seconds == budget.UNMEASURED_S
+
+
+def test_long_inputs_get_the_time_their_prompts_take(tmp_path: Path) -> None:
+    """256 tokens out of 32k-token prompts: the prompts, not the decoding, take most of the time."""
+    log = tmp_path / "baseline.log"
+    log.write_text(LOG)
+    (short,) = select_cases(load_cases(), "tiny-mtp-fixed")
+    long = msgspec.structs.replace(short, prompt_texts=(("p", "x " * 16000),))
+    assert budget.case_work(long, 1).prompt_tokens > 3 * 32000
+    a, b = (budget.Budget.of(c, Settings(), log, 1) for c in (short, long))
+    assert a is not None and b is not None and b.seconds > a.seconds + 10 * 90000 / (62 / 0.00213)
 
 
 @pytest.fixture

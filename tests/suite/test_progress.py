@@ -90,7 +90,7 @@ def test_each_case_says_when_it_starts_and_how_it_ended(env: dict[str, str], tmp
         ), end
         assert lines.index(end) > start
     assert not any(re.fullmatch(r".*test_speculative\.py \.+.*|\.+", ln) for ln in lines), out  # no dots
-    assert any(ln.startswith("time budget per case: 60 s + 10 × its tokens") for ln in lines), out
+    assert any(ln.startswith("time budget per case: 60 s + 10 × its requests' time") for ln in lines), out
     assert "why not" not in out  # no table of every case before the run
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "synthetic"
