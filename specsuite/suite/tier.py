@@ -61,7 +61,7 @@ def parser() -> CommandParser:
         "--budget-factor",
         type=budget_factor,
         metavar="F",
-        help="a case may decode F times slower than its baseline before it fails over_budget "
+        help="a case may take F times its baseline's time for its requests before it fails over_budget "
         "(SPEC_BUDGET_FACTOR, default 10; 0: no budget, pytest-timeout's 900 s)",
     )
     p.add_argument("--no-history", action="store_true", help="no history record and no relative gate")

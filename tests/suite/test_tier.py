@@ -227,7 +227,7 @@ def test_run_tier_help_says_where_other_arguments_go_and_what_limits_a_case(
     assert "Every other argument goes to pytest: -x stops at the first failed case" in text
     assert "-v shows pytest's own line per case" in text
     assert "time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests" in text
-    assert "--budget-factor F a case may decode F times slower than its baseline" in text
+    assert "--budget-factor F a case may take F times its baseline's time for its requests" in text
 
 
 # --- the real chain: run-tier -> pytest -> (fake) llama-server ------------------------------------------
