@@ -9,6 +9,7 @@ from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
+from specsuite.history.report import existing_db
 from specsuite.report.data import LAST, default_mirror
 from specsuite.report.site import Sources, build_site
 
@@ -39,7 +40,7 @@ def parser() -> CommandParser:
         help="where the runs' results folders are (default results/): their logs, summaries and bisects "
         "go into the site",
     )
-    p.add_argument("--db", type=Path, help="the history database (default: the one `history` reads)")
+    p.add_argument("--db", type=existing_db, help="the history database (default: the one `history` reads)")
     return p
 
 

@@ -31,7 +31,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import categories, expect
+from specsuite.suite import budget, categories, expect
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
@@ -300,7 +300,9 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
-    with _serving(session, command, log, case) as spec:
+    rounds = session.options.repeat if session.speed else 1
+    limit = budget.Budget.of(case, session.options, base.log_path, rounds)
+    with _serving(session, command, log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         try:
             cold, comps, warned, passes = _cold_pass(spec, case)  # before any other request to this server
@@ -392,6 +394,9 @@ def run_case(case: Case, session: Session) -> CaseRecord:
         rec.status = "passed"
     except CaseEnd as end:
         rec.status, rec.reason, rec.message = end.status, end.reason, end.message
+    except budget.OverBudget as over:  # its servers may be mid-request: the next case starts its own
+        session.close()
+        rec.status, rec.reason, rec.message = "failed", "over_budget", str(over)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one: recorded, then passed on
         rec.status, rec.reason, rec.message = (
             "interrupted",

@@ -203,10 +203,27 @@ def test_changes_command_prints_a_table_and_json(tmp_path: Path, capsys: pytest.
     assert "no case 'nope' in the history" in capsys.readouterr().err
 
 
-def test_changes_on_no_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["changes", "--db", str(tmp_path / "h.sqlite")]) == 0
+def test_changes_on_no_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))  # the default, not recorded yet
+    assert cli.main(["changes"]) == 0
     assert "no runs recorded yet" in capsys.readouterr().out
     assert not (tmp_path / "h.sqlite").exists()
+
+
+@pytest.mark.parametrize("command", ["changes", "history", "report"])
+def test_an_explicit_db_that_does_not_exist_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A --db named on purpose and mistyped must not read as an empty history (or build an empty site)."""
+    missing = tmp_path / "h.sqllite"
+    assert cli.main([command, "--db", str(missing)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"specsuite {command}: error: argument --db: {missing} does not exist: name a history database, or "
+        "leave --db out for the default (SPEC_HISTORY, else history.sqlite in the per-user cache)"
+    )
+    assert not missing.exists()
 
 
 def test_the_real_tier_run_counts_every_round(tmp_path: Path) -> None:

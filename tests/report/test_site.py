@@ -312,9 +312,12 @@ def test_page_weight_for_a_thousand_runs(tmp_path: Path) -> None:
     assert (out / "index.html").stat().st_size < 2_000_000
 
 
-def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, results = tmp_path / "h.sqlite", tmp_path / "results"
-    assert cli(["report", "--db", str(db), "--out", str(tmp_path / "empty")]) == 0
+    monkeypatch.setenv("SPEC_HISTORY", str(db))  # the default history, none recorded yet
+    assert cli(["report", "--out", str(tmp_path / "empty")]) == 0
     assert "no runs recorded yet" in capsys.readouterr().out
     assert "No runs recorded yet" in page(tmp_path / "empty", "index.html").text
     record(at(real(0), "a" * 40, 0), db, results)
