@@ -9,7 +9,8 @@ from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
-from specsuite.report.data import LAST, default_mirror
+from specsuite.history.ancestry import default_mirror
+from specsuite.report.data import LAST
 from specsuite.report.site import Sources, build_site
 
 

@@ -138,7 +138,7 @@ def test_the_change_point_is_drawn_at_its_commit_and_points_open_their_runs(
     orange = [p for p in found if all(abs(a - b) < 40 for a, b in zip(p, CHANGE_RGB, strict=True))]
     assert len(orange) > 50  # the dashed line between the last run before and the first after
     row = browser.js("return document.querySelector('table.changes tbody tr').dataset")
-    assert row == {"index": str(STEP_AT), "after": s.commits[STEP_AT]}
+    assert row == {"index": str(STEP_AT), "last": str(STEP_AT), "after": s.commits[STEP_AT], "steps": "1"}
     _shot(browser, "case.png")
     # a click on the point of the last run opens that run's page
     from selenium.webdriver.common.action_chains import ActionChains
