@@ -799,11 +799,12 @@ def series(
     with reading(path) as conn:
         if conn is None:
             return []
-        if runs is not None:  # a temp table: an IN list of 10 000 parameters would pass SQLite's limit
+        if runs is not None:  # a temp table: an IN list of 10 000 parameters would pass SQLite's limit;
+            # the cases of those runs by their key (scanning every case of the history took seconds)
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS series_runs (run_id TEXT PRIMARY KEY)")
             conn.execute("DELETE FROM temp.series_runs")
             conn.executemany("INSERT OR IGNORE INTO temp.series_runs VALUES (?)", [(r,) for r in runs])
-            where += " AND r.run_id IN (SELECT run_id FROM temp.series_runs)"
+            where += " AND c.run IN (SELECT id FROM runs WHERE run_id IN (SELECT * FROM temp.series_runs))"
         sql = (
             f"SELECT {_series_cols(conn)}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
             f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "

@@ -144,13 +144,13 @@ LAST = 1000  # runs per device class and backend the site shows by default
 
 
 _RUNS_SQL = """
-SELECT * FROM (
-    SELECT r.*, COALESCE(r.started, r.recorded) AS t, ROW_NUMBER() OVER (
+SELECT r.*, w.t, w.nth, w.of_runs FROM (
+    SELECT r.id, COALESCE(r.started, r.recorded) AS t, ROW_NUMBER() OVER (
         PARTITION BY r.device_class, r.backend ORDER BY COALESCE(r.started, r.recorded) DESC, r.id DESC
     ) AS nth, COUNT(*) OVER (PARTITION BY r.device_class, r.backend) AS of_runs
     FROM runs r WHERE {where}
-) WHERE :last <= 0 OR nth <= :last ORDER BY t, id
-"""
+) w JOIN runs r ON r.id = w.id WHERE :last <= 0 OR w.nth <= :last ORDER BY w.t, r.id
+"""  # the window over narrow rows, then the whole rows of the runs shown (each holds its models' JSON)
 
 
 def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:

@@ -21,6 +21,8 @@ from specsuite.report.data import Point
 from specsuite.report.render import percent
 from specsuite.results.record import finite
 
+STEPS_LISTED = 12  # a span's steps listed one by one on its page up to this many (else their count)
+
 
 @dataclass(frozen=True)
 class Event:
@@ -85,7 +87,10 @@ def change_row(span: Sequence[tuple[int, ChangePoint]], series: Sequence[Point])
         "index": first,
         "last": last,
         "metric": head.metric,
-        "steps": [{"index": i, "commit": cp.after_commit, "change": finite(cp.change)} for i, cp in span],
+        "n_steps": len(span),
+        "steps": [{"index": i, "commit": cp.after_commit, "change": finite(cp.change)} for i, cp in span]
+        if len(span) <= STEPS_LISTED
+        else [],
         "before_commit": head.before_commit,
         "after_commit": head.after_commit,
         "last_commit": tail.after_commit,

@@ -85,10 +85,11 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
     mirror = src.mirror if src.mirror is not None else default_mirror()
     src = dataclasses.replace(src, mirror=mirror)
     runs = data.load_runs(src.db, src.device, src.last)
-    cache = SplitCache(src.cache)
+    cache = SplitCache(src.cache) if src.cache is not None else None
     if changes is None:
         changes = data.change_points(src.db, src.device, mirror, runs, cache) if runs else []
-        cache.save()
+        if cache is not None:
+            cache.save()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}")
@@ -102,7 +103,9 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    built.out, built.series_cached, built.series_computed = out, cache.hits, cache.misses
+    built.out = out
+    if cache is not None:
+        built.series_cached, built.series_computed = cache.hits, cache.misses
     return built
 
 
