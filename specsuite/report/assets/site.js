@@ -79,8 +79,11 @@
         (rows[r] || []).every(([a, b]) => lx + w + pad <= a || lx >= b + pad));
       if (row === undefined) continue;
       (rows[row] = rows[row] || []).push([lx, lx + w]);
+      const y = top + (12 + 13 * row) * px;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.85)"; // legible over the lines it crosses
+      ctx.fillRect(lx - 2 * px, y - 10 * px, w + 4 * px, 13 * px);
       ctx.fillStyle = style.line;
-      ctx.fillText(e.label, lx, top + (12 + 13 * row) * px);
+      ctx.fillText(e.label, lx, y);
     }
   }
 
@@ -103,6 +106,8 @@
       });
       ctx.lineWidth = 2 * px;
       ctx.font = 11 * px + "px system-ui, sans-serif";
+      ctx.textAlign = "left"; // uPlot leaves the y axis's alignment (right) set
+      ctx.textBaseline = "alphabetic";
       drawEvents(u, d, key);
       ctx.setLineDash([]);
       ctx.fillStyle = COLOR.bad;
