@@ -192,7 +192,10 @@ print(json.dumps({"s": took, "rendered": b.rendered, "cached": getattr(b, "serie
 def build(tree: Path, db: Path, mirror: Path, out: Path, last: int, cold: bool) -> dict[str, Any]:
     args = {"db": str(db.resolve()), "mirror": str(mirror.resolve()), "out": str(out.resolve()),
             "cache": str(out.parent.resolve() / "changes.json"), "last": last, "cold": cold}  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    # bytecode written and reused, as an installed package has it (pip compiles at install): a process
+    # that recompiled numpy and jinja's modules on every start would be timing the compiler
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(tree.resolve())
     # in the tree: `python -c` puts its working folder first on sys.path
     done = subprocess.run([sys.executable, "-c", BUILD, json.dumps(args)], env=env, cwd=tree, check=True,
                           capture_output=True, text=True)  # fmt: skip

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
@@ -42,7 +42,7 @@ DETERMINISTIC = frozenset({"accept_rate", "accept_len", "pos0_rate"})
 DRIFT_METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")  # what the relative gate gates too
 ALPHA = 0.01  # a speed change point needs p below this (about 1 % of noise-only stretches show one)
 RESAMPLES = 1999  # random reshuffles per test: p to about +-0.005 at 0.01; seeded, so the same answer
-PERMUTATION_BATCH = 200  # reshuffles drawn at once (a 1 000-run series: 1.6 MB of ranks a batch)
+FIRST_BATCH = 64  # reshuffles drawn at once first, then twice as many each time (at most 1999 in all)
 ALGORITHM = 2  # the detector's version, part of every cached series' key: bump when its answer changes
 MIN_SPEED_SAMPLES = 3  # speed is judged only over runs that repeated it (regress.MIN_SAMPLES)
 MIN_DRIFT_RUNS = 3  # a drift is more than one step
@@ -73,9 +73,8 @@ class ChangePoint:
         return out
 
 
-@dataclass(frozen=True)
-class Point:
-    """One run's value of one metric."""
+class Point(NamedTuple):
+    """One run's value of one metric (a tuple: a site's series make tens of thousands)."""
 
     run_id: str
     commit: str
@@ -162,11 +161,13 @@ def permutation_p(ranks: Any, allowed: Any, alpha: float) -> float:
     rng = np.random.default_rng(0)
     settled = math.ceil(alpha * (RESAMPLES + 1)) - 1  # this many as extreme: p >= alpha, whatever follows
     hits = done = 0
+    batch = FIRST_BATCH  # doubling: a series far from a change settles in the first, small one
     while done < RESAMPLES and hits < settled:
-        batch = min(PERMUTATION_BATCH, RESAMPLES - done)
+        batch = min(batch, RESAMPLES - done)
         shuffled = rng.permuted(np.broadcast_to(ranks, (batch, len(ranks))), axis=1)
         hits += int(np.count_nonzero(_scan(shuffled, allowed) >= floor))
         done += batch
+        batch *= 2
     return (hits + 1) / (done + 1)
 
 
