@@ -228,8 +228,9 @@ def test_a_drift_is_one_shaded_span_with_one_label(browser: Browser, drift_site:
 
 
 def test_labels_of_nearby_change_points_never_overprint(browser: Browser, site: Site, tmp_path: Path) -> None:
-    """Two change points of one metric two commits apart (not adjacent: two spans, two labels) and one of
-    another metric between them: each label on a row of its own, or left to the table."""
+    """Two change points of one metric on neighbouring runs that are not one span (the second does not
+    start where the first ended), and one of another metric: their labels would overlap on one line; each
+    goes on a row of its own (or is left to the table)."""
     from types import SimpleNamespace
 
     s = site.story
@@ -239,7 +240,7 @@ def test_labels_of_nearby_change_points_never_overprint(browser: Browser, site: 
         SimpleNamespace(**{**base, **kw})
         for kw in (
             {"before_commit": s.commits[2], "after_commit": s.commits[3], "after_run_id": s.run_ids[3]},
-            {"before_commit": s.commits[4], "after_commit": s.commits[5], "after_run_id": s.run_ids[5]},
+            {"before_commit": s.commits[1], "after_commit": s.commits[4], "after_run_id": s.run_ids[4]},
             {"before_commit": s.commits[3], "after_commit": s.commits[4], "after_run_id": s.run_ids[4],
              "metric": "accept_len"},
         )
@@ -247,5 +248,7 @@ def test_labels_of_nearby_change_points_never_overprint(browser: Browser, site: 
     build_site(Sources(s.db, s.results, s.mirror), tmp_path / "site", changes=cps)
     assert browser.load(tmp_path / "site" / "cases" / GROUP / f"{STEP_CASE}.html") == []
     labels = _labels(browser)
-    assert len(labels["chart-accept_rate"]) == 2 and len(labels["chart-accept_len"]) == 1
+    rate = labels["chart-accept_rate"]
+    assert len(rate) == 2 and len(labels["chart-accept_len"]) == 1
+    assert rate[1]["x"] < rate[0]["x"] + rate[0]["w"]  # side by side they would overprint
     assert all(_overprinted(found) == [] for found in labels.values())
