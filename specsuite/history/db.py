@@ -24,7 +24,7 @@ import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -825,14 +825,24 @@ def _series_row(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def series(
-    path: Path | None = None, *, case: str | None = None, device: str | None = None
+    path: Path | None = None,
+    *,
+    case: str | None = None,
+    device: str | None = None,
+    runs: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every measured case of every run (``case`` only; on ``device``, a name or a class), oldest first:
-    earlier_runs' fields plus case, device_class, backend and cases_sha256."""
+    """Every measured case of every run (``case`` only; on ``device``, a name or a class; ``runs``: these
+    run ids only), oldest first: earlier_runs' fields plus case, device_class, backend and cases_sha256."""
     where, args = _run_filter(None, device)
     with reading(path) as conn:
         if conn is None:
             return []
+        if runs is not None:  # a temp table: an IN list of 10 000 parameters would pass SQLite's limit;
+            # the cases of those runs by their key (scanning every case of the history took seconds)
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS series_runs (run_id TEXT PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.series_runs")
+            conn.executemany("INSERT OR IGNORE INTO temp.series_runs VALUES (?)", [(r,) for r in runs])
+            where += " AND c.run IN (SELECT id FROM runs WHERE run_id IN (SELECT * FROM temp.series_runs))"
         sql = (
             f"SELECT {_series_cols(conn)}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
             f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "
