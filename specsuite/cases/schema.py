@@ -8,6 +8,7 @@ and the rules that join fields in ``__post_init__``; ``common.declared`` words w
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -483,11 +484,21 @@ def select_cases(cases: list[Case], selector: str) -> list[Case]:
         elif item in by_name:
             chosen[item] = by_name[item]
         else:
-            raise UserError(
-                f"unknown case or tier {item!r}; valid tiers: {', '.join(TIERS)}; "
-                f"valid cases: {', '.join(by_name) or '(none)'}"
-            )
+            raise UserError(unknown_name(item, list(by_name)))
     return list(chosen.values())
+
+
+def unknown_name(item: str, names: list[str]) -> str:
+    """The message for a selector naming no tier or case: the nearest name when one is close (a typo),
+    else every case."""
+    nearest = difflib.get_close_matches(item, [*TIERS, *names], n=1)
+    if nearest:
+        tiers = ", ".join(TIERS)
+        return f"unknown case or tier {item!r}: did you mean {nearest[0]!r}? (valid tiers: {tiers})"
+    return (
+        f"unknown case or tier {item!r}; valid tiers: {', '.join(TIERS)}; "
+        f"valid cases: {', '.join(names) or '(none)'}"
+    )
 
 
 def is_gpu_selection(cases: list[Case]) -> bool:

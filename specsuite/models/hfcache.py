@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.common import filehash
+from specsuite.common import filehash, locks
 from specsuite.common.errors import UserError
 from specsuite.models import store
 from specsuite.models.store import Cancelled
@@ -283,7 +283,8 @@ def add(
     blob = folder / "blobs" / sha256
     try:
         (root / ".locks" / name).mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(root / ".locks" / name / f"{sha256}.lock"), timeout=600):
+        lock = root / ".locks" / name / f"{sha256}.lock"  # huggingface_hub's own lock of the blob
+        with locks.held(lock, f"the Hugging Face cache's blob {blob}", timeout=600):
             made = _put_blob(final, blob, size)
             _link_snapshot(folder, revision, path, blob)
             refs = folder / "refs" / "main"

@@ -31,9 +31,9 @@ from specsuite.models.http import (
     RETRY_STATUS,
     Attempts,
     Policy,
-    Retry,
     http_hint,
     retry_for_status,
+    transport_error,
 )
 
 if TYPE_CHECKING:
@@ -135,9 +135,9 @@ def send(
     cancel: threading.Event | None = None,
     **kwargs: Any,
 ) -> requests.Response:
-    """One request under the retry policy: connection errors, timeouts, 408, 429 and 5xx are retried with
-    backoff and jitter (honouring Retry-After); 401/403/404 are one UserError at once. Returns the first
-    other answer."""
+    """One request under the retry policy (``models.http``): timeouts, resets, 408, 429 and 5xx are retried
+    with backoff and jitter (honouring Retry-After); a refused connection, a name that does not resolve and
+    401/403/404 are one UserError at once. Returns the first other answer."""
     import requests
     import urllib3.exceptions
 
@@ -148,19 +148,20 @@ def send(
         _stderr if note is None else note,
         cancel,
         f"check the network and HF_ENDPOINT ({endpoint()})",
+        method,
     )
     while True:
         try:
             r = sess.request(method, url, timeout=(policy.connect, policy.stall), **kwargs)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-            tries.failed(Retry(f"{type(exc).__name__}: {exc}"))
+            tries.failed(transport_error(exc))
             continue
         if r.status_code in FATAL_STATUS:
             r.close()
             raise UserError(http_hint(r.status_code, what))
-        if r.status_code in RETRY_STATUS or r.status_code >= 500:
+        if r.status_code in RETRY_STATUS:
             r.close()
-            tries.failed(retry_for_status(r.status_code, r.headers))
+            tries.failed(retry_for_status(r))
             continue
         return r
 

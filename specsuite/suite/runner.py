@@ -31,7 +31,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import categories, concurrency, expect
+from specsuite.suite import budget, categories, concurrency, expect
 from specsuite.suite.command import server_command
 from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
@@ -357,7 +357,8 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
-    with _serving(session, at(case.parallel), log, case) as spec:
+    limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
+    with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         try:
             cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
@@ -470,6 +471,9 @@ def run_case(case: Case, session: Session) -> CaseRecord:
         rec.status = "passed"
     except CaseEnd as end:
         rec.status, rec.reason, rec.message = end.status, end.reason, end.message
+    except budget.OverBudget as over:  # its servers may be mid-request: the next case starts its own
+        session.close()
+        rec.status, rec.reason, rec.message = "failed", "over_budget", str(over)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one: recorded, then passed on
         rec.status, rec.reason, rec.message = (
             "interrupted",
