@@ -25,7 +25,7 @@ from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.ancestry import ancestors
-from specsuite.history.changes import ChangePoint, find_changes
+from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
@@ -409,3 +409,10 @@ def change_points(
     """The change points (``history.changes``) among the runs the site shows, its commits ordered by the
     same mirror as the site's series."""
     return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})
+
+
+def configuration_changes(
+    path: Path, device: str | None, mirror: Path | None, runs: Sequence[RunRow]
+) -> list[ConfigChange]:
+    """The configuration changes (``history.changes.config_changes``) among the runs the site shows."""
+    return config_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})

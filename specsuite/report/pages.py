@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from specsuite.history.changes import ChangePoint
+from specsuite.history.changes import ChangePoint, ConfigChange
 from specsuite.report.data import Group, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
 from specsuite.results.record import finite
+from specsuite.results.summary import config_lines
 from specsuite.results.verdict import verdict
 
 
@@ -69,9 +70,12 @@ def case_href(group: Group, case: str) -> str:
 
 # --- change points ---------------------------------------------------------------------------------------
 
+_After = TypeVar("_After", ChangePoint, ConfigChange)
 
-def located(series: Series, cps: Sequence[ChangePoint]) -> list[tuple[int, ChangePoint]]:
-    """Each change point at the index of its first run after the change (by run id, else by commit)."""
+
+def located(series: Series, cps: Sequence[_After]) -> list[tuple[int, _After]]:
+    """Each change point (or configuration change) at the index of its first run after the change (by run
+    id, else by commit)."""
     at_run = {p.run.run_id: i for i, p in reversed(list(enumerate(series)))}
     out = []
     for cp in cps:
@@ -102,6 +106,14 @@ def change_row(index: int, cp: ChangePoint, series: Series) -> dict[str, Any]:
         "run": run.run_id,
         "slug": run.slug,
     }
+
+
+def config_row(index: int, c: ConfigChange) -> dict[str, Any]:
+    """A configuration change on a case page: the table's row and the charts' marker (its first line)."""
+    between = f" between {c.before_commit[:7]} and {c.after_commit[:7]}"
+    what = [line.removesuffix(between) for line in c.changes]
+    return {"index": index, "before_commit": c.before_commit, "after_commit": c.after_commit,
+            "what": what, "label": what[0] + (f" (+{len(what) - 1})" if len(what) > 1 else "")}  # fmt: skip
 
 
 # --- the index -------------------------------------------------------------------------------------------
@@ -155,7 +167,13 @@ def _rates(p: Point) -> dict[str, Any]:
     return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
 
 
-def case_data(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
+def case_data(
+    group: Group,
+    case: str,
+    series: Series,
+    changes: list[dict[str, Any]],
+    configs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The columns of a case's charts and runs table: one entry per run, in commit order."""
     kinds = [point_status(p) for p in series]
     lows_highs = [spread(p) for p in series]
@@ -174,6 +192,7 @@ def case_data(group: Group, case: str, series: Series, changes: list[dict[str, A
         "speed_lo": [lo for lo, _ in lows_highs],
         "speed_hi": [hi for _, hi in lows_highs],
         "changes": changes,
+        "config": configs or [],  # configuration changes: a marker each on every chart
         "per_position": per_position(series),
         "ordered_by": group.ordered_by,
     }
@@ -187,7 +206,7 @@ def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[s
     return {
         "headline": run.verdict or v.headline,
         "green": v.green,
-        "attention": v.attention,
+        "attention": [*config_lines(run, True), *v.attention],
         "history_line": run.history.line if run.history is not None else None,
         "files": folder.files if folder else {},
         "logs": folder.logs if folder else {},

@@ -45,6 +45,8 @@ class Completion:
     predicted_ms: float
     draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
     draft_n_accepted: int = 0
+    prompt_n: int = 0  # the prompt tokens the server processed, and how long that took (its first token)
+    prompt_ms: float = 0.0
 
     @classmethod
     def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
@@ -56,6 +58,8 @@ class Completion:
             float(t.get("predicted_ms", 0.0)),
             int(t.get("draft_n", 0)),
             int(t.get("draft_n_accepted", 0)),
+            int(t.get("prompt_n", 0)),
+            float(t.get("prompt_ms", 0.0)),
         )
 
 

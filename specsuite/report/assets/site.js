@@ -6,7 +6,7 @@
 (function () {
   const BAD = new Set(["failed", "drifted", "error", "interrupted"]);
   const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
-                  change: "#e16f00", base: "#9aa4b5" };
+                  change: "#e16f00", base: "#9aa4b5", config: "#7a3fb0" };
   const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
   const charts = (window.specsuiteCharts = {}); // each drawn chart by its figure's id (for a look from devtools)
 
@@ -75,6 +75,18 @@
         ctx.lineTo(x, bottom);
         ctx.stroke();
         ctx.fillText(pct(c.change) + " at " + short(c.after_commit), x + 4 * px, top + 12 * px);
+      }
+      // configuration changes (a default or a build option): a dotted line, what changed at its foot
+      ctx.strokeStyle = ctx.fillStyle = COLOR.config;
+      ctx.setLineDash([2 * px, 3 * px]);
+      ctx.textAlign = "left";
+      for (const c of d.config || []) {
+        const x = u.valToPos(c.index - 0.5, "x", true);
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, bottom);
+        ctx.stroke();
+        ctx.fillText(c.label, x + 4 * px, bottom - 6 * px);
       }
       ctx.setLineDash([]);
       ctx.fillStyle = COLOR.bad;
@@ -245,6 +257,20 @@
     return dl;
   }
 
+  // memory and prefill, the speculation-off server's in parentheses (records before they were measured: none)
+  function resources(r) {
+    const m = r.memory || {}, p = r.prefill || {};
+    const both = (a, b, digits) => (finite(a) === null ? null : `${num(a, digits)} (${num(finite(b), digits)})`);
+    const growth = finite(m.growth_mib) === null ? null : `${num(m.growth_mib, 2)} MiB over ${m.growth_requests} requests`;
+    return [
+      ["peak resident MiB (speculation off)", both(m.peak_rss_mib, m.base_peak_rss_mib, 1)],
+      ["memory growth after the warm-up", growth],
+      ["peak GPU MiB (speculation off)", both(m.gpu_peak_mib, m.base_gpu_peak_mib, 0)],
+      ["time to first token ms (speculation off)", both(p.ttft_ms, p.base_ttft_ms, 2)],
+      ["prompt t/s (speculation off)", both(p.prompt_tps, p.base_prompt_tps, 1)],
+    ];
+  }
+
   function caseDetails(c) {
     const r = c.record, speed = r.speed || {};
     const box = el("details", { className: "case status-" + c.kind },
@@ -262,12 +288,15 @@
       ["speedup", num(speedup(r), 3)], ["A-B-B-A round speedups", (speed.speedups || []).map((v) => num(v, 3))],
       ["identical tokens", num(finite(r.identical_fraction), 2)],
       ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
+      ...resources(r),
     ]));
     if (r.baseline) {
       const p = el("p", {}, "history baseline: commit ", el("code", { text: short(r.baseline.commit) }), " run ");
       p.append(c.baseline_slug ? link(c.baseline_slug + ".html", r.baseline.run_id || "?") : (r.baseline.run_id || "?"));
       if ((r.baseline.regressions || []).length) p.append(" · regressed: " + r.baseline.regressions.join(", "));
       box.append(p);
+      const changed = [...(r.baseline.config_changes || []), ...((r.drift || {}).config_changes || [])];
+      if (changed.length) box.append(el("p", { className: "why", text: "configuration changed: " + changed.join("; ") }));
     }
     box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
     const command = (r.command || []).map(shellWord).join(" ");
