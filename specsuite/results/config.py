@@ -128,21 +128,26 @@ def changes(
     at = f" between {between[0][:7]} and {between[1][:7]}"
     pinned = set(case_a.passed if case_a else {}) | set(case_b.passed if case_b else {})
     out = []
-    for key in sorted(set(run_a.defaults) | set(run_b.defaults), key=_order):
-        if key in pinned or run_a.defaults.get(key) == run_b.defaults.get(key):
+    a, b = run_a.defaults, run_b.defaults
+    for key in sorted(set(a) | set(b), key=_order):
+        if key in pinned or (key in a and key in b and a[key] == b[key]):
             continue
-        if key not in run_a.defaults:
-            out.append(f"new flag {key} (default {run_b.defaults[key]}){at}")
-        elif key not in run_b.defaults:
-            out.append(f"flag {key} gone (default was {run_a.defaults[key]}){at}")
+        if key not in a:
+            out.append(f"new flag {key} (default {_stated(b[key])}){at}")
+        elif key not in b:
+            out.append(f"flag {key} gone (default was {_stated(a[key])}){at}")
         else:
-            out.append(f"default of {key}: {run_a.defaults[key]} -> {run_b.defaults[key]}{at}")
+            out.append(f"default of {key}: {_stated(a[key])} -> {_stated(b[key])}{at}")
     if case_a is not None and case_b is not None:
         out += [line + at for line in _changed("passed ", case_a.passed, case_b.passed, set())]
         out += [line + at for line in _changed("/props ", case_a.props, case_b.props, set())]
     if run_a.build is not None and run_b.build is not None:
         out += [line + at for line in _build_changes(run_a.build, run_b.build)]
     return out
+
+
+def _stated(default: str | None) -> str:
+    return "none stated" if default is None else default
 
 
 def _build_changes(a: BuildOptions, b: BuildOptions) -> list[str]:
