@@ -51,6 +51,7 @@ class Completion:
     draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
     draft_n_accepted: int = 0
     prompt_n: int = 0  # the prompt's tokens the server processed (what a long-input bucket is)
+    prompt_ms: float = 0.0  # how long that took: a non-streamed request's time to its first token
     stream: int | None = None  # which of several concurrent streams sent it (None: the only one)
     wall_ms: float = 0.0  # from sending the request to reading its answer, on the client
 
@@ -67,6 +68,7 @@ class Completion:
             int(t.get("draft_n", 0)),
             int(t.get("draft_n_accepted", 0)),
             int(t.get("prompt_n", 0)),
+            float(t.get("prompt_ms", 0.0)),
             stream,
             wall_ms,
         )

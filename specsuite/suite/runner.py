@@ -31,7 +31,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import budget, categories, concurrency, expect
+from specsuite.suite import budget, categories, concurrency, expect, observe
 from specsuite.suite.command import server_command
 from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
@@ -90,6 +90,11 @@ class Session:
     _base: tuple[tuple[Path, int, int, int], LlamaServer] | None = None
     _base_tokens: dict[tuple[Path, str, int, float, int, int], list[Completion]] = field(default_factory=dict)
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
+
+    @property
+    def flag_keys(self) -> dict[str, str]:
+        """Every spelling of a configuration flag -> its key (a case's config.passed)."""
+        return observe.spellings(self.caps.defaults)
 
     @property
     def gpu(self) -> bool:
@@ -299,12 +304,13 @@ def _round_count(session: Session, case: Case) -> int:
 
 
 def _rounds(
-    session: Session, case: Case, spec: LlamaServer, base: LlamaServer
+    session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
 ) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
     """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
     speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
-    never reported: the cold pass's are)."""
+    never reported: the cold pass's are). ``watch`` samples memory after each and keeps the timings."""
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
+    watch.sample(case.streams)
     snapshots = [spec.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
     for order in abba(_round_count(session, case)):
@@ -313,7 +319,9 @@ def _rounds(
             done = run_streams(
                 srv.connection, case.prompt_texts, case.n_predict, case.streams, case.temperature
             )
+            watch.round(side, done.completions)
             if side == "spec":
+                watch.sample(len(done.completions))
                 snapshots.append(spec.metrics())
             else:
                 first_base = first_base or done.completions
@@ -360,11 +368,14 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
     limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
     with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
+        watch = observe.Watch(spec, base, session.gpu)
         try:
             cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
+            watch.sample(len(done.completions))
             rec.warnings += warned
-            deltas, base_comps, speed, seen = _rounds(session, case, spec, base)
+            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+            rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
                 session.close()
@@ -374,6 +385,8 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
+        finally:  # read while the servers still run
+            rec.memory, rec.prefill = watch.memory(), watch.prefill()
     ref = session.baseline_tokens(target, case, base_comps)
     comps = done.completions
     divs = divergence(ref, comps)
@@ -398,11 +411,15 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))
+    failures += observe.memory_failures(rec.memory)
     if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
         failures += session.gate(case, rec, bool(failures))
     if failures:
         per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
+        if changed := [*(rec.baseline.config_changes if rec.baseline else []),
+                       *(rec.drift.config_changes if rec.drift else [])]:  # fmt: skip
+            body = f"configuration changed since the baseline: {'; '.join(changed)}\n{body}"
         raise CaseEnd(
             "failed",
             failures[0].reason,
