@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.results.document import default_results_dir, make_results_dir
+from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus
 from specsuite.server.probe import Capabilities
@@ -85,7 +86,7 @@ def window(text: str) -> int:
     return value
 
 
-def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
+def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
     """The pytest child's environment: ours, with the run's settings (the command line's over SPEC_*)."""
     given = {
         "strict": False if args.allow_missing else None,
@@ -101,7 +102,7 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
     }
     options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
     env = {**os.environ, **options.to_env()}
-    env.update(SPEC_METHODS=tier, SPEC_RESULTS_DIR=str(results_dir), LLAMA_SERVER_BIN_PATH=str(binary))
+    env.update(SPEC_METHODS=tier, LLAMA_SERVER_BIN_PATH=str(binary))
     return env
 
 
@@ -182,10 +183,13 @@ def _parallel(lay: slots.Layout) -> list[str]:
     return ["-n", str(lay.workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
-def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]) -> int:
-    """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code."""
-    results_dir = Path(results_dir).resolve()
-    env = _env(args, args.tier, results_dir, paths.server_binary())
+def run_tier(
+    args: argparse.Namespace, results_dir: Path | None, pytest_args: list[str], name: str
+) -> tuple[int, Path]:
+    """Probe and gate, fetch and verify the tier's models, then run the suite on it: pytest's exit code and
+    the results folder (``results_dir``, else a new ``results/<run-id>`` claimed for this run alone, its
+    name from ``name``)."""
+    env = _env(args, args.tier, paths.server_binary())
     caps = preflight(args.tier, env)
     options = settings.load(env)
     chosen = shard_cases(args.tier, options, caps)
@@ -194,8 +198,12 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
         names = set(chosen[0]["cases"].split(","))
         cases = [c for c in cases if c.name in names]
     lay = spread(caps, cases, options)
+    if results_dir is None:  # claimed, not shared: a run started in the same second gets another folder
+        results_dir = claim_results_dir(name)
+    results_dir = Path(results_dir).resolve()
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
+    env["SPEC_RESULTS_DIR"] = str(results_dir)
     from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
 
     if args.tier in TIERS and not chosen:
@@ -212,7 +220,7 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     if line := lay.describe():
         print(line, flush=True)
     cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args])
-    return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR)
+    return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR), results_dir
 
 
 # pytest's exit codes (pytest.ExitCode) as the suite's (common.errors): a pytest usage or internal error
@@ -236,13 +244,23 @@ def main(argv: list[str]) -> int:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
-    results_dir = Path(settings.load().results_dir or default_results_dir(name))
-    code = run_tier(args, results_dir, pytest_args)
+    given = settings.load().results_dir
+    started = time.time()
+    code, results_dir = run_tier(args, Path(given) if given else None, pytest_args, name)
     summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
     if summary.is_file():
         print(summary.read_text(encoding="utf-8"))
         append_step_summary(summary)
     elif code in (errors.OK, errors.FAILED):
         print(f"error: the suite ended without a verdict (no {summary}); see pytest's output above")
-    print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+    if _written_since(results_dir / "results.json", started):  # a pytest usage error ran nothing
+        print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
     return exit_code(code, summary.is_file())
+
+
+def _written_since(file: Path, since: float) -> bool:
+    """Whether this run wrote ``file`` (a reused SPEC_RESULTS_DIR may hold an earlier run's)."""
+    try:
+        return file.stat().st_mtime >= since - 2  # coarse file system clocks
+    except OSError:
+        return False
