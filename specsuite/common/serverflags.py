@@ -7,6 +7,7 @@ Here, below ``cases`` and ``server``, because both need it: the probe looks the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # Canonical flag name -> spellings in order of preference (current first, legacy after).
@@ -164,11 +165,16 @@ def server_args_problem(args: tuple[str, ...], mode_case: bool) -> str | None:
         if entry is None or (entry.mode_only and not mode_case):
             return _refusal(arg)
         values = args[i + 1 : i + 1 + entry.values]
-        if len(values) < entry.values or any(v.startswith("--") for v in values):
+        if len(values) < entry.values or any(_flag_like(v) for v in values):
             got = f"got {values[-1][:60]!r}" if values else "it is the last item"
             return f"{arg!r} takes {entry.values} value(s) as the next item(s) of the list ({got})"
         i += 1 + entry.values
     return None
+
+
+def _flag_like(value: str) -> bool:
+    """A value that reads as a flag (``-m``, ``--path``), not as a negative number (``-1``)."""
+    return value.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", value)
 
 
 def _refusal(arg: str) -> str:

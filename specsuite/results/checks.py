@@ -27,6 +27,8 @@ from specsuite.server.metrics import Delta
 # (a nightly tier drafts millions) and far inside SQLite's 64-bit INTEGER, so a counter of 2^80 is refused
 # here, in one line, instead of overflowing the history's insert.
 MAX_COUNT = 10**12
+# Another machine's clock may run ahead of this one's; by more than this, a start is in the future.
+CLOCK_SKEW = dt.timedelta(hours=1)
 _UNIT = ("accept_rate", "pos0_rate", "identical_fraction")
 
 
@@ -148,12 +150,18 @@ def header_problems(run: Run) -> list[str]:
                                                   f"({', '.join(map(str, KNOWN_SCHEMAS))})"]  # fmt: skip
     if (why := run_id_problem(run.run_id)) is not None:
         out.append(why)
-    if run.started is None or parse_time(run.started) is None:
+    started = parse_time(run.started) if run.started is not None else None
+    finished = parse_time(run.finished) if run.finished is not None else None
+    if started is None:
         out.append(
             f"started {_short(run.started)} is not an ISO 8601 time with an offset (2026-12-01T10:00:00Z)"
         )
-    if run.finished is not None and parse_time(run.finished) is None:
+    elif started > dt.datetime.now(dt.timezone.utc) + CLOCK_SKEW:
+        out.append(f"started {run.started} is in the future: no run has started then")
+    if run.finished is not None and finished is None:
         out.append(f"finished {_short(run.finished)} is not an ISO 8601 time with its offset")
+    elif started is not None and finished is not None and finished < started:
+        out.append(f"finished {run.finished} is before started {run.started}")
     header = msgspec.to_builtins(msgspec.structs.replace(run, cases={}))
     out += _not_finite(header, "")
     if (wall := finite(run.wall_s)) is not None and wall < 0:

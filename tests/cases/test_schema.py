@@ -339,6 +339,7 @@ def test_server_args_refuse_every_flag_not_allowed(args: list[str]) -> None:
             ["--threads", "--path", "/etc"],
             "'--threads' takes 1 value(s) as the next item(s) of the list (got '--path')",
         ),
+        (["-t", "-m", "x.gguf"], "'-t' takes 1 value(s) as the next item(s) of the list (got '-m')"),
         (["1"], "'1' is not a flag (a value must follow the flag it belongs to)"),
         (
             ["--spec-type", "ngram-mod"],
@@ -349,6 +350,10 @@ def test_server_args_refuse_every_flag_not_allowed(args: list[str]) -> None:
 def test_server_args_are_read_as_llama_cpp_reads_them(args: list[str], why: str) -> None:
     with pytest.raises(UserError, match=re.escape(f"cases.toml: [[case]] 'a': server_args: {why}")):
         _one(f"server_args = {args!r}\n".replace("'", '"'))
+
+
+def test_a_negative_number_is_a_value() -> None:
+    assert _one('server_args = ["--threads", "-1"]\n')[0].server_args == ("--threads", "-1")
 
 
 def test_every_allowed_flag_is_the_pinned_servers_and_accepted() -> None:

@@ -72,6 +72,8 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     ),
     "yesterday": (lambda d: d.update(started="yesterday"), "started 'yesterday' is not an ISO 8601 time"),
     "no-start": (lambda d: d.pop("started"), "started None is not an ISO 8601 time"),
+    "future": (lambda d: d.update(started="9999-12-31T23:59:59+00:00"), "is in the future"),
+    "ends-first": (lambda d: d.update(finished="2020-01-01T00:00:00+00:00"), "finished 2020-01-01T00:00:00"),
     "status": (lambda d: _set(d, "status", "excellent"), "status 'excellent' is not one of passed, failed"),
     "schema-99": (lambda d: d.update(schema=99), "schema 99 is not one this specsuite reads"),
     "renamed": (_rename, "case 'another-case': its record names another case ('tiny-mtp-random')"),
@@ -196,7 +198,9 @@ def test_a_second_run_under_one_id_is_refused_by_the_import(tmp_path: Path) -> N
     db, first, second = tmp_path / "h.sqlite", tmp_path / "a.json", tmp_path / "b.json"
     first.write_text(REAL.read_text())
     doc = real()
-    doc["started"] = "2026-12-04T21:13:07+00:00"  # another run that took the same id
+    doc.update(
+        started="2026-12-04T21:13:07+00:00", finished="2026-12-04T21:14:07+00:00"
+    )  # another run, its id
     second.write_text(json.dumps(doc))
     assert history.import_runs([first], db) == [doc["run_id"]]
     assert history.import_runs([first], db) == []  # the same run again: already there
@@ -209,7 +213,7 @@ def test_a_second_run_under_one_id_is_refused_by_the_import(tmp_path: Path) -> N
 def test_two_runs_under_one_id_in_one_call_are_refused(tmp_path: Path) -> None:
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     first.write_text(REAL.read_text())
-    second.write_text(json.dumps({**real(), "started": "2026-12-04T21:13:07+00:00"}))
+    second.write_text(json.dumps({**real(), "started": "2026-12-04T21:13:07+00:00", "finished": None}))
     with pytest.raises(UserError, match=r"b.json: run id 'sub-1' already names another run"):
         history.import_runs([first, second], tmp_path / "h.sqlite")
     with sqlite3.connect(tmp_path / "h.sqlite") as conn:
@@ -220,7 +224,10 @@ def test_a_live_run_under_a_taken_id_is_not_recorded_and_says_why(tmp_path: Path
     """Two runs recording at the same moment under one id (a reused SPEC_RESULTS_DIR): one is recorded,
     the other's record is refused with one line; the history never holds two runs with one id."""
     db = tmp_path / "h.sqlite"
-    docs = [decode_run({**real(), "started": f"2026-12-04T21:13:0{i}+00:00"}, "real") for i in range(2)]
+    docs = [
+        decode_run({**real(), "started": f"2026-12-04T21:13:0{i}+00:00", "finished": None}, "real")
+        for i in range(2)
+    ]
     problems: list[str | None] = []
     threads = [
         threading.Thread(target=lambda d=d: problems.append(history.try_record(d, db)[1])) for d in docs
