@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,13 @@ from specsuite.suite.posargs import split_posargs
 def parser() -> CommandParser:
     # CommandParser takes no abbreviations: pytest's own options must never be taken for ours.
     p = CommandParser(
-        "run-tier", "Fetch a tier's models, run its cases against the built llama-server, write results/."
+        "run-tier",
+        "Fetch a tier's models, run its cases against the built llama-server, write results/.",
+        epilog="Every other argument goes to pytest: -x stops at the first failed case, -k EXPR picks cases, "
+        "-v shows pytest's own line per case instead of the suite's start and end lines. "
+        "A case's time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests (the "
+        "tokens they decode, their prompts) take at the rates its baseline server measured in this run; "
+        "past it the case fails over_budget, naming the rate it decoded at.",
     )
     p.add_argument(
         "tier", metavar="SELECTOR", help=f"a tier ({', '.join(TIERS)}) or a comma list of case names"
@@ -51,6 +58,13 @@ def parser() -> CommandParser:
     )
     p.add_argument(
         "--repeat", type=repeat_count, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1; <= 100)"
+    )
+    p.add_argument(
+        "--budget-factor",
+        type=budget_factor,
+        metavar="F",
+        help="a case may take F times its baseline's time for its requests before it fails over_budget "
+        "(SPEC_BUDGET_FACTOR, default 10; 0: no budget, pytest-timeout's 900 s)",
     )
     p.add_argument("--no-history", action="store_true", help="no history record and no relative gate")
     p.add_argument(
@@ -79,6 +93,16 @@ def parser() -> CommandParser:
     return p
 
 
+def budget_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1e6:
+        raise argparse.ArgumentTypeError(f"{value:g} must be >= 0 (0: no budget)")
+    return value
+
+
 def window(text: str) -> int:
     value = positive_int(text)
     if value < 3:
@@ -92,6 +116,7 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
         "strict": False if args.allow_missing else None,
         "allow_cpu": True if args.allow_cpu else None,
         "repeat": args.repeat,
+        "budget_factor": args.budget_factor,
         "no_history": True if args.no_history else None,
         "rtol": args.rtol,
         "drift_window": args.drift_window,
@@ -106,8 +131,9 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
     return env
 
 
-def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
-    """pytest over the suite's module with the suite's own settings (this package's pytest.ini)."""
+def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specsuite") -> list[str]:
+    """pytest over the suite's module with the suite's own settings (this package's pytest.ini); ``name``
+    is junit.xml's suite (the tier)."""
     here = Path(test_speculative.__file__).parent
     return [
         sys.executable,
@@ -117,10 +143,18 @@ def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
         str(here / "pytest.ini"),
         "--rootdir",
         str(here),
+        "-o",
+        f"junit_suite_name={name}",
         str(here / "test_speculative.py"),
         f"--junitxml={results_dir / 'junit.xml'}",
         *pytest_args,
     ]
+
+
+def suite_name(selector: str, cases: list[Case], shard: str | None) -> str:
+    """junit.xml's suite: the tier (a list of cases: their tiers), and the shard."""
+    tiers = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
+    return f"{tiers} shard {shard}" if shard else tiers
 
 
 def preflight(tier: str, env: dict[str, str]) -> Capabilities:
@@ -183,12 +217,22 @@ def _parallel(lay: slots.Layout) -> list[str]:
     return ["-n", str(lay.workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
-def run_tier(
-    args: argparse.Namespace, results_dir: Path | None, pytest_args: list[str], name: str
-) -> tuple[int, Path]:
-    """Probe and gate, fetch and verify the tier's models, then run the suite on it: pytest's exit code and
-    the results folder (``results_dir``, else a new ``results/<run-id>`` claimed for this run alone, its
-    name from ``name``)."""
+@dataclass
+class RunFolder:
+    """Where a run writes: the folder given (SPEC_RESULTS_DIR), or ``results/<run-id>`` claimed for this run
+    alone once it is past its checks (``claim``: a refused run leaves no folder; of two runs started in
+    the same second each gets its own, and so its own run id)."""
+
+    path: Path | None
+
+    def claim(self, label: str) -> Path:
+        self.path = Path(self.path or claim_results_dir(label)).resolve()
+        return self.path
+
+
+def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str], label: str) -> int:
+    """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code.
+    The results go to ``folder`` (claimed here, named from ``label``, when none was given)."""
     env = _env(args, args.tier, paths.server_binary())
     caps = preflight(args.tier, env)
     options = settings.load(env)
@@ -198,9 +242,7 @@ def run_tier(
         names = set(chosen[0]["cases"].split(","))
         cases = [c for c in cases if c.name in names]
     lay = spread(caps, cases, options)
-    if results_dir is None:  # claimed, not shared: a run started in the same second gets another folder
-        results_dir = claim_results_dir(name)
-    results_dir = Path(results_dir).resolve()
+    results_dir = folder.claim(label)
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
     env["SPEC_RESULTS_DIR"] = str(results_dir)
@@ -219,8 +261,9 @@ def run_tier(
     print(f"running the {args.tier} tier{where} with {caps.binary}; results in {results_dir}", flush=True)
     if line := lay.describe():
         print(line, flush=True)
-    cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args])
-    return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR), results_dir
+    name = suite_name(args.tier, cases, chosen[0]["shard"] if chosen else None)
+    cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args], name)
+    return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR)
 
 
 # pytest's exit codes (pytest.ExitCode) as the suite's (common.errors): a pytest usage or internal error
@@ -245,17 +288,21 @@ def main(argv: list[str]) -> int:
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
     given = settings.load().results_dir
+    folder = RunFolder(Path(given) if given else None)
     started = time.time()
-    code, results_dir = run_tier(args, Path(given) if given else None, pytest_args, name)
-    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
-    if summary.is_file():
-        print(summary.read_text(encoding="utf-8"))
-        append_step_summary(summary)
-    elif code in (errors.OK, errors.FAILED):
-        print(f"error: the suite ended without a verdict (no {summary}); see pytest's output above")
+    try:
+        code = run_tier(args, folder, pytest_args, name)
+    except KeyboardInterrupt:  # what was measured before Ctrl-C, its first line saying INTERRUPTED
+        if folder.path is not None and report(folder.path):
+            print(f"results: {folder.path} (results.json, summary.md, junit.xml, bench.json, logs/)")
+        raise
+    results_dir = folder.claim(name)  # claimed by run_tier: this returns it
+    if not report(results_dir) and code in (errors.OK, errors.FAILED):
+        missing = results_dir / "summary.md"
+        print(f"error: the suite ended without a verdict (no {missing}); see pytest's output above")
     if _written_since(results_dir / "results.json", started):  # a pytest usage error ran nothing
         print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
-    return exit_code(code, summary.is_file())
+    return exit_code(code, (results_dir / "summary.md").is_file())
 
 
 def _written_since(file: Path, since: float) -> bool:
@@ -264,3 +311,13 @@ def _written_since(file: Path, since: float) -> bool:
         return file.stat().st_mtime >= since - 2  # coarse file system clocks
     except OSError:
         return False
+
+
+def report(results_dir: Path) -> bool:
+    """Print the run's summary.md and append it to the CI's step summary; False when there is none."""
+    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
+    if not summary.is_file():
+        return False
+    print(summary.read_text(encoding="utf-8"))
+    append_step_summary(summary)
+    return True

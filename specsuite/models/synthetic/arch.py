@@ -15,7 +15,14 @@ from typing import Any
 import gguf
 import numpy as np
 
-from specsuite.models.synthetic.tokenizer import N_VOCAB, add_tokenizer
+from specsuite.models.synthetic.tokenizer import (
+    MERGES,
+    N_VOCAB,
+    TINY_MERGES,
+    TINY_TOKENS,
+    TOKENS,
+    add_tokenizer,
+)
 from specsuite.models.synthetic.weights import Weights
 
 N_EMBD = 64
@@ -39,6 +46,9 @@ DFLASH_BLOCK_SIZE = 4
 MARKOV_RANK = 16
 CONF_BIAS_HIGH = 8.0  # sigmoid(8) = 0.9997: the DSpark confidence head always says "draft"
 CONF_BIAS_LOW = -8.0  # sigmoid(-8) = 0.0003: with --spec-draft-p-min > 0 nothing is drafted
+# The tiny-vocabulary models' LM head, scaled down: logits of spread about 1 instead of 8, so that at
+# temperature 1 the next token is spread over several outcomes rather than nearly always the argmax.
+TINY_HEAD_SCALE = np.float32(0.15)
 
 U32 = gguf.GGUFValueType.UINT32
 
@@ -52,6 +62,8 @@ class Model:
     n_layer: int
     kv: dict[str, tuple[Any, gguf.GGUFValueType]] = field(default_factory=dict)
     tensors: dict[str, Any] = field(default_factory=dict)
+    tokens: tuple[str, ...] = TOKENS  # the shared vocabulary, or TINY_TOKENS
+    merges: tuple[str, ...] = MERGES
 
     def key(self, suffix: str, value: Any, vtype: gguf.GGUFValueType = U32) -> None:
         self.kv[f"{self.arch}.{suffix}"] = (value, vtype)
@@ -70,16 +82,21 @@ def _ffn(w: Weights, t: dict, i: int) -> None:
     t[f"blk.{i}.ffn_down.weight"] = w.normal(N_FF, N_EMBD)
 
 
-def _embeddings_and_head(w: Weights, t: dict) -> None:
-    t["token_embd.weight"] = w.token_embd(N_EMBD, N_VOCAB)
+def _embeddings_and_head(w: Weights, t: dict, n_vocab: int = N_VOCAB) -> None:
+    t["token_embd.weight"] = w.token_embd(N_EMBD, n_vocab)
     t["output_norm.weight"] = w.ones(N_EMBD)
-    t["output.weight"] = w.lm_head(N_EMBD, N_VOCAB)
+    t["output.weight"] = w.lm_head(N_EMBD, n_vocab)
 
 
-def llama(w: Weights, n_layer: int, name: str) -> Model:
-    """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer)."""
+def llama(w: Weights, n_layer: int, name: str, tiny_vocab: bool = False) -> Model:
+    """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer); ``tiny_vocab``:
+    with the 12-token vocabulary (the sampling test's models)."""
     m = Model("llama", name, n_layer)
-    _embeddings_and_head(w, m.tensors)
+    if tiny_vocab:
+        m.tokens, m.merges = TINY_TOKENS, TINY_MERGES
+    _embeddings_and_head(w, m.tensors, len(m.tokens))
+    if tiny_vocab:
+        m.tensors["output.weight"] = m.tensors["output.weight"] * TINY_HEAD_SCALE
     for i in range(n_layer):
         m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(N_EMBD)
         _attention(w, m.tensors, i)
@@ -201,8 +218,23 @@ def dflash(w: Weights, name: str, conf_bias: float | None = None) -> Model:
     return m
 
 
-def write_gguf(model: Model, dest: Path) -> None:
-    """Write a model with the common hyper-parameters and the shared tokenizer."""
+# Quantised copies: llama.cpp's own rule for which tensors stay F32 (src/llama-quant.cpp): 1-D tensors
+# (norms, biases) and the MoE router (ffn_gate_inp); every row of the rest is a whole number of 32-wide blocks
+# (Q8_0, Q4_0; a K-quant would need 256-wide rows, wider than these models).
+QTYPES = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
+_FILE_TYPES = {"q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}
+
+
+def _quantised(name: str, array: np.ndarray, qtype: str | None) -> tuple[np.ndarray, Any]:
+    """(data, raw dtype) of one tensor: quantised with gguf's reference quantiser, or as it is."""
+    if qtype is None or array.ndim < 2 or "ffn_gate_inp" in name:
+        return array, None
+    return gguf.quants.quantize(array, QTYPES[qtype]), QTYPES[qtype]
+
+
+def write_gguf(model: Model, dest: Path, qtype: str | None = None) -> None:
+    """Write a model with the common hyper-parameters and its tokenizer; ``qtype`` (q8_0, q4_0): its
+    matrices quantised."""
     writer = gguf.GGUFWriter(dest, model.arch)  # writes general.architecture; no timestamps, no paths
     writer.add_name(model.name)
     writer.add_context_length(CTX_TRAIN)
@@ -214,13 +246,14 @@ def write_gguf(model: Model, dest: Path) -> None:
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_rope_dimension_count(HEAD_DIM)
-    writer.add_vocab_size(N_VOCAB)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(len(model.tokens))
+    writer.add_file_type(_FILE_TYPES[qtype] if qtype else gguf.LlamaFileType.ALL_F32)
     for key, (value, vtype) in model.kv.items():
         writer.add_key_value(key, value, vtype)
-    add_tokenizer(writer)
+    add_tokenizer(writer, model.tokens, model.merges)
     for name, array in model.tensors.items():
-        writer.add_tensor(name, array)
+        data, raw = _quantised(name, array, qtype)
+        writer.add_tensor(name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
