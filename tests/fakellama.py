@@ -10,6 +10,7 @@ llama.cpp commits, which cannot be compiled in test time; the real pinned build 
 from __future__ import annotations
 
 import json
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -43,6 +44,11 @@ DEFAULT: dict[str, Any] = {
     "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
     "log_lines": [],  # printed to stderr when the server starts (e.g. llama.cpp's offload line)
     "events": None,  # a JSONL file: each start and /completion (its times), with CUDA_VISIBLE_DEVICES
+    # GPU memory as a fake nvidia-smi lists it (fake_nvidia_smi's apps folder): each server writes
+    # "pid, MiB" there when it starts and after each /completion; MiB = base + per_request x requests
+    "gpu_apps": None,
+    "gpu_base_mib": 1000.0,
+    "gpu_mib_per_request": 0.0,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -67,6 +73,12 @@ state.update({k: CONFIG["counted_at_start"] for k in ("drafted", "accepted", "dr
 for line in CONFIG["log_lines"]:
     print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
+
+def gpu_memory():
+    if CONFIG["gpu_apps"]:
+        mib = CONFIG["gpu_base_mib"] + CONFIG["gpu_mib_per_request"] * state["requests"]
+        with open(os.path.join(CONFIG["gpu_apps"], str(os.getpid())), "w") as fh:
+            fh.write("%d, %d\n" % (os.getpid(), mib))
 
 def event(kind, **more):
     if not CONFIG["events"]:
@@ -147,6 +159,7 @@ class H(BaseHTTPRequestHandler):
                     state["pos"][i] += c
             event("completion", t0=t0, t1=time.time())
             timing_lines(n, ms)
+            gpu_memory()
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
         if self.path == "/v1/chat/completions":
             answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
@@ -159,6 +172,7 @@ class H(BaseHTTPRequestHandler):
         self._send(404, {"error": "not found"})
 
 START = int(time.time())
+gpu_memory()
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 httpd = HTTPServer(("127.0.0.1", port), H)
 event("start", t=time.time())
@@ -189,16 +203,19 @@ SMI = r"""#!/bin/sh
 case "$1" in
   --query-gpu=index,name,memory.total,uuid) printf '%s' '__ROWS__' ;;
   --query-gpu=driver_version) echo "580.65.06" ;;
+  --query-compute-apps=pid,used_memory) cat __APPS__/* 2>/dev/null ;;
   *) echo "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06      CUDA Version: 13.0     |" ;;
 esac
 """
 
 
-def fake_nvidia_smi(folder: Path, names: list[str]) -> Path:
-    """An ``nvidia-smi`` on a folder to put first on PATH: these GPUs, index i named names[i]."""
+def fake_nvidia_smi(folder: Path, names: list[str], apps: Path | None = None) -> Path:
+    """An ``nvidia-smi`` on a folder to put first on PATH: these GPUs, index i named names[i]; its compute
+    apps (``--query-compute-apps=pid,used_memory``) are the rows the fake servers write into ``apps``."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = "".join(f"{i}, {n}, 143771, GPU-{i:08d}-fake\n" for i, n in enumerate(names))
     exe = folder / "nvidia-smi"
-    exe.write_text(SMI.replace("__N__", str(len(names))).replace("__ROWS__", rows))
+    text = SMI.replace("__N__", str(len(names))).replace("__ROWS__", rows)
+    exe.write_text(text.replace("__APPS__", shlex.quote(str(apps or folder / "no-apps"))))
     exe.chmod(0o755)
     return exe

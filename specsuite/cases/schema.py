@@ -19,7 +19,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
-from specsuite.common.serverflags import server_args_problem
+from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, server_args_problem
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -93,6 +93,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # "unsloth/Qwen3.5-0.8B-MTP-GGUF": size and -MTP marker come from it); default the target's file name.
     model_id: Text | None = None
     spec_default: bool = False
+    # The method as users get it: only --spec-type (and the draft); every other speculative setting is the
+    # binary's default, so a default that moves (p_min, n_max: llama.cpp #25792, #22673) moves the case.
+    defaults: bool = False
     draft: str | None = None
     n_max: Count | None = None
     min_accept_rate: Unit | None = None
@@ -133,6 +136,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         self._check_method()
+        self._check_defaults()
         self._check_floors()
         self._check_synth()
         self._check_server_args()
@@ -171,13 +175,28 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 raise ValueError(f"spec_type {alone!r} cannot be part of a chain")
         if len(set(types)) != len(types):
             raise ValueError(f"spec_type {types} names a type twice")
-        if not set(types) <= set(NO_DRAFT_LENGTH) and self.n_max is None:
+        if not set(types) <= set(NO_DRAFT_LENGTH) and self.n_max is None and not self.defaults:
             raise ValueError(
                 "missing n_max (the draft length; mode, spec_default, none and ngram-cache cases may omit it)"
             )
         if self.mode is None and (self.model_id is not None or self.expect_resolved is not None):
             raise ValueError(
                 "model_id and expect_resolved are about resolving a mode: give them only with mode"
+            )
+
+    def _check_defaults(self) -> None:
+        if not self.defaults:
+            return
+        if not self.chain:
+            raise ValueError("defaults = true runs a spec_type at the binary's defaults: give spec_type")
+        given = [
+            k for k in ("n_max", "n_min", "p_min", "synth_rates", "synth_len") if getattr(self, k) is not None
+        ]
+        given += [a for a in self.server_args if a.split("=", 1)[0].startswith(SPEC_FLAG_PREFIXES)]
+        if given:
+            raise ValueError(
+                f"defaults = true leaves every speculative setting at the binary's default; remove "
+                f"{', '.join(given)}"
             )
 
     def _check_floors(self) -> None:

@@ -39,6 +39,47 @@ NGRAM_N_MAX = {
 }
 NGRAM_N_MIN = {"ngram-mod": "--spec-ngram-mod-n-min"}
 
+# The batching, context and KV-cache flags whose defaults a run records beside every speculative flag's
+# (server.probe reads them from --help; results.config compares them between commits): a default that
+# moves under a case changes what it measures as surely as --spec-draft-p-min does (llama.cpp #17017 stopped
+# defaulting to several slots with a draft; #28633: a KV type flash attention has no kernel for). Canonical
+# key (the current spelling) -> every spelling. Not owned: a case may set them in its server_args.
+CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
+    "--batch-size": ("--batch-size", "-b"),
+    "--ubatch-size": ("--ubatch-size", "-ub"),
+    "--parallel": ("--parallel", "-np"),
+    "--cont-batching": ("--cont-batching", "-cb"),
+    "--kv-unified": ("--kv-unified", "-kvu"),
+    "--ctx-size": ("--ctx-size", "-c"),
+    "--flash-attn": ("--flash-attn", "-fa"),
+    "--cache-type-k": ("--cache-type-k", "-ctk"),
+    "--cache-type-v": ("--cache-type-v", "-ctv"),
+    "--threads": ("--threads", "-t"),
+    "--threads-batch": ("--threads-batch", "-tb"),
+    "--fit": ("--fit", "-fit"),
+    "--poll": ("--poll",),
+    "--cache-reuse": ("--cache-reuse",),
+    "--ctx-checkpoints": ("--ctx-checkpoints", "-ctxcp", "--swa-checkpoints"),
+    "--swa-full": ("--swa-full",),
+    "--n-gpu-layers": ("--n-gpu-layers", "-ngl", "--gpu-layers"),
+}
+# Speculative flags are every option whose name says so (new ones are recorded as they appear); these are
+# the prefixes, and the canonical key of a renamed one is its FLAG_SPELLINGS entry's current spelling.
+SPEC_FLAG_PREFIXES = ("--spec-", "--draft")
+
+
+def config_key(names: list[str] | tuple[str, ...]) -> str | None:
+    """The canonical key of a ``--help`` entry with these names when its default is part of a run's
+    configuration (a speculative, batching or KV-cache flag), else None. One flag keeps one key across
+    renames: ``--draft-p-min`` (older) and ``--spec-draft-p-min`` are both ``--spec-draft-p-min``."""
+    renamed = [s for s in FLAG_SPELLINGS.values() if s[0].startswith(SPEC_FLAG_PREFIXES)]
+    for spellings in (*renamed, *CONFIG_FLAGS.values()):
+        if any(n in spellings for n in names):
+            return spellings[0]
+    longs = [n for n in names if n.startswith("--")]
+    return next((n for n in longs if n.startswith(SPEC_FLAG_PREFIXES)), None)
+
+
 # What the harness sets on every server (the command builder's flags, the mode resolver's) or what would
 # load another model, reach the network or move the server off the address the harness talks to: a case
 # giving one would run something other than what results.json records. llama.cpp takes the last of a

@@ -34,6 +34,7 @@ import msgspec
 from specsuite.common import locks, paths, settings
 from specsuite.common.errors import UserError
 from specsuite.results import checks
+from specsuite.results.config import RunConfig
 from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
@@ -120,7 +121,10 @@ _V2 = (
 # v3: whether the run's speculative rounds disagreed in a counter (the change points and the drift gate
 # treat such a case's acceptance as noisy); null in runs recorded before it was measured.
 _V3 = ("ALTER TABLE cases ADD COLUMN nondeterministic INTEGER",)
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# v4: the run's configuration as the binary states it (its --help defaults, its build options:
+# results.config.RunConfig), so that a change of either is named beside the change points; null before.
+_V4 = ("ALTER TABLE runs ADD COLUMN config TEXT",)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -137,6 +141,7 @@ class Baseline:
     commit: str
     started: str  # the run's start time (its record time when the run had none)
     record: CaseRecord  # the case record at that run
+    config: RunConfig | None = None  # that run's configuration (None: recorded before it was)
 
 
 def default_path() -> Path:
@@ -335,6 +340,7 @@ def _run_row(run: Run, commit: str) -> dict[str, Any]:
         "recorded": now,
         "models": _json(run.models),
         "options": _json(run.options),
+        "config": _json(run.config),
     }
 
 
@@ -628,8 +634,9 @@ def runs(
             conn.execute(f"SELECT r.* FROM runs r WHERE r.id IN ({sel}) ORDER BY {_TIME}, r.id", args)
         )
     for row in rows:
-        for key in ("models", "options"):
-            row[key] = _parsed(row, key)
+        for key in ("models", "options", "config"):
+            if key in row:  # config: from schema v4 on
+                row[key] = _parsed(row, key)
     return rows
 
 
@@ -808,8 +815,55 @@ def find_baseline(
         rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
         for row in rows:
             if (record := _stored_record(conn, row, case, skipped)) is not None:  # a broken row: the next
-                return Baseline(row["run_id"], row["llama_commit"], row["t"], record)
+                config = _configs(conn, [row["run_id"]]).get(row["run_id"])
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record, config)
     return None
+
+
+def _configs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, RunConfig | None]:
+    """The stored configuration of each run (None: none recorded, or it does not decode)."""
+    if _version(conn) < 4 or not run_ids:
+        return {}
+    marks = ", ".join("?" for _ in run_ids)
+    found = conn.execute(f"SELECT run_id, config FROM runs WHERE run_id IN ({marks})", list(run_ids))
+    return {str(run_id): _decoded_config(run_id, text) for run_id, text in found}
+
+
+def _decoded_config(run_id: str, text: str | None) -> RunConfig | None:
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text, type=RunConfig)
+    except msgspec.DecodeError as exc:  # not JSON, or not a configuration (ValidationError is one)
+        print(f"warning: history run {run_id}: its configuration does not decode ({exc})", file=sys.stderr)
+    return None
+
+
+def run_configs(
+    path: Path | None, run_ids: Sequence[str], *, recording: bool = False
+) -> dict[str, RunConfig | None]:
+    """The recorded configuration of each of ``run_ids`` (absent or None: not recorded)."""
+    with reading(path, recording=recording) as conn:
+        return {} if conn is None else _configs(conn, run_ids)
+
+
+def config_series(path: Path | None = None, *, device: str | None = None) -> list[dict[str, Any]]:
+    """Every run with a recorded configuration, oldest first: run_id, commit, started, device_class,
+    backend and its ``config`` (a RunConfig); a run whose configuration does not decode is left out."""
+    where, args = _run_filter(None, device)
+    with reading(path) as conn:
+        if conn is None or _version(conn) < 4:
+            return []
+        sql = (
+            f"SELECT r.run_id, r.llama_commit AS 'commit', {_TIME} AS started, r.device_class, r.backend, "
+            f"r.config FROM runs r WHERE r.config IS NOT NULL AND {where} ORDER BY {_TIME}, r.id"
+        )
+        rows = _dicts(conn.execute(sql, args))
+    out = []
+    for row in rows:
+        if (config := _decoded_config(row["run_id"], row.pop("config"))) is not None:
+            out.append({**row, "config": config})
+    return out
 
 
 def _series_cols(conn: sqlite3.Connection) -> str:

@@ -65,15 +65,28 @@ def _check_metric(
 
 
 def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
-    base_raw, cur_raw = baseline.speed_samples, current.speed_samples
+    return _check_samples("speedup", current.speed_samples, baseline.speed_samples, rtol, at)
+
+
+def _check_decode(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
+    """The speculative server's own decode tokens/s, not only its ratio to plain decoding: a commit that
+    slows both sides alike leaves the speedup where it was (a build option, llama.cpp #28633)."""
+    cur, base = (r.speed.spec_tps if r.speed is not None else None for r in (current, baseline))
+    return _check_samples("decode_tps", cur, base, rtol, at)
+
+
+def _check_samples(
+    metric: str, cur_raw: list[float | None] | None, base_raw: list[float | None] | None, rtol: float, at: str
+) -> Regression | None:
+    """A drop of the median beyond rtol that is significant (one-sided Mann–Whitney over the rounds)."""
     base = [v for v in (finite(x) for x in base_raw or []) if v is not None]
     if len(base) < MIN_SAMPLES or cur_raw is None or len(cur_raw) < MIN_SAMPLES:
         return None  # speed is gated only where both runs repeated it enough to judge noise
     base_med = statistics.median(base)
     cur = [finite(x) for x in cur_raw]
     if any(v is None for v in cur):
-        message = f"speedup samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
-        return Regression("speedup", None, base_med, math.nan, message)
+        message = f"{metric} samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
+        return Regression(metric, None, base_med, math.nan, message)
     samples = [v for v in cur if v is not None]
     cur_med = statistics.median(samples)
     change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
@@ -81,10 +94,10 @@ def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str
     if p >= ALPHA or -change <= rtol + EPS:
         return None
     message = (
-        f"speedup median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
+        f"{metric} median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
         f"(Mann–Whitney p = {p:.3g}, n = {len(samples)}/{len(base)}; rtol {rtol * 100:g} %)"
     )
-    return Regression("speedup", cur_med, base_med, change, message)
+    return Regression(metric, cur_med, base_med, change, message)
 
 
 def regressions(
@@ -95,7 +108,7 @@ def regressions(
         raise UserError(f"rtol {rtol!r} is not a fraction in [0, 1): give e.g. 0.05 for 5 %")
     at = baseline_commit[:7]
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
-    found.append(_check_speed(current, baseline, rtol, at))
+    found += [_check_speed(current, baseline, rtol, at), _check_decode(current, baseline, rtol, at)]
     found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]
 

@@ -26,7 +26,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.ancestry import in_commit_order
 from specsuite.history.changecache import SplitCache
-from specsuite.history.changes import ChangePoint, find_changes
+from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
@@ -397,3 +397,10 @@ def change_points(
     same mirror and rule as the site's series (``ancestry.in_commit_order``); ``cache``: the splits of
     series the last builds computed."""
     return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs}, cache=cache)
+
+
+def configuration_changes(
+    path: Path, device: str | None, mirror: Path | None, runs: Sequence[RunRow]
+) -> list[ConfigChange]:
+    """The configuration changes (``history.changes.config_changes``) among the runs the site shows."""
+    return config_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})

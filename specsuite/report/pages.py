@@ -11,6 +11,7 @@ from specsuite.report.data import METRICS, Group, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
+from specsuite.results.summary import config_lines
 from specsuite.results.verdict import verdict
 
 SPARK_RUNS = 30
@@ -132,7 +133,13 @@ def _rates(p: Point) -> dict[str, Any]:
     return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
 
 
-def case_data(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
+def case_data(
+    group: Group,
+    case: str,
+    series: Series,
+    changes: list[dict[str, Any]],
+    configs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The columns of a case's charts and runs table: one entry per run, in commit order."""
     kinds = [point_status(p) for p in series]
     lows_highs = [spread(p) for p in series]
@@ -151,7 +158,9 @@ def case_data(group: Group, case: str, series: Series, changes: list[dict[str, A
         "speed_lo": [lo for lo, _ in lows_highs],
         "speed_hi": [hi for _, hi in lows_highs],
         "changes": changes,
-        "events": [events.change_event(row).as_dict() for row in changes],
+        "events": [events.change_event(row).as_dict() for row in changes]
+        + [events.config_event(row).as_dict() for row in configs or []],
+        "config": configs or [],  # configuration changes: the table's rows
         "per_position": per_position(series),
         "ordered_by": group.ordered_by,
     }
@@ -165,7 +174,7 @@ def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[s
     return {
         "headline": run.verdict or v.headline,
         "green": v.green,
-        "attention": v.attention,
+        "attention": [*config_lines(run, True), *v.attention],
         "history_line": run.history.line if run.history is not None else None,
         "files": folder.files if folder else {},
         "logs": folder.logs if folder else {},

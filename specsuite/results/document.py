@@ -24,6 +24,7 @@ import msgspec
 
 from specsuite.common import atomic, declared, paths
 from specsuite.common.errors import UserError
+from specsuite.results.config import RunConfig
 from specsuite.results.record import CaseRecord, decode_record
 
 SCHEMA = 2
@@ -239,6 +240,7 @@ class Run(msgspec.Struct, kw_only=True):
     harness: Harness | None = None
     cases_sha256: str | None = None
     binary: Binary = msgspec.field(default_factory=Binary)
+    config: RunConfig | None = None  # the binary's defaults and build options (results.config)
     device: Device | None = None
     gpu: Any = None  # schema 1: null, a name, a list of names, or {name}
     options: RunOptions | None = None

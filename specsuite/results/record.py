@@ -17,11 +17,12 @@ import msgspec
 
 from specsuite.common import declared
 from specsuite.common.errors import UserError
+from specsuite.results.config import CaseConfig
 
 STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
-MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "drifted", "speed"})
+MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "drifted", "speed", "memory_growth"})
 
 
 def is_number(value: Any) -> bool:
@@ -106,6 +107,8 @@ class BaselineRef(msgspec.Struct, kw_only=True):
     # the acceptance counters against the baseline's, exactly: "identical", the changes ("accepted 36 -> 33
     # (-3); position 2: 12 -> 9 (-3)"), or why they were not compared (nondeterministic, not recorded)
     counters: str | None = None
+    # how this run's configuration differs from the baseline run's (results.config.changes)
+    config_changes: list[str] = []
 
 
 class DriftRef(msgspec.Struct, kw_only=True):
@@ -120,6 +123,38 @@ class DriftRef(msgspec.Struct, kw_only=True):
     change: float  # (mean_after - mean_before) / mean_before
     p_value: float | None  # None: a deterministic counter changed (no statistics needed)
     runs: int  # the runs judged together, this one included
+    config_changes: list[str] = []  # the configuration across the change point (results.config.changes)
+
+
+class Memory(msgspec.Struct, kw_only=True):
+    """The case server's memory and, beside it, the baseline server's (server.memory): peaks, a sample
+    after each pass of the prompts (the cold pass, the warm-up, each round), and the growth from the
+    first warmed sample to the last."""
+
+    peak_rss_mib: float | None = None  # VmHWM of the case's server
+    base_peak_rss_mib: float | None = None  # ... of the baseline server (shared by its target's cases)
+    rss_mib: list[float | None] = []
+    requests: list[int] = []  # the requests the server had answered at each sample
+    growth_mib: float | None = None
+    growth_requests: int | None = None
+    gpu_peak_mib: float | None = None  # the largest nvidia-smi sample (no GPU: None)
+    base_gpu_peak_mib: float | None = None
+    gpu_mib: list[float | None] = []
+    gpu_growth_mib: float | None = None
+    limit_mib: float | None = None  # growth above this failed the case (memory_growth)
+
+
+class Prefill(msgspec.Struct, kw_only=True):
+    """Prompt processing, from the servers' own timings (prompt_n, prompt_ms), speculative against the
+    baseline: the time to first token of a non-streamed request is its prompt_ms."""
+
+    ttft_ms: float | None = None  # median prompt_ms of the rounds' requests
+    base_ttft_ms: float | None = None
+    prompt_tps: float | None = None  # median over rounds of sum(prompt_n) / sum(prompt_ms)
+    base_prompt_tps: float | None = None
+    ratio: float | None = None  # prompt_tps / base_prompt_tps (below 1: speculation slows the prefill)
+    prompt_tps_rounds: list[float | None] = []
+    base_prompt_tps_rounds: list[float | None] = []
 
 
 class CaseRecord(msgspec.Struct, kw_only=True):
@@ -168,6 +203,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     log: str | None = None
     wall_s: float | None = None
     warnings: list[str] = []
+    config: CaseConfig | None = None  # the flags the case's server was given, what /props said
+    memory: Memory | None = None
+    prefill: Prefill | None = None
 
     @property
     def pos0(self) -> float | None:

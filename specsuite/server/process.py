@@ -170,6 +170,11 @@ class LlamaServer:
         self.stop()
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (its memory is read by pid: server.memory)."""
+        return self.proc.pid if self.proc is not None else None
+
+    @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -200,6 +205,15 @@ class LlamaServer:
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.post("/v1/chat/completions", body)
+
+    def props(self) -> dict[str, Any]:
+        """``GET /props`` (what the server says it runs with); {} when it answers nothing usable."""
+        try:
+            res = self._http.get(f"{self.base_url}/props", timeout=self.request_timeout)
+            answer = res.json() if res.status_code == 200 else None
+        except (requests.RequestException, ValueError):
+            return {}
+        return answer if isinstance(answer, dict) else {}
 
     def metrics(self) -> metrics.Snapshot:
         try:

@@ -24,6 +24,8 @@ from specsuite.common.errors import UserError
 from specsuite.history import changes, regress
 from specsuite.history import db as history
 from specsuite.history.ancestry import ancestors
+from specsuite.results import config
+from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
 from specsuite.results.record import BaselineRef, CaseRecord, DriftRef
 from specsuite.suite.expect import Failure
@@ -45,6 +47,7 @@ class GateContext:
     run_id: str = ""
     drift_window: int = 10  # the runs the drift gate judges together, this one included
     note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
+    config: RunConfig | None = None  # the judged run's configuration (its binary's defaults and build)
 
     def __post_init__(self) -> None:
         how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
@@ -70,6 +73,7 @@ def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
         started=run.started,
         run_id=run.run_id,
         drift_window=drift_window,
+        config=run.config,
     )
 
 
@@ -114,6 +118,9 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
         rtol=ctx.rtol,
         regressions=[r.message for r in regs],
         counters=regress.counter_changes(rec, base.record),
+        config_changes=config.changes(
+            (base.config, base.record.config), (ctx.config, rec.config), (base.commit, ctx.commit)
+        ),
     )
     ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
     if regs:
@@ -138,6 +145,9 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
             continue
         before, after = points[found.index - 1], points[found.index]
         rec.drift = DriftRef(
+            config_changes=_config_across(
+                ctx, rec, before.run_id, after.run_id, (before.commit, after.commit)
+            ),
             metric=metric,
             before_commit=before.commit,
             after_commit=after.commit,
@@ -150,6 +160,20 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
         )
         return [Failure("drifted", drift_message(rec.drift, ctx.rtol))]
     return []
+
+
+def _config_across(
+    ctx: GateContext, rec: CaseRecord, before: str, after: str, commits: tuple[str, str]
+) -> list[str]:
+    """The configuration changes across a drift's change point (the judged run's own when it is the run
+    after it). A history that cannot be read leaves them out: the drift itself was read from it."""
+    try:
+        stored = history.run_configs(None, [before, after], recording=ctx.recording)
+    except UserError:
+        return []
+    cfg_after = ctx.config if after == ctx.run_id else stored.get(after)
+    case_after = rec.config if after == ctx.run_id else None
+    return config.changes((stored.get(before), None), (cfg_after, case_after), commits)
 
 
 def drift_message(d: DriftRef, rtol: float) -> str:

@@ -51,6 +51,7 @@ class Completion:
     draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
     draft_n_accepted: int = 0
     prompt_n: int = 0  # the prompt's tokens the server processed (what a long-input bucket is)
+    prompt_ms: float = 0.0  # how long that took: a non-streamed request's time to its first token
 
     @classmethod
     def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
@@ -63,6 +64,7 @@ class Completion:
             int(t.get("draft_n", 0)),
             int(t.get("draft_n_accepted", 0)),
             int(t.get("prompt_n", 0)),
+            float(t.get("prompt_ms", 0.0)),
         )
 
 

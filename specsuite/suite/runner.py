@@ -31,7 +31,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import budget, categories, expect
+from specsuite.suite import budget, categories, expect, observe
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
@@ -83,6 +83,11 @@ class Session:
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
     _base: tuple[tuple[Path, int, int], LlamaServer] | None = None
     _base_tokens: dict[tuple[Path, str, int, float], list[Completion]] = field(default_factory=dict)
+
+    @property
+    def flag_keys(self) -> dict[str, str]:
+        """Every spelling of a configuration flag -> its key (a case's config.passed)."""
+        return observe.spellings(self.caps.defaults)
 
     @property
     def gpu(self) -> bool:
@@ -268,12 +273,13 @@ def _cold_pass(
 
 
 def _rounds(
-    session: Session, case: Case, spec: LlamaServer, base: LlamaServer
+    session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
 ) -> tuple[list[metrics.Delta], list[Completion], Speed]:
     """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
     speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
-    never reported: the cold pass's are)."""
+    never reported: the cold pass's are). ``watch`` samples memory after each and keeps the timings."""
     warm_up(spec.post, case.prompt_texts, case.temperature)
+    watch.sample(1)
     snapshots = [spec.metrics()]
     speed, first_base = Speed(), None
     # side by side on shared cores no timing means anything: one round, for the tokens and counters
@@ -282,7 +288,9 @@ def _rounds(
             srv = spec if side == "spec" else base
             comps = run_prompts(srv.post, case.prompt_texts, case.n_predict, case.temperature)
             tps = decode_tps(comps)
+            watch.round(side, comps)
             if side == "spec":
+                watch.sample(len(comps))
                 snapshots.append(spec.metrics())
             else:
                 first_base = first_base or comps
@@ -304,11 +312,14 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     limit = budget.Budget.of(case, session.options, base.log_path, rounds)
     with _serving(session, command, log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
+        watch = observe.Watch(spec, base, session.gpu)
         try:
             cold, comps, warned, passes = _cold_pass(spec, case)  # before any other request to this server
+            watch.sample(len(comps))
             rec.warnings += warned
-            deltas, base_comps, speed = _rounds(session, case, spec, base)
+            deltas, base_comps, speed = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+            rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
                 session.close()
@@ -318,6 +329,8 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
+        finally:  # read while the servers still run
+            rec.memory, rec.prefill = watch.memory(), watch.prefill()
     ref = session.baseline_tokens(target, case, base_comps)
     divs = divergence(ref, comps)
     outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
@@ -337,11 +350,15 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))
+    failures += observe.memory_failures(rec.memory)
     if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
         failures += session.gate(case, rec, bool(failures))
     if failures:
         per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
+        if changed := [*(rec.baseline.config_changes if rec.baseline else []),
+                       *(rec.drift.config_changes if rec.drift else [])]:  # fmt: skip
+            body = f"configuration changed since the baseline: {'; '.join(changed)}\n{body}"
         raise CaseEnd(
             "failed",
             failures[0].reason,

@@ -40,7 +40,7 @@ from specsuite.results.verdict import Verdict, verdict
 from specsuite.server import gpus
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite import gate, slots
+from specsuite.suite import gate, observe, slots
 from specsuite.suite.runner import Session
 from specsuite.suite.slots import Slot
 
@@ -96,12 +96,14 @@ def binary_info(caps: Capabilities) -> Binary:
 
 def new_run(caps: Capabilities, options: settings.Settings, *, tier: str, selector: str) -> Run:
     """The run's header: what was measured, with what, on what, and how it is judged."""
+    binary = binary_info(caps)
     return Run(
         tier=tier,
         selector=selector,
         harness=msgspec.convert(harness_info(paths.REPO_ROOT), Harness),
         cases_sha256=sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
-        binary=binary_info(caps),
+        binary=binary,
+        config=observe.run_config(caps.binary, binary.sha256, binary.backend, caps.defaults),
         device=msgspec.convert(device_info(caps), Device),
         options=msgspec.convert(options.run_options(), RunOptions),
     )

@@ -248,11 +248,13 @@ def test_select_by_tier_names_and_all() -> None:
         *("mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"),
         "mtp-ngram-qwen35-4b-mtp",
         "self-draft-qwen3-4b",
+        *("mtp-defaults", "eagle3-defaults", "dflash-defaults", "dspark-defaults"),
     ]
     every = [c.name for c in select_cases(cases, "all")]
     workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
                                                                        "isl8k", "isl32k")]  # fmt: skip
-    assert every == [*compact, "dflash2", "lilicorr", *workloads]
+    mine = ["dflash2-defaults", "mtp-kv-q8_0", "dflash2-kv-q8_0", "eagle3-kv-q4_0"]  # cases.toml's order
+    assert every == [*compact[:9], "dflash2", "lilicorr", *workloads, *compact[9:], *mine]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
@@ -422,4 +424,37 @@ def test_bounds_of_n_predict_and_n_max(extra: str, needle: str) -> None:
         _one(extra, base=body)
     assert needle in str(exc.value)
     assert _one("n_predict = 1024\n")[0].n_predict == 1024
+
+
+DEFAULTS = BASE.replace('spec_type = "ngram-mod"\n', 'spec_type = "draft-mtp"\ndefaults = true\n').replace(
+    "n_max = 3\n", ""
+)
+
+
+def test_a_defaults_case_gives_the_type_and_nothing_else_speculative() -> None:
+    (c,) = parse_cases(DEFAULTS)
+    assert c.defaults and c.n_max is None and c.spec_type == ("draft-mtp",)
+    assert parse_cases(DEFAULTS.replace("min_accept_len = 1.5", "min_accept_len = 7.5"))  # no n_max to cap it
+    for extra, named in (
+        ("n_max = 3\n", "n_max"),
+        ("p_min = 0.5\n", "p_min"),
+        ("synth_len = 2.0\n", "synth_len"),
+        ('server_args = ["--threads", "1", "--spec-draft-p-split", "0.2"]\n', "--spec-draft-p-split"),
+        ('server_args = ["--spec-draft-type-k=q8_0"]\n', "--spec-draft-type-k=q8_0"),
+    ):
+        with pytest.raises(
+            UserError, match=f"leaves every speculative setting at the binary's default; remove {named}"
+        ):
+            parse_cases(DEFAULTS + extra)
+    with pytest.raises(UserError, match="give spec_type"):
+        parse_cases(DEFAULTS.replace('spec_type = "draft-mtp"\n', "spec_default = true\n"))
+
+
+def test_the_real_defaults_cases_pin_nothing_speculative() -> None:
+    found = [c for c in load_cases(paths.CASES_FILE) if c.defaults]
+    assert {c.tier for c in found} == {"synthetic", "compact", "nightly"}
+    assert {c.spec_type[0] for c in found if c.tier == "synthetic"} >= {
+        "draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark",
+    }  # fmt: skip
+    assert all(c.n_max is None and c.p_min is None and c.n_min is None for c in found)
     assert _one("n_predict = 4096\nctx_size = 8192\n")[0].n_predict == 4096

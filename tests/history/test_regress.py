@@ -155,6 +155,18 @@ def test_nan_speed_samples_never_pass() -> None:
     assert reg.metric == "speedup" and reg.current is None and "null/NaN" in reg.message
 
 
+def test_a_slowdown_of_both_sides_fails_on_the_absolute_decode_speed() -> None:
+    """A commit (or a build option) that slows speculative and plain decoding alike keeps the speedup: the
+    speculative server's own tokens/s, gated by the same rule, sees it."""
+    base = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [150.0, 151, 149, 152, 150]}}
+    both = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [100.0, 101, 99, 102, 100]}}
+    [reg] = regressions(both, base, baseline_commit=AT)
+    assert reg.metric == "decode_tps" and reg.current == 100.0 and reg.baseline == 150.0
+    assert reg.message.startswith("decode_tps median 100.000 is 33.3 % below 150.000 at baseline 0c1e570")
+    noisy = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [147.0, 152, 146, 151, 149]}}
+    assert regressions(noisy, base, baseline_commit=AT) == []
+
+
 def test_rtol_must_be_a_fraction() -> None:
     with pytest.raises(UserError, match="rtol 5 is not a fraction"):
         regressions(BASE, BASE, rtol=5, baseline_commit=AT)

@@ -6,7 +6,7 @@
 (function () {
   const BAD = new Set(["failed", "drifted", "error", "interrupted"]);
   const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
-                  change: "#e16f00", base: "#9aa4b5" };
+                  change: "#e16f00", base: "#9aa4b5", config: "#7a3fb0" };
   const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
   const charts = (window.specsuiteCharts = {}); // each drawn chart by its figure's id (for a look from devtools)
 
@@ -46,8 +46,12 @@
     };
   }
 
-  // events on a series, by kind: the line and the span's shade (a configuration change would be one more)
-  const EVENTS = { change: { line: COLOR.change, fill: "rgba(225, 111, 0, 0.13)" } };
+  // events on a series, by kind: the line, its dash and the span's shade; a configuration change (a changed
+  // default or build option, on every chart of the case) is a dotted line
+  const EVENTS = {
+    change: { line: COLOR.change, fill: "rgba(225, 111, 0, 0.13)", dash: [6, 4] },
+    config: { line: COLOR.config, fill: "rgba(122, 63, 176, 0.10)", dash: [2, 3] },
+  };
   const LABEL_ROWS = 3; // label rows under a chart's top edge; a label that fits none is left to the table
 
   function drawEvents(u, d, key) {
@@ -66,6 +70,7 @@
         ctx.fillRect(Math.max(x0, left), top, Math.min(x1, right) - Math.max(x0, left), bottom - top);
       }
       ctx.strokeStyle = style.line;
+      ctx.setLineDash(style.dash.map((v) => v * px));
       for (const x of x1 > x0 ? [x0, x1] : [x0]) {
         if (x < left || x > right) continue;
         ctx.beginPath();
@@ -278,6 +283,20 @@
     return dl;
   }
 
+  // memory and prefill, the speculation-off server's in parentheses (records before they were measured: none)
+  function resources(r) {
+    const m = r.memory || {}, p = r.prefill || {};
+    const both = (a, b, digits) => (finite(a) === null ? null : `${num(a, digits)} (${num(finite(b), digits)})`);
+    const growth = finite(m.growth_mib) === null ? null : `${num(m.growth_mib, 2)} MiB over ${m.growth_requests} requests`;
+    return [
+      ["peak resident MiB (speculation off)", both(m.peak_rss_mib, m.base_peak_rss_mib, 1)],
+      ["memory growth after the warm-up", growth],
+      ["peak GPU MiB (speculation off)", both(m.gpu_peak_mib, m.base_gpu_peak_mib, 0)],
+      ["time to first token ms (speculation off)", both(p.ttft_ms, p.base_ttft_ms, 2)],
+      ["prompt t/s (speculation off)", both(p.prompt_tps, p.base_prompt_tps, 1)],
+    ];
+  }
+
   function caseDetails(c) {
     const r = c.record, speed = r.speed || {};
     const box = el("details", { className: "case status-" + c.kind },
@@ -295,12 +314,15 @@
       ["speedup", num(speedup(r), 3)], ["A-B-B-A round speedups", (speed.speedups || []).map((v) => num(v, 3))],
       ["identical tokens", num(finite(r.identical_fraction), 2)],
       ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
+      ...resources(r),
     ]));
     if (r.baseline) {
       const p = el("p", {}, "history baseline: commit ", el("code", { text: short(r.baseline.commit) }), " run ");
       p.append(c.baseline_slug ? link(c.baseline_slug + ".html", r.baseline.run_id || "?") : (r.baseline.run_id || "?"));
       if ((r.baseline.regressions || []).length) p.append(" · regressed: " + r.baseline.regressions.join(", "));
       box.append(p);
+      const changed = [...(r.baseline.config_changes || []), ...((r.drift || {}).config_changes || [])];
+      if (changed.length) box.append(el("p", { className: "why", text: "configuration changed: " + changed.join("; ") }));
     }
     box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
     const command = (r.command || []).map(shellWord).join(" ");
