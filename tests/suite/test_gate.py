@@ -8,6 +8,7 @@ module; each test copies that history and runs commit B against it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -296,10 +297,12 @@ def test_a_broken_baseline_record_is_a_warning_in_the_runs_summary_not_none_yet(
     monkeypatch.setenv("SPEC_HISTORY", str(db))
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE case_texts SET record = '{not json'")
+    later = dt.datetime.fromisoformat(seed.run.doc["started"]) + dt.timedelta(hours=1)  # A may take < 1 s
     b = dict(
         seed.run.doc,
         run_id="b-run",
-        started=seed.run.doc["finished"],
+        started=later.isoformat(),
+        finished=None,
         binary={**seed.run.doc["binary"], "commit": B},
     )
     run = decode_run(b, "b")
