@@ -43,7 +43,8 @@ NGRAM_N_MIN = {"ngram-mod": "--spec-ngram-mod-n-min"}
 # (server.probe reads them from --help; results.config compares them between commits): a default that
 # moves under a case changes what it measures as surely as --spec-draft-p-min does (llama.cpp #17017 stopped
 # defaulting to several slots with a draft; #28633: a KV type flash attention has no kernel for). Canonical
-# key (the current spelling) -> every spelling. Not owned: a case may set them in its server_args.
+# key (the current spelling) -> every spelling. Recorded, not admitted: a case may set only those that
+# CASE_FLAGS below lists (the harness owns --parallel, --ctx-size, --flash-attn, --fit, --poll, -ngl).
 CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
     "--batch-size": ("--batch-size", "-b"),
     "--ubatch-size": ("--ubatch-size", "-ub"),
