@@ -19,7 +19,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
-from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, USER_SPEC_CHOICES, owned_flag
+from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, server_args_problem
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -225,15 +225,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"min_accept_len = {self.min_accept_len:g} is outside [0, n_max + 1]")
 
     def _check_server_args(self) -> None:
-        for arg in self.server_args:
-            if (found := owned_flag(arg)) is not None:
-                flag, what = found
-                if self.mode and what in USER_SPEC_CHOICES:
-                    continue  # the user's extra arguments to the resolver (serverflags.USER_SPEC_CHOICES)
-                raise ValueError(
-                    f"server_args: {flag!r} is a flag the harness sets ({what}) on every server it starts; "
-                    "remove it (a case may add flags, never change the model, address or measurement)"
-                )
+        """Only the flags of serverflags.CASE_FLAGS (an allowlist: each there with its reason)."""
+        if (why := server_args_problem(self.server_args, mode_case=self.mode is not None)) is not None:
+            raise ValueError(f"server_args: {why}")
 
     @property
     def sweep(self) -> tuple[int, ...] | None:

@@ -98,7 +98,8 @@ def main(argv: list[str]) -> int:
 def import_parser() -> CommandParser:
     p = CommandParser(
         "history import",
-        "Enter finished runs into the history, once each (by run id), checked as a live run's record is.",
+        "Enter finished runs into the history, once each (by run id), checked as strictly as a live run's "
+        "record; all or nothing: one refused file (one error line each) enters none of them.",
     )
     p.add_argument(
         "files",
@@ -334,7 +335,12 @@ def _change_table(points: list[changes.ChangePoint], configs: list[changes.Confi
 def import_command(files: Sequence[Path], path: Path | None) -> int:
     """``history import``: enter finished runs; one line per run entered, one for the total."""
     target = Path(path) if path is not None else history.default_path()
-    entered = history.import_runs(files, target)
+    try:
+        entered = history.import_runs(files, target)
+    except history.Refused as exc:  # one error line for each refused file, the last one raised
+        for line in exc.lines[:-1]:
+            print(f"error: {line}", file=sys.stderr)
+        raise UserError(exc.lines[-1]) from None
     for run_id in entered:
         print(f"entered {run_id}")
     left = len(files) - len(entered)

@@ -301,6 +301,10 @@ def decode_record(name: str, data: Any, label: str = "") -> CaseRecord:
     where = ": ".join(p for p in (label, f"case {name!r}") if p)
     if not isinstance(data, dict):
         raise UserError(f"{where}: its record must be an object, not {type(data).__name__}")
+    if "name" in data and data["name"] != name:  # one case's record filed under another's name
+        raise UserError(
+            f"{where}: its record names another case ({str(data['name'])[:60]!r}); a case key is its name"
+        )
     raw = {k: v for k, v in data.items() if k in _FIELDS and not (v is None and not _admits_none(_FIELDS[k]))}
     if isinstance(raw.get("spec_type"), list) and all(isinstance(t, str) for t in raw["spec_type"]):
         raw["spec_type"] = ",".join(raw["spec_type"])  # schema 1 stored a chain as a list

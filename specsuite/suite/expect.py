@@ -9,7 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from specsuite.cases.schema import Case
+from specsuite.results.record import CaseRecord, finite
 from specsuite.server.failure import spec_inactive_reason
 from specsuite.suite.measure import Completion
 
@@ -181,3 +184,21 @@ def check(
     out += _self_tests(case, n)
     out += _log(case, log_text)
     return out
+
+
+def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
+    """A passed record from elsewhere (a shard) judged again by ``case`` as cases.toml has it: counters
+    recorded, drafting, the floors (a rate that is null, NaN or below its floor fails), the speed floor
+    (``speed``: the run measured speed) and the self-tests, from the record's own numbers. The checks on
+    what the record does not hold (the tokens, the server log) stay the shard's."""
+    n = msgspec.to_builtins(rec)
+    if any(not isinstance(n[k], int) for k in ("drafted", "accepted", "drafts")):
+        return [Failure("metrics", "the record holds no acceptance counters: nothing to judge it by")]
+    if out := _drafting(case, n, ""):
+        return out
+    floors = not case.expect_no_drafts and not case.uncalibrated
+    missing = [k for k in ("accept_rate", "accept_len") if floors and finite(n[k]) is None]
+    out = [Failure("floor", f"{k} is {n[k]}, not a number: no floor can pass on it") for k in missing]
+    out += _floors(case, n) if not missing else []
+    out += _speed(case, n) if speed else []
+    return out + _self_tests(case, n)

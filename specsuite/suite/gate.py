@@ -91,7 +91,12 @@ def _setup(ctx: GateContext, name: str) -> dict[str, Any]:
 
 
 def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
-    return history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording)
+    skipped: list[str] = []
+    found = history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording, skipped=skipped)
+    ctx.note.broken += [
+        f"{name} at run {run_id}" for run_id in skipped
+    ]  # said in the summary, not only stderr
+    return found
 
 
 def judge(

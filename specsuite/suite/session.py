@@ -33,7 +33,7 @@ from specsuite.results.document import (
     Run,
     RunOptions,
     RunResults,
-    default_results_dir,
+    claim_results_dir,
 )
 from specsuite.results.merge import not_run
 from specsuite.results.summary import write_summary
@@ -138,7 +138,7 @@ def open_session(
     caps = probe(paths.server_binary())
     check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
-    out = Path(results_dir or options.results_dir or default_results_dir(selector))
+    out = Path(results_dir or options.results_dir or claim_results_dir(selector))
     run = new_run(caps, options, tier=tier, selector=selector)
     run.shard, run.planned = shape.shard, list(shape.planned)
     file = f"parts/{shape.part}.json" if shape.part else "results.json"

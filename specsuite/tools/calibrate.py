@@ -29,6 +29,7 @@ from specsuite.cases.schema import GPU_TIERS, Case
 from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
+from specsuite.results import checks
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
 from specsuite.suite.posargs import split_posargs
@@ -194,8 +195,8 @@ def check_runs(runs: list[Run], names: list[str], selector: str | None, cases: d
         for name in names:
             if (rec := run.cases.get(name)) is None:
                 continue
-            if why := _out_of_range(rec):
-                raise UserError(f"calibrate: run {run.run_id}: case {name!r}: {why}; not a measurement")
+            if whys := checks.record_problems(rec):  # the same checks as `history import`
+                raise UserError(f"calibrate: run {run.run_id}: case {name!r}: {whys[0]}; not a measurement")
             if name in cases and (why := _measured_otherwise(rec, cases[name])):
                 raise UserError(
                     f"calibrate: run {run.run_id}: case {name!r} was measured with {why}: a run of another "
@@ -236,18 +237,6 @@ def _check_tiers(runs: list[Run], names: list[str], selector: str | None, tiers:
                     f"calibrate: run {run.run_id}: case {name!r} ran in the {rec.tier} tier; cases.toml has "
                     f"it in {tiers[name]}"
                 )
-
-
-def _out_of_range(rec: CaseRecord) -> str | None:
-    rate, length, speedup = finite(rec.accept_rate), finite(rec.accept_len), finite(rec.speedup)
-    if rate is not None and not 0 <= rate <= 1:
-        return f"accept_rate {rate:g} is outside [0, 1]"
-    top = rec.n_max + 1 if rec.n_max is not None else math.inf
-    if length is not None and not 1 <= length <= top:
-        return f"accept_len {length:g} is outside [1, n_max + 1 = {top:g}]"
-    if speedup is not None and speedup <= 0:
-        return f"speedup {speedup:g} is not a speed ratio > 0"
-    return None
 
 
 def provenance(runs: list[Run], across_machines: bool = False) -> dict[str, str]:
@@ -417,17 +406,19 @@ def _speed_line(cal: CaseCalibration, was: Any) -> str:
 
 def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
     # the suite's runner; imported late so --from-results needs no suite
+    from specsuite.suite.tier import RunFolder, run_tier
     from specsuite.suite.tier import parser as tier_parser
-    from specsuite.suite.tier import run_tier
 
     # Calibration runs are not history: a floor must not be judged against the run that sets it.
     args, pytest_args = tier_parser().parse_known_args([tier, "--no-history", *tier_args])
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = []
     for i in range(1, runs + 1):
-        run_dir = paths.RESULTS_DIR / f"{stamp}-calibrate-{tier}-{i}"
-        print(f"calibration run {i}/{runs}: tier {tier} -> {run_dir}", flush=True)
-        code = run_tier(args, run_dir, pytest_args)
+        print(f"calibration run {i}/{runs}: tier {tier}", flush=True)
+        # results/<time>-calibrate-<tier>-<i>, claimed for this run alone (a calibration started in the same
+        # second elsewhere gets another folder)
+        folder = RunFolder(None)
+        code = run_tier(args, folder, pytest_args, f"calibrate-{tier}-{i}")
+        run_dir = folder.claim("")  # the folder run_tier claimed
         if not (run_dir / "results.json").is_file():
             raise UserError(
                 f"calibration run {i} (exit {code}) wrote no {run_dir / 'results.json'}; see its log"

@@ -32,7 +32,7 @@ from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.llamacpp import cmake, toolchain
 from specsuite.results.document import Run as RunDocument
-from specsuite.results.document import default_results_dir, load_run, make_results_dir
+from specsuite.results.document import claim_results_dir, load_run, make_results_dir
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import verdict
 
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
             "gpu-check needs a GPU: nvidia-smi lists none here (or is not installed). Without one, "
             "`nox -s build -- --cuda` then `specsuite run-tier synthetic` check the CUDA build on the CPU."
         )
-    out = Path(a.out or default_results_dir("gpu-check")).resolve()
+    out = Path(a.out or claim_results_dir("gpu-check")).resolve()
     make_results_dir(out)
     phases: list[tuple[str, float]] = []
     binaries = build_both(phases)

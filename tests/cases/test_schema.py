@@ -60,14 +60,14 @@ def test_models_lists_target_then_draft_once() -> None:
 
 def test_full_vocabulary_parses() -> None:
     (c,) = _one(
-        'n_min = 1\np_min = 0.5\nsynth_rates = [1.0, 0.5, 0]\nserver_args = ["--x", "1"]\nn_predict = 32\n'
+        'n_min = 1\np_min = 0.5\nsynth_rates = [1.0, 0.5, 0]\nserver_args = ["-ub", "64"]\nn_predict = 32\n'
         'prompts = "synthetic"\nexpect_accepted = 0\nexpect_all_accepted = true\nexpect_accept_len = 2.5\n'
         "accept_len_tolerance = 0.25\nexpect_full_positions = true\nexpect_draft_len = 3\n"
         'expect_log = ["clamping"]\nmin_identical_fraction = 1.0\ngpus = 2\n'
         '[case.calibration]\ndate = "2026-11-30"\nruns = 3\n'
     )
     assert c.synth_rates == (1.0, 0.5, 0.0)
-    assert c.server_args == ("--x", "1")
+    assert c.server_args == ("-ub", "64")
     assert c.calibration == {"date": "2026-11-30", "runs": 3}
     assert (c.n_predict, c.prompts, c.expect_draft_len, c.gpus) == (32, "synthetic", 3, 2)
     assert _one("")[0].gpus == 1  # one GPU unless the case says more
@@ -323,6 +323,88 @@ def test_server_args_refuse_every_flag_the_harness_owns(args: list[str]) -> None
 def test_server_args_keep_what_the_harness_leaves_alone() -> None:
     (c,) = _one('server_args = ["--threads", "1", "--spec-ngram-simple-size-n", "4", "-sm", "none"]\n')
     assert c.server_args == ("--threads", "1", "--spec-ngram-simple-size-n", "4", "-sm", "none")
+
+
+# --- server_args: an allowlist (issue 35): what a case may add, each with its reason; nothing else ---------
+
+# What the round found a case could still add: flags that load other files, serve files or reach the
+# network (with the real binary, --path DIR served a planted secret.txt during a green run); and spellings
+# around the list: llama.cpp reads --a_b as --a-b, and takes no --flag=value.
+UNSAFE = [
+    ["--rpc", "127.0.0.1:50052"],
+    ["--path", "/etc"],
+    ["--slot-save-path", "/tmp/slots"],
+    ["--media-path", "/home"],
+    ["--webui"],
+    ["-mm", "p.gguf"],
+    ["--mmproj", "p.gguf"],
+    ["--mmproj-url", "http://x/p.gguf"],
+    ["--lora", "l.gguf"],
+    ["--lora-scaled", "l.gguf:0.5"],
+    ["--control-vector", "c.gguf"],
+    ["-mv", "v.gguf"],
+    ["--override-kv", "general.name=str:x"],
+    ["--chat-template-file", "/etc/passwd"],
+    ["--hf-repo-v", "someone/voc"],
+    ["--threads", "1", "--slot_save_path", "/tmp/slots"],  # llama.cpp's own spelling of --slot-save-path
+    ["--log-prompts-dir", "/tmp/p"],
+    ["--api-key-file", "/tmp/k"],
+    ["--props"],
+    ["-ot", "x=CPU"],
+]
+
+
+@pytest.mark.parametrize("args", UNSAFE, ids=lambda a: next(x for x in a if x not in ("--threads", "1")))
+def test_server_args_refuse_every_flag_not_allowed(args: list[str]) -> None:
+    flag = next(a for a in args if a not in ("--threads", "1"))
+    with pytest.raises(UserError) as exc:
+        _one(f"server_args = {args!r}\n".replace("'", '"'))
+    message = str(exc.value)
+    assert message.startswith(f"cases.toml: [[case]] 'a': server_args: {flag!r} is ") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--threads=1"], "'--threads=1' is not a flag a case may add"),  # llama.cpp has no --flag=value
+        (["--threads"], "'--threads' takes 1 value(s) as the next item(s) of the list (it is the last item)"),
+        (
+            ["--threads", "--path", "/etc"],
+            "'--threads' takes 1 value(s) as the next item(s) of the list (got '--path')",
+        ),
+        (["-t", "-m", "x.gguf"], "'-t' takes 1 value(s) as the next item(s) of the list (got '-m')"),
+        (["1"], "'1' is not a flag (a value must follow the flag it belongs to)"),
+        (
+            ["--spec-type", "ngram-mod"],
+            "'--spec-type' is a flag the harness sets (spec type)",
+        ),  # not a mode case
+    ],
+)
+def test_server_args_are_read_as_llama_cpp_reads_them(args: list[str], why: str) -> None:
+    with pytest.raises(UserError, match=re.escape(f"cases.toml: [[case]] 'a': server_args: {why}")):
+        _one(f"server_args = {args!r}\n".replace("'", '"'))
+
+
+def test_a_negative_number_is_a_value() -> None:
+    assert _one('server_args = ["--threads", "-1"]\n')[0].server_args == ("--threads", "-1")
+
+
+def test_every_allowed_flag_is_the_pinned_servers_and_accepted() -> None:
+    """Each spelling of the allowlist is one the pinned build's --help lists, and a case may give it."""
+    from specsuite.common.serverflags import CASE_FLAGS
+
+    help_text = (paths.REPO_ROOT / "tests" / "data" / "help" / "current.txt").read_text()
+    for entry in CASE_FLAGS:
+        assert entry.why and entry.values in (0, 1)
+        for flag in entry.spellings:
+            assert re.search(rf"(^|[\s,]){re.escape(flag)}([\s,]|$)", help_text, re.M), flag
+            args = [flag, *(["1"] * entry.values)]
+            body = f"server_args = {args!r}\n".replace("'", '"')
+            if entry.mode_only:
+                mode = BASE.replace('spec_type = "ngram-mod"\n', 'mode = "auto"\n').replace("n_max = 3\n", "")
+                assert parse_cases(mode + body)[0].server_args == tuple(args)
+            else:
+                assert _one(body)[0].server_args == tuple(args)
 
 
 def test_the_real_cases_file_gives_no_owned_flag() -> None:

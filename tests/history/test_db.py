@@ -120,7 +120,8 @@ def raw(
         "host": "runner-1",
         "options": {"strict": False, "repeat": 3, "rtol": 0.05, "history": True},
         "models": {"Qwen3.5-4B-MTP-Q4_K_M.gguf": {"sha256": "d" * 64, "size": 2_500_000_000}},
-        "cases": cases if cases is not None else {"mtp": case()},
+        # each record under its own name, as a run files it
+        "cases": {k: {**v, "name": k} for k, v in cases.items()} if cases is not None else {"mtp": case()},
     }
 
 

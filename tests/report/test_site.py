@@ -149,7 +149,7 @@ def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> 
     ]
     assert shown == rec
     assert mtp["kind"] == "passed" and cases[INACTIVE_CASE]["status"] == "failed: spec_inactive"
-    assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log"
+    assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log.txt"  # published as text (issue 35)
     assert (built.out / "runs" / mtp["log_href"]).read_bytes() == (
         s.results / last / "logs" / "tiny-mtp-fixed.log"
     ).read_bytes()
@@ -241,7 +241,90 @@ def test_a_hostile_results_json_lands_as_text(tmp_path: Path) -> None:
     )
     assert not (out / "runs" / "hostile-run" / "logs" / "passwd.log").exists()
     assert "not copied: logs/passwd.log: a symlink (not followed)" in run.text
-    assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log").is_file()
+    assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log.txt").is_file()
+
+
+# --- issue 35: logs as text only; a run the site cannot render is left out, not the site --------------------
+
+PLANTED = {
+    "evil.html": "<script>window.pwned=1</script>",
+    "evil.svg": '<svg xmlns="http://www.w3.org/2000/svg" onload="window.pwned=2"/>',
+    "evil.js": "window.pwned=3",
+    "page.htm": "<script>window.pwned=4</script>",
+    "notes.LOG": "<script>window.pwned=5</script> as text",
+    "tiny-mtp-fixed.log": "<script>window.pwned=6</script> a log line",
+    "server.txt": "plain text",
+    "server": "no suffix",
+    "tiny-mtp-fixed.log.txt": "its name is taken by tiny-mtp-fixed.log's",
+}
+
+
+def test_only_text_logs_are_published_and_as_txt(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    folder = record(at(real(0), "a" * 40, 0, run_id="planted"), db, results)
+    (folder / "logs").mkdir()
+    for name, text in PLANTED.items():
+        (folder / "logs" / name).write_text(text)
+    os.mkfifo(folder / "logs" / "fifo.log")  # opened by the copy, it would wait for a writer for ever
+    build_site(Sources(db, results, None), out)
+    published = sorted(p.name for p in (out / "runs" / "planted" / "logs").iterdir())
+    assert published == ["notes.log.txt", "server.txt", "tiny-mtp-fixed.log.txt"]
+    assert not [p for p in out.rglob("*") if p.suffix in (".svg", ".js", ".htm") and "assets" not in p.parts]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if "evil" in p.name) == []
+    run = page(out, "runs/planted.html")
+    for name in ("evil.html", "evil.svg", "evil.js", "page.htm", "server"):
+        assert f"not copied: logs/{name}: not a text log (only .log and .txt are published)" in run.text
+    assert "logs/tiny-mtp-fixed.log.txt: its published name is another log's" in run.text
+    assert "fifo.log: not a regular file" in run.text
+    assert (out / "runs" / "planted" / "logs" / "tiny-mtp-fixed.log.txt").read_text() == PLANTED[
+        "tiny-mtp-fixed.log"
+    ]  # the bytes as they were: a text file, served as text/plain
+
+
+def test_an_html_log_of_an_older_site_is_not_carried_over(tmp_path: Path, monkeypatch) -> None:
+    """A site built before issue 35 published logs/evil.html; the next build renders the page again."""
+    from specsuite.report import runpages
+
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    folder = record(at(real(0), "a" * 40, 0, run_id="planted"), db, results)
+    (folder / "logs").mkdir()
+    (folder / "logs" / "evil.html").write_text(PLANTED["evil.html"])
+    monkeypatch.setattr(runpages, "PUBLISHING", "1")
+    build_site(Sources(db, results, None), out)
+    (out / "runs" / "planted" / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / "planted" / "logs" / "evil.html").write_text(PLANTED["evil.html"])  # as the old rules did
+    monkeypatch.undo()
+    build_site(Sources(db, results, None), out)
+    assert not (out / "runs" / "planted" / "logs" / "evil.html").exists()
+
+
+def test_a_run_the_site_cannot_render_is_left_out_with_a_warning(tmp_path: Path, capsys) -> None:
+    """A run id of 300 characters (a history from before issue 35 checked it) stopped the site with an
+    UnboundLocalError in folders.folder_stat; now the run's page is made, or the run is left out alone."""
+    import sqlite3
+
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    record(at(real(0), "a" * 40, 0, run_id="good"), db, results)
+    record(at(real(0), "b" * 40, 1, run_id="long"), db, results)
+    with sqlite3.connect(db) as conn:  # import refuses such an id today: written as an old history holds it
+        conn.execute("UPDATE runs SET run_id = ? WHERE run_id = 'long'", ("L" * 300,))
+    assert cli(["report", "--db", str(db), "--results", str(results), "--out", str(out)]) == 0
+    assert (out / "runs" / "good.html").is_file() and len(list((out / "runs").glob("L*.html"))) == 1
+    record(at(real(0), "c" * 40, 2, run_id="broken"), db, results)
+    capsys.readouterr()
+    real_render = site.runpages.render_run
+
+    def fails_for_broken(w: Any, group: Any, run: Any, *rest: Any) -> None:
+        if run.run_id == "broken":  # the one fault injected: a full disk cannot be made for one file here
+            raise OSError("No space left on device")
+        real_render(w, group, run, *rest)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(site.runpages, "render_run", fails_for_broken)
+        assert cli(["report", "--db", str(db), "--results", str(results), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: report: run 'broken' left out of the site: No space left on device" in err
+    assert (out / "runs" / "good.html").is_file() and not (out / "runs" / "broken.html").exists()
 
 
 def test_the_out_folder_is_replaced_whole_and_only_a_site(tmp_path: Path) -> None:

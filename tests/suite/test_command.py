@@ -86,12 +86,12 @@ def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
     monkeypatch.delenv("N_GPU_LAYERS", raising=False)
     case = _case(
         'spec_type = "draft-dflash"\ndraft = "d.gguf"\nn_max = 7\nmin_accept_rate = 0.1\n'
-        'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["--x", "1"]\n'
+        'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["-ub", "64"]\n'
     )
     cmd = server_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
     s = " ".join(cmd)
     assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s and "--poll" not in s
-    assert s.startswith("/b/llama-server --x 1 -m /m/t.gguf") and s.endswith(
+    assert s.startswith("/b/llama-server -ub 64 -m /m/t.gguf") and s.endswith(
         "--spec-draft-n-max 7 --spec-draft-p-min 0"
     )
 
