@@ -44,6 +44,12 @@ DEFAULT: dict[str, Any] = {
     "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
     "log_lines": [],  # printed to stderr when the server starts (e.g. llama.cpp's offload line)
     "events": None,  # a JSONL file: each start and /completion (its times), with CUDA_VISIBLE_DEVICES
+    # a server started with --parallel above 1: these replace the counters above (acceptance that
+    # collapses under concurrency, as llama.cpp issue 27117's DFlash)
+    "parallel_counters": None,
+    # {"np": N, "request": k}: on a speculative server started with --parallel N, the k-th /completion of
+    # the process (from 1) answers one token changed (one stream's output differs from np 1's)
+    "batch_variant": None,
     # GPU memory as a fake nvidia-smi lists it (fake_nvidia_smi's apps folder): each server writes
     # "pid, MiB" there when it starts and after each /completion; MiB = base + per_request x requests
     "gpu_apps": None,
@@ -68,6 +74,7 @@ if args[:1] == ["--list-devices"]:
     print(CONFIG["devices"]); sys.exit(0)
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
 port = int(args[args.index("--port") + 1])
+slots = int(args[args.index("--parallel") + 1]) if "--parallel" in args else 1
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
 state.update({k: CONFIG["counted_at_start"] for k in ("drafted", "accepted", "drafts")})
 for line in CONFIG["log_lines"]:
@@ -136,6 +143,9 @@ class H(BaseHTTPRequestHandler):
         tokens = [(sum(map(ord, text)) + i) % 251 for i in range(n)]
         if spec and CONFIG["diverge"]:
             tokens[n // 2] = (tokens[n // 2] + 1) % 251
+        variant = CONFIG["batch_variant"]
+        if spec and variant and variant["np"] == slots and state["requests"] + 1 == variant["request"]:
+            tokens[n // 3] = (tokens[n // 3] + 1) % 251
         ms = n * (CONFIG["spec_ms_per_token"] if spec else CONFIG["base_ms_per_token"])
         if CONFIG["ms_cv"]:
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
@@ -153,10 +163,14 @@ class H(BaseHTTPRequestHandler):
                     now.update(CONFIG["first_requests"][state["requests"] - 1])
                 elif CONFIG["by_request"]:
                     now.update(CONFIG["by_request"][(state["requests"] - 1) % len(CONFIG["by_request"])])
+                if slots > 1 and CONFIG["parallel_counters"]:
+                    now.update(CONFIG["parallel_counters"])
                 for k in ("drafted", "accepted", "drafts"):
                     state[k] += now[k]
                 for i, c in enumerate(now["per_pos"] or []):
                     state["pos"][i] += c
+                if now["drafted"]:  # as llama-server: the request's own counters when it drafted
+                    timings.update(draft_n=now["drafted"], draft_n_accepted=now["accepted"])
             event("completion", t0=t0, t1=time.time())
             timing_lines(n, ms)
             gpu_memory()
@@ -174,6 +188,7 @@ class H(BaseHTTPRequestHandler):
 START = int(time.time())
 gpu_memory()
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+HTTPServer.request_queue_size = 64  # one request at a time, but concurrent streams all connect at once
 httpd = HTTPServer(("127.0.0.1", port), H)
 event("start", t=time.time())
 httpd.serve_forever()

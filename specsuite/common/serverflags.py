@@ -114,6 +114,9 @@ _OWNED_GROUPS: dict[str, tuple[str, ...]] = {
     "log file": ("--log-file",),
     "temperature": ("--temp", "--temperature"),
     "polling": ("--poll", "--spec-draft-poll", "--poll-draft"),
+    # what each slot's context is: the harness sizes --ctx-size by --parallel so that every slot holds the
+    # np-1 case's context; a unified KV cache would let one slot take all of it (docs/concurrency.md)
+    "slot context": ("-kvu", "-no-kvu", "--kv-unified", "--kv-unified-per-slot"),
 }
 OWNED: dict[str, str] = {flag: what for what, flags in _OWNED_GROUPS.items() for flag in flags}
 # A mode case's server_args are the user's extra arguments, which the front end's resolver reads: a user who

@@ -124,7 +124,16 @@ _V3 = ("ALTER TABLE cases ADD COLUMN nondeterministic INTEGER",)
 # v4: the run's configuration as the binary states it (its --help defaults, its build options:
 # results.config.RunConfig), so that a change of either is named beside the change points; null before.
 _V4 = ("ALTER TABLE runs ADD COLUMN config TEXT",)
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# v5: the concurrency axis (docs/concurrency.md): slots and streams, the sweep a case is a member of, its
+# aggregate speedup and the sweep's crossover in that run; null in runs recorded before.
+_V5 = (
+    "ALTER TABLE cases ADD COLUMN parallel INTEGER",
+    "ALTER TABLE cases ADD COLUMN streams INTEGER",
+    "ALTER TABLE cases ADD COLUMN sweep TEXT",
+    "ALTER TABLE cases ADD COLUMN aggregate_speedup REAL",
+    "ALTER TABLE cases ADD COLUMN crossover_np INTEGER",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -374,6 +383,18 @@ def _case_row(rec: CaseRecord) -> dict[str, Any]:
         "identical_fraction": finite(rec.identical_fraction),
         "wall_s": finite(rec.wall_s),
         "nondeterministic": int(rec.nondeterministic) if rec.rounds else None,
+        **_concurrency_columns(rec),
+    }
+
+
+def _concurrency_columns(rec: CaseRecord) -> dict[str, Any]:
+    conc = rec.concurrency
+    return {
+        "parallel": rec.parallel,
+        "streams": rec.streams,
+        "sweep": rec.sweep,
+        "aggregate_speedup": finite(conc.speedup) if conc is not None else None,
+        "crossover_np": conc.crossover_np if conc is not None else None,
     }
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsuite.common.errors import UserError
+from specsuite.results.crossover import Point, pays_up_to, speedup
 from specsuite.results.record import CaseRecord, CategoryStats, finite, is_number
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate")
@@ -130,6 +131,52 @@ def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at
             change = math.nan if cur is None else (cur - base) / base
             out.append(Regression(f"{name}/{metric}", cur, base, change, message))
     return out
+
+
+# --- the crossover of a sweep ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moved:
+    gated: bool  # significant: the case fails with reason crossover_moved; else a warning
+    message: str
+
+
+def crossover_moved(
+    current: CaseRecord, baseline: CaseRecord, earlier: Sequence[CaseRecord], *, baseline_commit: str
+) -> Moved | None:
+    """A sweep's member at np k where speculation stopped paying in this run (every smaller np of the sweep
+    paid: ``earlier``, this run's members before it), while the baseline's sweep still paid at k
+    (its recorded crossover, results.crossover). Gated as a speed drop is: only where this member's
+    per-round aggregate speedups are significantly below the baseline's at k (one-sided Mann–Whitney,
+    p < ALPHA, MIN_SAMPLES rounds or more a side); a move that is not is a warning."""
+    was = baseline.concurrency.crossover_np if baseline.concurrency is not None else None
+    if current.sweep is None or current.concurrency is None or was is None or was < current.parallel:
+        return None
+    lower = [r for r in earlier if r.sweep == current.sweep and r.parallel < current.parallel]
+    points = [Point(r.parallel, speedup(r)) for r in [*lower, current]]
+    now = pays_up_to(points)
+    if now is None or now != max((p.parallel for p in points[:-1]), default=0):
+        return None  # it still pays here, or it stopped paying at a smaller np (judged there)
+    assert baseline.concurrency is not None  # it recorded a crossover
+    cur = [v for v in map(finite, current.concurrency.speedups) if v is not None]
+    base = [v for v in map(finite, baseline.concurrency.speedups) if v is not None]
+    head = (
+        f"{current.sweep}: speculation paid up to np {was} at baseline {baseline_commit[:7]}, now up to np "
+        f"{now}: at np {current.parallel} {_x(speedup(current))} against {_x(speedup(baseline))}"
+    )
+    if len(cur) < MIN_SAMPLES or len(base) < MIN_SAMPLES:
+        n = f"{len(cur)}/{len(base)}"
+        return Moved(False, f"{head}; not gated: {n} rounds (the gate needs {MIN_SAMPLES + 1} a side)")
+    p = mann_whitney_less(cur, base)
+    rounds = f"aggregate speedup per round {[round(x, 3) for x in cur]} against {[round(x, 3) for x in base]}"
+    if p >= ALPHA:
+        return Moved(False, f"{head}; not significant ({rounds}, Mann–Whitney p = {p:.3g})")
+    return Moved(True, f"{head} ({rounds}, Mann–Whitney p = {p:.3g})")
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 # --- the counters, exactly ------------------------------------------------------------------------------

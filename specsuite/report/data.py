@@ -261,6 +261,39 @@ def baselines(path: Path, wanted: Iterable[Point]) -> None:
                 p.baseline_run = _fields(conn, p)[2]
 
 
+# --- sweeps: each run's members of each sweep, by np ------------------------------------------------------
+
+_SWEEPS_SQL = """
+SELECT c.run, c.sweep, c.parallel, c.name, c.aggregate_speedup FROM cases c
+WHERE c.sweep IS NOT NULL AND c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.parallel
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A sweep's member at one run: its np, case and aggregate speedup over its baseline at that np."""
+
+    parallel: int
+    case: str
+    speedup: float | None
+
+
+def sweeps(path: Path, runs: Sequence[RunRow]) -> dict[int, dict[str, list[Member]]]:
+    """For each run (by id), its sweeps' members by np; none in a history from before sweeps (schema v3)."""
+    with history.reading(path) as conn:
+        if conn is None or not runs:
+            return {}
+        if "sweep" not in {row[1] for row in conn.execute("PRAGMA table_info(cases)")}:
+            return {}
+        _temp_runs(conn, runs)
+        out: dict[int, dict[str, list[Member]]] = {}
+        for pk, sweep, parallel, name, speedup in conn.execute(_SWEEPS_SQL):
+            if isinstance(sweep, str) and isinstance(parallel, int):
+                member = Member(parallel, str(name), _finite(speedup))
+                out.setdefault(int(pk), {}).setdefault(sweep, []).append(member)
+        return out
+
+
 # --- case records, run by run ----------------------------------------------------------------------------
 
 _CASES_SQL = """

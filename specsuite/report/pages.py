@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from specsuite.report import events
-from specsuite.report.data import METRICS, Group, Point, slug
+from specsuite.report.data import METRICS, Group, Member, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
@@ -129,6 +129,37 @@ def per_position(series: Series) -> dict[str, Any]:
     return {"latest": _rates(latest), "baseline": _rates(base) if base else None, "note": note}
 
 
+def by_np(series: Series, sweeps: dict[int, dict[str, list[Member]]]) -> dict[str, Any] | None:
+    """A sweep member's page: the aggregate speedup over plain decoding by np of its sweep, at the latest
+    run and at the run its gate compared it with, else the nearest earlier commit in this order that ran
+    the sweep (None for a case of no sweep)."""
+    latest = series[-1]
+    found = next(
+        ((s, m) for s, m in sweeps.get(latest.run.pk, {}).items() if any(x.case == latest.case for x in m)),
+        None,
+    )
+    if found is None:
+        return None
+    sweep, members = found
+    ran = [p for p in series[:-1] if sweep in sweeps.get(p.run.pk, {}) and p.run.commit != latest.run.commit]
+    base = next((p for p in series if p.run.run_id == latest.baseline_run), ran[-1] if ran else None)
+    was = sweeps.get(base.run.pk, {}).get(sweep) if base is not None else None
+    return {
+        "sweep": sweep,
+        "latest": _members(latest, members),
+        "baseline": _members(base, was) if base is not None and was else None,
+    }
+
+
+def _members(p: Point, members: list[Member]) -> dict[str, Any]:
+    return {
+        "run": p.run.run_id,
+        "commit": p.run.commit,
+        "nps": [m.parallel for m in members],
+        "speedups": [m.speedup for m in members],
+    }
+
+
 def _rates(p: Point) -> dict[str, Any]:
     return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
 
@@ -139,8 +170,10 @@ def case_data(
     series: Series,
     changes: list[dict[str, Any]],
     configs: list[dict[str, Any]] | None = None,
+    sweeps: dict[int, dict[str, list[Member]]] | None = None,
 ) -> dict[str, Any]:
-    """The columns of a case's charts and runs table: one entry per run, in commit order."""
+    """The columns of a case's charts and runs table: one entry per run, in commit order; a sweep's member
+    also its sweep's speedup by np."""
     kinds = [point_status(p) for p in series]
     lows_highs = [spread(p) for p in series]
     return {
@@ -162,6 +195,7 @@ def case_data(
         + [events.config_event(row).as_dict() for row in configs or []],
         "config": configs or [],  # configuration changes: the table's rows
         "per_position": per_position(series),
+        "by_np": by_np(series, sweeps or {}),
         "ordered_by": group.ordered_by,
     }
 

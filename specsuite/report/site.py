@@ -124,6 +124,7 @@ class _Writer:
         self.group_of = {run.pk: g for g in self.groups.values() for run in g.runs}
         self.slugs = {run.run_id: run.slug for run in runs}
         self.configs: Sequence[ConfigChange] = []  # the configuration changes to mark on case pages
+        self.sweeps: dict[int, dict[str, list[data.Member]]] = {}  # each run's sweeps, by np
 
     def page(self, rel: str, template: str, root: str, **context: Any) -> None:
         path = self.root / rel
@@ -159,6 +160,7 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
         for s in g.series.values()
     ]
     data.baselines(w.src.db, latest)  # the per-position chart compares the latest run with its baseline
+    w.sweeps = data.sweeps(w.src.db, w.runs)
     n_pages = 0
     index = []
     by_case: dict[tuple[str, str, str], list[ChangePoint]] = {}
@@ -190,6 +192,7 @@ def _case_page(w: _Writer, group: Group, case: str, mine: Sequence[ChangePoint])
     configs = [events.config_row(i, c) for i, c in events.located(series, ours)]
     kind, words = pages.point_status(series[-1])
     note = "none in this history"
+    found = pages.case_data(group, case, series, rows, configs, w.sweeps)
     context = {
         "page": "case",
         "title": case,
@@ -207,7 +210,8 @@ def _case_page(w: _Writer, group: Group, case: str, mine: Sequence[ChangePoint])
         "changes": rows,
         "changes_note": note,
         "configs": configs,
-        "data": pages.case_data(group, case, series, rows, configs),
+        "data": found,
+        "by_np": found["by_np"] is not None,  # a sweep's member: its speedup-by-np chart
     }
     w.page(pages.case_href(group, case), "case.html", "../../", **context)
     return pages.index_row(group, case, series, rows)

@@ -22,7 +22,9 @@ from specsuite.results.config import CaseConfig
 STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
-MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "drifted", "speed", "memory_growth"})
+MEASURED_FAIL_REASONS = frozenset(
+    {"floor", "regressed", "drifted", "speed", "memory_growth", "concurrency_collapse", "crossover_moved"}
+)
 
 
 def is_number(value: Any) -> bool:
@@ -67,6 +69,7 @@ class PromptCheck(msgspec.Struct, kw_only=True):
     identical: bool | None = None
     first_diff: int | None = None
     prefix_fraction: float | None = None
+    stream: int | None = None  # which of several concurrent streams sent the request
 
 
 class Counters(msgspec.Struct, kw_only=True):
@@ -94,6 +97,54 @@ class CategoryStats(msgspec.Struct, kw_only=True):
     identical_fraction: float | None = None
     decode_tps: float | None = None  # the cold pass's, with speculation
     baseline_decode_tps: float | None = None  # the first baseline round's, the same prompts without
+
+
+class Spread(msgspec.Struct, kw_only=True):
+    """One number over the requests of a concurrent case: its median and its worst."""
+
+    median: float | None = None
+    worst: float | None = None
+
+
+class RequestCounters(msgspec.Struct, kw_only=True):
+    """One request's own speculative counters (``timings.draft_n`` and ``draft_n_accepted``)."""
+
+    stream: int | None = None
+    prompt: str
+    drafted: int
+    accepted: int
+
+
+class Np1(msgspec.Struct, kw_only=True):
+    """The np-1 output a concurrent case is compared with: where it came from, its acceptance, and how
+    this case's requests compare with it."""
+
+    source: str  # "tiny-mtp-random (this run)" or "measured for this case"
+    accept_rate: float | None = None
+    accept_len: float | None = None
+    identical_fraction: float | None = None  # requests whose tokens equal np 1's for their prompt
+    counters: str | None = None  # "identical per request", or the requests whose counters differ
+
+
+class Concurrency(msgspec.Struct, kw_only=True):
+    """A case on the concurrency axis: slots and streams, the speed a client sees (aggregate tokens/s on
+    the client's clock per round, per-request decode speed and time to first token), each request's own
+    counters, the np-1 comparison, and the crossover of its sweep in this run."""
+
+    parallel: int = 1
+    streams: int = 1
+    requests: int | None = None  # per pass: streams x prompts
+    spec_tps: list[float | None] = []
+    base_tps: list[float | None] = []
+    speedups: list[float | None] = []
+    speedup: float | None = None  # median of the rounds' aggregate speedups
+    request_tps: Spread | None = None
+    base_request_tps: Spread | None = None
+    ttft_ms: Spread | None = None
+    base_ttft_ms: Spread | None = None
+    per_request: list[RequestCounters] = []
+    np1: Np1 | None = None
+    crossover_np: int | None = None  # the largest np at which its sweep paid in this run (0: not at 1)
 
 
 class BaselineRef(msgspec.Struct, kw_only=True):
@@ -172,6 +223,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     n_max: int | None = None
     target: str = ""
     draft: str | None = None
+    parallel: int = 1  # the server's slots
+    streams: int = 1  # concurrent streams of requests
+    sweep: str | None = None  # the sweep (its table's name) this case is a member of
     floors: dict[str, float | None] = {}
     uncalibrated: bool = False
     drafted: int | None = None
@@ -191,6 +245,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     # per prompt category (a categorised prompt set; empty otherwise), in the order they ran
     categories: dict[str, CategoryStats] = {}
     temperature: float = 0.0  # 0: greedy; above: sampled from the request's seed
+    concurrency: Concurrency | None = None
     baseline: BaselineRef | None = None
     drift: DriftRef | None = None
     # each warmed speculative round's counters (the reported ones are the cold pass's, before the rounds;

@@ -10,6 +10,7 @@ from typing import Any
 
 from specsuite.common import atomic, table
 from specsuite.results import config
+from specsuite.results.crossover import crossovers
 from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import Verdict
@@ -97,6 +98,14 @@ def category_lines(run: Run) -> list[str]:
     return [f"categories of {name} ({n}): {rate}; {length}" for name, (n, rate, length) in spreads.items()]
 
 
+def crossover_lines(run: Run) -> list[str]:
+    """One line per sweep: up to which np speculation beats plain decoding on aggregate tokens/s."""
+    found = crossovers(run.cases.values())
+    if found and not run.run_options.speed:
+        return ["crossover: not measured (acceptance only: cases shared the cores)"]
+    return [f"crossover {c.line()}" for c in found]
+
+
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
@@ -104,6 +113,7 @@ def summary_markdown(run: Run, v: Verdict) -> str:
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
     lines += [f"- {line}" for line in config_lines(run, False)]
+    lines += [f"- {c}" for c in crossover_lines(run)]
     if run.parts:
         lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [

@@ -15,6 +15,7 @@ run: it is one warning, and the summary says so.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,13 @@ def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
     return found
 
 
-def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failure]:
+def judge(
+    ctx: GateContext, rec: CaseRecord, failed: bool = False, earlier: Sequence[CaseRecord] = ()
+) -> list[Failure]:
     """One case against its history: the relative gate (also after a failed floor: the baseline is where
-    a bisect of it starts), the counters against the baseline's, and, when nothing else failed, the drift
-    gate. Fills ``rec.baseline`` and ``rec.drift``."""
+    a bisect of it starts), a sweep's crossover (``earlier``: this run's cases before it), the counters
+    against the baseline's, and, when nothing else failed, the drift gate. Fills ``rec.baseline`` and
+    ``rec.drift``."""
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
@@ -123,8 +127,14 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
         ),
     )
     ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
-    if regs:
-        return [Failure("regressed", r.message) for r in regs]
+    found = [Failure("regressed", r.message) for r in regs]
+    moved = regress.crossover_moved(rec, base.record, earlier, baseline_commit=base.commit)
+    if moved is not None and moved.gated:  # first: it says what the speed drop at this np means
+        found.insert(0, Failure("crossover_moved", moved.message))
+    elif moved is not None:
+        rec.warnings.append(f"crossover moved: {moved.message}")
+    if found:
+        return found
     return [] if failed else _drift(ctx, rec)
 
 
@@ -198,7 +208,7 @@ def install(session: Session) -> None:
     run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
-        failures = judge(ctx, rec, failed)
+        failures = judge(ctx, rec, failed, list(run.cases.values()))
         ctx.note.line = ctx.note.render()
         return failures
 

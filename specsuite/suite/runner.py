@@ -31,22 +31,26 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import budget, categories, expect, observe
+from specsuite.suite import budget, categories, concurrency, expect, observe
 from specsuite.suite.command import server_command
+from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
     Completion,
     RequestOutcome,
     Speed,
     abba,
     chat_body,
-    decode_tps,
     divergence,
-    run_prompts,
     spec_result_line,
     usage_problem,
-    warm_up,
 )
 from specsuite.suite.slots import Slot
+from specsuite.suite.streams import Pass, Throughput, round_tps, run_streams, warm_up
+
+# The case's server command at a number of slots (its own, or 1 for its np-1 reference).
+Slots = Callable[[int], Command]
+# What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
+Np1Key = tuple[tuple[str, ...], str, int]
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Measured:
     outcome: RequestOutcome
     log_text: str
     usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
+    throughput: Throughput = field(default_factory=Throughput)  # the rounds as a client sees them
+    np1: Reference | None = None  # a case with several slots: the np-1 output it is compared with
 
 
 class CaseEnd(Exception):
@@ -81,8 +87,9 @@ class Session:
     verdict: Verdict | None = None  # set once, when the run ends
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
-    _base: tuple[tuple[Path, int, int], LlamaServer] | None = None
-    _base_tokens: dict[tuple[Path, str, int, float], list[Completion]] = field(default_factory=dict)
+    _base: tuple[tuple[Path, int, int, int], LlamaServer] | None = None
+    _base_tokens: dict[tuple[Path, str, int, float, int, int], list[Completion]] = field(default_factory=dict)
+    np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
 
     @property
     def flag_keys(self) -> dict[str, str]:
@@ -120,35 +127,39 @@ class Session:
         return {name: m.path for name, m in found.items()}
 
     def baseline_server(self, target: Path, case: Case) -> LlamaServer:
-        """The speculation-off server of this target (on as many GPUs as the case): started once, kept
-        while cases use the same target.
+        """The speculation-off server of this target (on as many GPUs as the case, with as many slots):
+        started once, kept while cases use the same target and slots.
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        key = (target, case.gpus, case.ctx_size)
+        key = (target, case.gpus, case.ctx_size, case.parallel)
         if self._base is not None and self._base[0] == key:
             return self._base[1]
         self.close()
         name = target.name.replace("/", "_") + (f"-{case.gpus}gpus" if case.gpus > 1 else "")
         name += f"-ctx{case.ctx_size}" if case.ctx_size != CTX_SIZE else ""
+        name += f"-np{case.parallel}" if case.parallel > 1 else ""
         srv = self.start(
-            lambda port: server_command(self.caps, target, port, ctx_size=case.ctx_size),
+            lambda port: server_command(
+                self.caps, target, port, ctx_size=case.ctx_size, parallel=case.parallel
+            ),
             self.results.logs / f"baseline-{name}.log",
             case,
         )
         self._base = (key, srv)
         self.results.add_baseline(name, srv.command, self.results.rel(srv.log_path))
         try:
-            warm_up(srv.post, case.prompt_texts)
+            warm_up(srv.connection, case.prompt_texts, case.streams)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
             self.close()
             raise
         return srv
 
     def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (target, prompt set, n_predict, temperature): the first baseline round
-        that ran."""
-        return self._base_tokens.setdefault((target, case.prompts, case.n_predict, case.temperature), got)
+        """The reference tokens of (target, prompt set, n_predict, temperature, slots, streams): the first
+        baseline round that ran."""
+        key = (target, case.prompts, case.n_predict, case.temperature, case.parallel, case.streams)
+        return self._base_tokens.setdefault(key, got)
 
     def close(self) -> None:
         if self._base is not None:
@@ -166,6 +177,9 @@ def new_record(case: Case) -> CaseRecord:
         n_max=case.n_max,
         target=case.target,
         draft=case.draft,
+        parallel=case.parallel,
+        streams=case.streams,
+        sweep=case.sweep_name,
         floors=case.floors,
         uncalibrated=case.uncalibrated,
         temperature=case.temperature,
@@ -213,13 +227,19 @@ def _resolve(
     return tuple(res.flags)
 
 
-def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Command:
+def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
     resolved = _resolve(session, case, rec, target, draft) if case.mode else None
     try:
         server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
     except MissingFlag as exc:
         raise _missing(session, exc.what, exc.reason) from None
-    return lambda port: server_command(session.caps, target, port, case, draft, resolved)
+
+    def at(parallel: int) -> Command:
+        return lambda port: server_command(
+            session.caps, target, port, case, draft, resolved, parallel=parallel
+        )
+
+    return at
 
 
 def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: int) -> None:
@@ -243,8 +263,8 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
 
 
 def _cold_pass(
-    spec: LlamaServer, case: Case
-) -> tuple[metrics.Delta, list[Completion], list[str], list[categories.CategoryPass]]:
+    spec: LlamaServer, case: Case, streams: int | None = None
+) -> tuple[metrics.Delta, Pass, list[str], list[categories.CategoryPass]]:
     """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
 
     A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
@@ -253,12 +273,15 @@ def _cold_pass(
     which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
     would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
     empty state as upstream's, which no warm-up before it may change. A categorised prompt set is sent one
-    category after another, with a snapshot after each: each category's counters are exact too."""
+    category after another, with a snapshot after each: each category's counters are exact too.
+    ``streams``: the case's unless given (its np-1 reference's: 1); each category is one pass of them."""
     ready = spec.metrics()
-    comps: list[Completion] = []
+    done = Pass([], 0.0)
     marks, passes = [ready], []
     for cat, prompts in categories.groups(case):
-        comps += run_prompts(spec.post, prompts, case.n_predict, case.temperature)
+        done += run_streams(
+            spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature
+        )
         marks.append(spec.metrics())
         if cat:
             delta = metrics.delta(marks[-2], marks[-1])
@@ -269,55 +292,88 @@ def _cold_pass(
             f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
-    return metrics.delta(ready, marks[-1]), comps, warn, passes
+    return metrics.delta(ready, marks[-1]), done, warn, passes
+
+
+def _round_count(session: Session, case: Case) -> int:
+    """``--repeat`` rounds (one where cases share the cores: no timing means anything there, the round is
+    for tokens and counters); with several slots at least two, so that counters that move from run to
+    run at one np are seen as nondeterministic (DSpark's do at np 4 and 8: suite.concurrency)."""
+    n = session.options.repeat if session.speed else 1
+    return max(n, 2) if case.parallel > 1 else n
 
 
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
-) -> tuple[list[metrics.Delta], list[Completion], Speed]:
+) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
     """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
     speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
     never reported: the cold pass's are). ``watch`` samples memory after each and keeps the timings."""
-    warm_up(spec.post, case.prompt_texts, case.temperature)
-    watch.sample(1)
+    warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
+    watch.sample(case.streams)
     snapshots = [spec.metrics()]
-    speed, first_base = Speed(), None
-    # side by side on shared cores no timing means anything: one round, for the tokens and counters
-    for order in abba(session.options.repeat if session.speed else 1):
+    speed, seen, first_base = Speed(), Throughput(), None
+    for order in abba(_round_count(session, case)):
         for side in order:
             srv = spec if side == "spec" else base
-            comps = run_prompts(srv.post, case.prompt_texts, case.n_predict, case.temperature)
-            tps = decode_tps(comps)
-            watch.round(side, comps)
+            done = run_streams(
+                srv.connection, case.prompt_texts, case.n_predict, case.streams, case.temperature
+            )
+            watch.round(side, done.completions)
             if side == "spec":
-                watch.sample(len(comps))
+                watch.sample(len(done.completions))
                 snapshots.append(spec.metrics())
             else:
-                first_base = first_base or comps
+                first_base = first_base or done.completions
             if session.speed:
-                (speed.spec_tps if side == "spec" else speed.base_tps).append(tps or 0.0)
+                (speed.spec_tps if side == "spec" else speed.base_tps).append(round_tps(done))
+                seen.add(side, done)
     assert first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
-    return deltas, first_base, speed
+    return deltas, first_base, speed, seen
 
 
-def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
+def _np1(
+    session: Session, case: Case, at: Slots, cold: metrics.Delta, comps: list[Completion]
+) -> Reference | None:
+    """A case with several slots: the np-1 output of its command (this run's, else measured now). A case
+    with one slot is such an output: kept for the cases after it."""
+    key: Np1Key = (tuple(at(1)(0)), case.prompts, case.n_predict)
+    if case.parallel == 1:
+        session.np1.setdefault(key, Reference(f"{case.name} (this run)", comps, cold))
+        return None
+    if key not in session.np1:
+        session.np1[key] = _measure_np1(session, case, at(1))
+    return session.np1[key]
+
+
+def _measure_np1(session: Session, case: Case, command: Command) -> Reference:
+    """The cold pass of the case's command with one slot and one stream, on a fresh server."""
+    log = session.results.logs / f"{case.name}-np1.log"
+    with _serving(session, command, log, case) as srv:
+        try:
+            cold, done, _, _ = _cold_pass(srv, case, streams=1)
+        except ServerFailed as exc:
+            raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
+    return Reference(f"measured for {case.name}: {session.results.rel(log)}", done.completions, cold)
+
+
+def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
     try:
         base = session.baseline_server(target, case)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
-    rounds = session.options.repeat if session.speed else 1
-    limit = budget.Budget.of(case, session.options, base.log_path, rounds)
-    with _serving(session, command, log, case) as spec, budget.armed(limit, log):
+    limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
+    with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         watch = observe.Watch(spec, base, session.gpu)
         try:
-            cold, comps, warned, passes = _cold_pass(spec, case)  # before any other request to this server
-            watch.sample(len(comps))
+            cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
+            watch.sample(len(done.completions))
             rec.warnings += warned
-            deltas, base_comps, speed = _rounds(session, case, spec, base, watch)
+            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
             rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
@@ -332,10 +388,12 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         finally:  # read while the servers still run
             rec.memory, rec.prefill = watch.memory(), watch.prefill()
     ref = session.baseline_tokens(target, case, base_comps)
+    comps = done.completions
     divs = divergence(ref, comps)
     outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
                              categories=categories.numbers(passes, comps, base_comps, divs))  # fmt: skip
-    return Measured(outcome, spec.log_text(), usage)
+    np1 = _np1(session, case, at, cold, comps)  # after the case's server stopped: one at a time
+    return Measured(outcome, spec.log_text(), usage, seen, np1)
 
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
@@ -345,7 +403,10 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     line = spec_result_line(case.name, n)
     print(line, flush=True)
     session.result_lines.append(line)
-    failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
+    sanity, against_np1 = m.outcome.delta.sanity_errors(), _concurrency(session, case, rec, m)
+    if case.concurrent:
+        sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
+    failures = expect.check(case, n, m.outcome.completions, sanity, m.log_text, against_np1)
     if not session.speed:  # acceptance only: the speed floor has nothing to judge
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
@@ -365,6 +426,22 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
             f"{case.name}: {len(failures)} check(s) failed\n{body}\n{line}\n"
             f"per-position rates: [{per_pos}]\n--- last server log lines ---\n{log_tail(m.log_text)}",
         )
+
+
+def _concurrency(session: Session, case: Case, rec: CaseRecord, m: Measured) -> list[expect.Failure]:
+    """A case on the concurrency axis: its record's block; with several slots, its requests against the
+    np-1 output (tokens exactly, acceptance within rtol)."""
+    if not case.concurrent:
+        return []
+    delta, comps, ref = m.outcome.delta, m.outcome.completions, m.np1
+    np1 = concurrency.np1_block(ref, delta, comps) if ref is not None else None
+    rec.concurrency = concurrency.block(case.parallel, case.streams, comps, m.throughput, np1)
+    if ref is None:
+        return []
+    rtol = session.options.rtol
+    return concurrency.batch_variant(ref, comps, case.parallel) + concurrency.collapse(
+        ref, delta, case.parallel, rtol
+    )
 
 
 def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
@@ -397,9 +474,9 @@ def _run(session: Session, case: Case, rec: CaseRecord) -> None:
     found = session.locate(case)
     case = _with_dataset(case, found)
     target, draft = found[case.target], found[case.draft] if case.draft else None
-    command = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
+    at = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
     _check_models(rec, target, draft, case.ctx_size)
-    _judge(session, case, rec, _measure(session, case, rec, command, target))
+    _judge(session, case, rec, _measure(session, case, rec, at, target))
 
 
 def run_case(case: Case, session: Session) -> CaseRecord:

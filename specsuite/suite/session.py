@@ -23,6 +23,7 @@ from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp import source
+from specsuite.results import crossover
 from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import (
     Binary,
@@ -176,6 +177,7 @@ def recordable(run: Run) -> bool:
 def finish_run(results: RunResults, options: settings.Settings) -> Verdict:
     """Judge a finished run once: the history record, the verdict, results.json, bench.json, summary.md."""
     run = results.run
+    crossover.annotate(run.cases.values())  # before the record: the history keeps each sweep's crossover
     if not options.no_history and recordable(run):
         gate.record(run)  # first: whether it was recorded is part of the verdict's attention lines
     found = verdict(run)

@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,7 +62,8 @@ class CaseCalibration:
 
     @property
     def runs(self) -> int:
-        return len(self.rates)
+        """The runs observed (a sweep's table: each run once, however many of its members it holds)."""
+        return len(self.run_ids)
 
     def spread(self, values: list[float]) -> float:
         return max(values) - min(values)
@@ -109,6 +111,24 @@ class CaseCalibration:
         if self.spread(self.lens) > LEN_MARGIN + 1e-12:
             why.append(f"accept len spread {self.spread(self.lens):.4f} > margin {LEN_MARGIN}")
         return why
+
+
+def by_table(cals: dict[str, CaseCalibration], sweeps: dict[str, str]) -> dict[str, CaseCalibration]:
+    """A sweep's members as the one table they come from (``sweeps``: member -> sweep name): every member's
+    runs together, so that the floors written hold at every np of the sweep."""
+    out: dict[str, CaseCalibration] = {}
+    for name, cal in cals.items():
+        table = sweeps.get(name, name)
+        into = out.setdefault(table, CaseCalibration(table, tier=cal.tier))
+        into.rates += cal.rates
+        into.lens += cal.lens
+        into.speedups += cal.speedups
+        # each run once however many members it holds (the most any member saw of a run id: two machines'
+        # runs may share one)
+        times = Counter(into.run_ids) | Counter(cal.run_ids)
+        into.run_ids = [i for i in dict.fromkeys([*into.run_ids, *cal.run_ids]) for _ in range(times[i])]
+        into.excluded += [f"{name}: {why}" if table != name else why for why in cal.excluded]
+    return out
 
 
 def _floor4(x: float) -> float:
@@ -502,7 +522,8 @@ def main(argv: list[str]) -> int:
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    new, rejected = _validated(text, cals, prov, date)
+    sweeps = {c.name: c.sweep_name for c in cases if c.sweep_name}
+    new, rejected = _validated(text, by_table(cals, sweeps), prov, date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )

@@ -6,6 +6,8 @@ CUDA binary offloads every layer: the suite's ``-ngl 99``, checked in each serve
 per case the counters on the GPU beside the CPU's, decode tokens/s on each and the GPU's speedup over the
 CPU, then the verdict. The table also goes to ``<out>/gpu-check.md``; every run keeps its own results
 folder under ``<out>``; the time of each phase is listed (the goal: 10 minutes on one H200, warm pip cache).
+The synthetic tier holds every drafter at np 2 and 4 as well (docs/concurrency.md): on the GPU they check the
+CUDA build's batched kernels against its own np-1 output.
 
 Green: every run green (each enforces its own floors), every GPU run on a GPU (not ggml's CPU fallback), and
 every layer of every GPU case offloaded. Counters that differ between the GPU and the CPU are listed, not

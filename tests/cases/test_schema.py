@@ -251,10 +251,15 @@ def test_select_by_tier_names_and_all() -> None:
         *("mtp-defaults", "eagle3-defaults", "dflash-defaults", "dspark-defaults"),
     ]
     every = [c.name for c in select_cases(cases, "all")]
+    sweeps = [
+        f"sweep-{m}{'' if n == 1 else f'-np{n}'}"
+        for m in ("mtp", "dflash", "dspark", "eagle3", "dflash2")
+        for n in (1, 2, 4, 8, 16)
+    ]
     workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
                                                                        "isl8k", "isl32k")]  # fmt: skip
     mine = ["dflash2-defaults", "mtp-kv-q8_0", "dflash2-kv-q8_0", "eagle3-kv-q4_0"]  # cases.toml's order
-    assert every == [*compact[:9], "dflash2", "lilicorr", *workloads, *compact[9:], *mine]
+    assert every == [*compact[:9], "dflash2", "lilicorr", *sweeps, *workloads, *compact[9:], *mine]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
@@ -458,3 +463,81 @@ def test_the_real_defaults_cases_pin_nothing_speculative() -> None:
     }  # fmt: skip
     assert all(c.n_max is None and c.p_min is None and c.n_min is None for c in found)
     assert _one("n_predict = 4096\nctx_size = 8192\n")[0].n_predict == 4096
+
+
+# --- the concurrency axis ----------------------------------------------------------------------------------
+
+
+def test_a_sweep_is_one_case_per_slot_count_and_np1_keeps_the_name() -> None:
+    cases = _one('parallel = [1, 2, 4]\nserver_args = ["--threads", "1"]\n')
+    assert [(c.name, c.parallel, c.streams, c.sweep_name, c.sweep_nps) for c in cases] == [
+        ("a", 1, 1, "a", (1, 2, 4)),
+        ("a-np2", 2, 2, "a", (1, 2, 4)),
+        ("a-np4", 4, 4, "a", (1, 2, 4)),
+    ]
+    assert all(c.concurrent and c.server_args == ("--threads", "1") for c in cases)
+    assert [c.name for c in select_cases(cases, "smoke")] == ["a", "a-np2", "a-np4"]
+    assert select_cases(cases, "a-np4") == [cases[2]]
+
+
+def test_one_slot_count_and_streams() -> None:
+    (plain,) = _one()
+    assert (plain.parallel, plain.streams, plain.sweep_name, plain.concurrent) == (1, 1, None, False)
+    (four,) = _one("parallel = 4\n")
+    assert (four.name, four.parallel, four.streams, four.sweep_name, four.concurrent) == (
+        "a",
+        4,
+        4,
+        None,
+        True,
+    )
+    (queued,) = _one("parallel = 2\nstreams = 8\n")
+    assert (queued.parallel, queued.streams) == (2, 8)
+    assert [c.streams for c in _one("parallel = [1, 4]\nstreams = 8\n")] == [8, 8]
+    assert _one("parallel = 4\nexpect_drafted = 4\n")[0].expect_drafted == 4  # one np: its own counts
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            "parallel = 0\n",
+            "parallel must be a whole number from 1 to 64 (the slots) or a non-empty list of them",
+        ),
+        (
+            "parallel = [2, 4]\n",
+            "parallel = [2, 4]: a sweep lists distinct slot counts in increasing order from 1",
+        ),
+        ("parallel = [1, 4, 2]\n", "in increasing order from 1"),
+        ("parallel = [1, 2, 2]\n", "distinct slot counts"),
+        ("parallel = []\n", "(a sweep), got []"),
+        ("parallel = [1, 128]\n", "parallel[1] must be a whole number from 1 to 64, got 128"),
+        ("streams = 0\n", "streams must be a whole number from 1 to 64, got 0"),
+        ("parallel = [1, 2]\nexpect_drafted = 3\n", "expect_drafted: not on a sweep"),
+        ("parallel = [1, 2]\nmin_speedup = 1.0\n", "min_speedup: not on a sweep"),
+        ('server_args = ["-np", "4"]\n', "'-np' is a flag the harness sets (parallel)"),
+        ('server_args = ["--kv-unified"]\n', "'--kv-unified' is a flag the harness sets (slot context)"),
+        ('server_args = ["--no-kv-unified"]\n', "(slot context)"),
+    ],
+)
+def test_bad_concurrency_keys_are_one_clear_error(extra: str, needle: str) -> None:
+    with pytest.raises(UserError, match=r"^cases\.toml: \[\[case\]\] 'a': ") as exc:
+        _one(extra)
+    assert needle in str(exc.value)
+
+
+def test_a_sweep_member_whose_name_is_taken_names_the_sweep() -> None:
+    taken = BASE.replace('name = "a"', 'name = "a-np2"')
+    with pytest.raises(
+        UserError, match=r"\[\[case\]\] 'a': duplicate case name 'a-np2' \(a member of the sweep 'a'\)"
+    ):
+        parse_cases(taken + BASE.split("[[case]]", 1)[1].join(["[[case]]", ""]) + "parallel = [1, 2]\n")
+
+
+def test_the_real_file_sweeps_every_drafter_in_the_synthetic_tier() -> None:
+    cases = load_cases(paths.CASES_FILE)
+    sweeps = {c.sweep_name: c for c in cases if c.sweep_name and c.tier == "synthetic"}
+    assert {c.spec_type[0] for c in sweeps.values()} == {
+        "draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark",
+    }  # fmt: skip
+    assert {c.sweep_nps for c in sweeps.values()} == {(1, 2, 4)}

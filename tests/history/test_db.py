@@ -200,6 +200,15 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     assert pos0 == 0.8  # per_position_rate[0] when pos0_rate is null
 
 
+def test_a_sweeps_members_keep_their_slots_aggregate_speedup_and_crossover(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    conc = {"parallel": 4, "streams": 4, "speedups": [0.7, 0.8], "speedup": 0.75, "crossover_np": 2}
+    member = case(name="mtp-np4", parallel=4, streams=4, sweep="mtp", concurrency=conc)
+    assert record_run(doc("abcdef0", cases={"mtp": case(), "mtp-np4": member}), db) is not None
+    found = rows(db, "SELECT name, parallel, streams, sweep, aggregate_speedup, crossover_np FROM cases")
+    assert found == [("mtp", 1, 1, None, None, None), ("mtp-np4", 4, 4, "mtp", 0.75, 2)]
+
+
 def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     record_run(doc("abcdef0"), db)
@@ -465,7 +474,7 @@ def _v1_database_with_a_run(db: Path) -> None:
         run_row = {k: v for k, v in history._run_row(d, "abcdef0").items() if k not in later_runs}
         run = history._insert(conn, "runs", run_row)
         for rec in d.cases.values():
-            later = ("nondeterministic",)  # columns of later versions
+            later = ("nondeterministic", *history._concurrency_columns(rec))  # columns of later versions
             row = {
                 "run": run,
                 **{k: v for k, v in history._case_row(rec).items() if k not in later},

@@ -14,13 +14,18 @@ from sitedata import (
     FLOOR_CASE,
     HOSTILE,
     INACTIVE_CASE,
+    N_COMMITS,
     STEP_AT,
     STEP_CASE,
+    SWEEP,
+    SWEEP_MEMBERS,
+    SWEEP_NPS,
     Story,
     at,
     hostile_run,
     real,
     record,
+    speedups,
     story,
 )
 from sitepage import Page, page
@@ -53,7 +58,7 @@ def test_pages_for_the_index_every_case_and_every_run(built: Built) -> None:
     out = built.out
     assert (out / "index.html").is_file() and (out / MARKER).is_file()
     cases = sorted(p.stem for p in (out / "cases" / GROUP).glob("*.html"))
-    assert cases == sorted(real(2)["cases"])
+    assert cases == sorted([*real(2)["cases"], *SWEEP_MEMBERS[1:]])
     assert sorted(p.stem for p in (out / "runs").glob("*.html")) == sorted(built.story.run_ids)
     assert {p.name for p in (out / "assets" / "vendor").iterdir()} == {
         "uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE"
@@ -72,14 +77,16 @@ def test_the_index_marks_the_failing_and_the_drifted_case(built: Built) -> None:
     assert _row(index, FLOOR_CASE)["class"] == "status-passed"  # it failed before; the latest run passed
     assert "failed: spec_inactive the server drafted no token" in index.text
     assert "9 runs over 9 commits, in ancestry order" in index.text
-    # a sparkline of each case's accept rate and speedup (where one of its runs measured it)
+    # a sparkline of each case's accept rate and speedup (where one of its runs measured it); the sweep's
+    # np-2 and np-4 members are copies of its np-1 member's record
     sparks = index.find("div", **{"class": "spark-row"})
     assert len(index.find("svg", **{"class": "spark"})) == len(sparks) > len(real(2)["cases"])
     for metric in ("accept_rate", "speedup"):
         measured = [
             c for c in real(2)["cases"] if any(real(i)["cases"][c][metric] is not None for i in range(3))
         ]
-        assert sum(d["data-metric"] == metric for d in sparks) == len(measured) > 20, metric
+        members = len(SWEEP_MEMBERS) - 1 if SWEEP in measured else 0
+        assert sum(d["data-metric"] == metric for d in sparks) == len(measured) + members > 20, metric
 
 
 def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
@@ -107,16 +114,40 @@ def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
     assert pp["baseline"]["commit"] == s.commits[-2]
 
 
+def test_a_sweep_members_page_charts_its_speedup_by_np_beside_its_baseline(built: Built) -> None:
+    s = built.story
+    for name in SWEEP_MEMBERS:
+        p = page(built.out, f"cases/{GROUP}/{name}.html")
+        assert p.find("figure", id="chart-by-np"), name
+        by_np = p.data["by_np"]
+        assert by_np["sweep"] == SWEEP
+        latest, base = by_np["latest"], by_np["baseline"]
+        assert (latest["run"], latest["nps"]) == (s.run_ids[-1], list(SWEEP_NPS))
+        assert latest["speedups"] == [speedups(N_COMMITS - 1)[n] for n in SWEEP_NPS]  # np 2: 0.9
+        assert base["commit"] == s.commits[-2]  # no gate baseline recorded: the nearest earlier commit
+        assert base["speedups"] == [speedups(N_COMMITS - 2)[n] for n in SWEEP_NPS]
+    other = page(built.out, f"cases/{GROUP}/{STEP_CASE}.html")
+    assert not other.find("figure", id="chart-by-np") and other.data["by_np"] is None
+
+
 def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> None:
     s = built.story
     last = s.run_ids[-1]
     p = page(built.out, f"runs/{last}.html")
-    assert f"FAILED: 2 of 26 case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
+    n = len(real(2)["cases"]) + len(SWEEP_MEMBERS) - 1  # 26 real cases and the sweep's np-2 and np-4
+    assert f"FAILED: 2 of {n} case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
     cases = {c["record"]["name"]: c for c in p.data["cases"]}
     rec = real(2)["cases"]["tiny-mtp-fixed"]
     mtp = cases["tiny-mtp-fixed"]
     # the record as results.json holds it (counters, command, samples); fields added since at their defaults
-    assert {k: mtp["record"][k] for k in rec} == rec
+    # (a prompt's stream, for instance: None outside a concurrent case)
+    shown = {k: mtp["record"][k] for k in rec}
+    for p_shown, p_real in zip(shown["prompts"], rec["prompts"], strict=True):
+        assert all(v is None for k, v in p_shown.items() if k not in p_real)
+    shown["prompts"] = [
+        {k: v for k, v in q.items() if k in r} for q, r in zip(shown["prompts"], rec["prompts"], strict=True)
+    ]
+    assert shown == rec
     assert mtp["kind"] == "passed" and cases[INACTIVE_CASE]["status"] == "failed: spec_inactive"
     assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log.txt"  # published as text (issue 35)
     assert (built.out / "runs" / mtp["log_href"]).read_bytes() == (

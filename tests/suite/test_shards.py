@@ -218,10 +218,12 @@ def test_a_passed_case_is_judged_again_by_the_floors_of_cases_toml(
 
 # --- the real CPU build: three shards in three processes, against the same cases run whole --------------
 
-# Nine of the synthetic tier's cases, every drafter among them, not all 38: the four runs share two cores
-# in CI (README: "CI's time"), and what is tested is the split and the merge, not the cases.
+# Eleven of the synthetic tier's cases, every drafter among them, not all of them: the four runs share two
+# cores in CI (README: "CI's time"), and what is tested is the split and the merge, not the cases. Among
+# them a sweep's members (tiny-mtp-random at np 1, 2 and 4), which shard and merge like any case.
 CASES = ("tiny-simple-fixed", "tiny-mtp-fixed", "tiny-eagle3-fixed", "tiny-dflash-fixed", "tiny-dspark-fixed",
-         "tiny-simple-random", "tiny-mtp-random", "tiny-ngram", "tiny-auto-mtp")  # fmt: skip
+         "tiny-simple-random", "tiny-mtp-random", "tiny-mtp-random-np2", "tiny-mtp-random-np4", "tiny-ngram",
+         "tiny-auto-mtp")  # fmt: skip
 TIER = ",".join(CASES)
 DROPPED = (
     "SPEC_GPUS",
@@ -284,6 +286,12 @@ def test_three_shards_of_synthetic_cases_merged_are_the_cases_run_whole(
         n: [getattr(r, k) for k in COUNTERS] for n, r in b.cases.items()
     }
     assert a.verdict == b.verdict
+    # the sweep's members ran in one shard, in order: np 4 against np 1's output of the same shard
+    np4 = b.cases["tiny-mtp-random-np4"]
+    assert np4.concurrency is not None and np4.concurrency.np1 is not None
+    assert np4.concurrency.np1.source == "tiny-mtp-random (this run)"
+    assert np4.concurrency.crossover_np is not None  # written when the merged run was judged
+    assert "- crossover tiny-mtp-random: " in (tmp_path / "merged" / "summary.md").read_text()
     with sqlite3.connect(tmp_path / "history.sqlite") as db:  # the shards recorded nothing; the merge once
         assert db.execute("SELECT run_id FROM runs").fetchall() == [(b.run_id,)]
 

@@ -224,6 +224,46 @@
     }, cols, hover, null);
   }
 
+  function npChart(d, fig) {
+    // a sweep's members: aggregate speedup by np, the latest run beside its baseline, and 1.0 (no gain)
+    const b = d.by_np;
+    if (!fig || !b) return null;
+    const nps = [...new Set([...b.latest.nps, ...(b.baseline ? b.baseline.nps : [])])].sort((x, y) => x - y);
+    const xs = nps.map((_, i) => i + 1);
+    const at = (run) => nps.map((n) => { const i = run.nps.indexOf(n); return i < 0 ? null : run.speedups[i]; });
+    const series = [{ label: "np" },
+      { label: "latest " + short(b.latest.commit), stroke: COLOR.value, width: 2, points: { size: 7 } }];
+    const cols = [xs, at(b.latest)];
+    if (b.baseline) {
+      series.push({ label: "baseline " + short(b.baseline.commit), stroke: COLOR.base, width: 2, points: { size: 7 } });
+      cols.push(at(b.baseline));
+    }
+    const one = (u) => {
+      const ctx = u.ctx, y = u.valToPos(1, "y", true), px = devicePixelRatio;
+      ctx.save();
+      ctx.strokeStyle = COLOR.floor;
+      ctx.lineWidth = px;
+      ctx.setLineDash([6 * px, 4 * px]);
+      ctx.beginPath();
+      ctx.moveTo(u.bbox.left, y);
+      ctx.lineTo(u.bbox.left + u.bbox.width, y);
+      ctx.stroke();
+      ctx.restore();
+    };
+    const hover = (i) => (i === null || i === undefined ? "" :
+      `np ${nps[i]}: latest ${num(cols[1][i], 3)}x` + (b.baseline ? `, baseline ${num(cols[2][i], 3)}x` : ""));
+    const ys = cols.slice(1).flat().filter((v) => v !== null);
+    return plot(fig, {
+      series,
+      scales: { x: { time: false, range: () => [0.6, nps.length + 0.4] },
+                y: { range: () => [0, Math.max(1.2, ...ys) * 1.1] } },
+      axes: [{ incrs: [1], values: (u, s) => s.map((v) => (Number.isInteger(v) && nps[v - 1] ? "np " + nps[v - 1] : "")) },
+             { size: 56 }],
+      hooks: { draw: [one] },
+      cursor: { sync: { key: "by-np" }, points: { size: 7 } },
+    }, cols, hover, null);
+  }
+
   function runsTable(d, all) {
     const tbody = document.querySelector("#runs tbody");
     tbody.replaceChildren();
@@ -247,6 +287,7 @@
   function casePage(d) {
     for (const m of d.metrics) metricChart(d, m, document.getElementById("chart-" + m.key));
     perPositionChart(d, document.getElementById("chart-per-position"));
+    npChart(d, document.getElementById("chart-by-np"));
     runsTable(d, false);
   }
 
