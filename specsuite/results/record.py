@@ -144,6 +144,8 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     # n-gram cache may change by learning; the cold pass is not compared): no exact comparison for it
     nondeterministic: bool = False
     command: list[str] | None = None
+    # the speculation-off baseline's command: the case's own without its speculative flags (like for like)
+    baseline_command: list[str] | None = None
     log: str | None = None
     wall_s: float | None = None
     warnings: list[str] = []

@@ -24,10 +24,10 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.common.procs import child_env, stop_group
-from specsuite.common.serverflags import FLAG_SPELLINGS
+from specsuite.common.serverflags import FLAG_SPELLINGS, speculative_option, speculative_spelling
 from specsuite.common.statcache import StatCache
 
-SCHEMA = 2  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 3  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -67,6 +67,16 @@ class Capabilities:
     removed: frozenset[str] = frozenset()  # option names whose description says they were removed
     backend: str | None = None  # "cpu", "cuda", "vulkan", … from --list-devices; None if unknown
     devices: tuple[str, ...] = field(default=())
+    # every spelling of every speculative option the help lists (serverflags.speculative_option), removed
+    # ones too, and those of them that take no value (--spec-default, --spec-draft-cpu-moe)
+    speculative: frozenset[str] = frozenset()
+    spec_switches: frozenset[str] = frozenset()
+
+    def is_speculative(self, flag: str) -> bool:
+        """A speculative flag (``--flag`` or ``--flag=value``): by its --help entry, else by its spelling
+        (a binary probed without the entries, or a flag its help does not list)."""
+        name = flag.split("=", 1)[0]
+        return name in self.speculative or speculative_spelling(name)
 
     def spec_token(self, spec_type: str) -> str | None:
         """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``)."""
@@ -152,6 +162,21 @@ def parse_help(help_text: str) -> tuple[frozenset[str], frozenset[str], frozense
     return frozenset(options), frozenset(removed), types
 
 
+def parse_speculative(help_text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every spelling of the speculative options, those that take no value) from a ``--help`` text: an
+    entry whose head holds nothing but its names (no ``N``, ``FNAME``, ``<0|1>``) is a switch."""
+    spellings: set[str] = set()
+    switches: set[str] = set()
+    for head, _ in _split_entries(help_text):
+        names = _names(head)
+        if not speculative_option(names):
+            continue
+        spellings.update(names)
+        if not re.sub(r"--?[A-Za-z0-9][\w-]*|[\s,]", "", head):
+            switches.update(names)
+    return frozenset(spellings), frozenset(switches)
+
+
 def parse_commit(version_text: str) -> str | None:
     """Short hash: ``version: 0.5.0-dev (build 1, commit 0c1e570)``, older ``version: 4000 (0c1e570)``."""
     m = re.search(r"\bcommit ([0-9a-f]{6,40})\b", version_text) or re.search(
@@ -225,7 +250,9 @@ def _probe_uncached(binary: Path) -> Capabilities:
     if rc != 0 or "--help" not in out + err:
         tail = "\n".join((out + err).strip().splitlines()[-5:])
         raise UserError(f"{binary} --help failed (exit {rc}); is it a llama-server?\n{tail}")
-    options, removed, types = parse_help(out if "--help" in out else err)
+    help_text = out if "--help" in out else err
+    options, removed, types = parse_help(help_text)
+    speculative, switches = parse_speculative(help_text)
     _, vout, verr = _run(binary, "--version")
     version_text = (vout + verr).strip()
     if problem := _identity_problem(options, version_text):
@@ -239,8 +266,9 @@ def _probe_uncached(binary: Path) -> Capabilities:
         _, dout, derr = _run(binary, "--list-devices")
         backend, devices = parse_devices(dout + derr)
     return Capabilities(
-        str(binary), version_text, parse_commit(version_text), types, options, removed, backend, devices
-    )
+        str(binary), version_text, parse_commit(version_text), types, options, removed, backend, devices,
+        speculative, switches,
+    )  # fmt: skip
 
 
 # --- cache ---------------------------------------------------------------------------------------------
@@ -266,6 +294,8 @@ def _from_json(data: dict[str, Any]) -> Capabilities:
         removed=frozenset(data["removed"]),
         backend=data["backend"],
         devices=tuple(data["devices"]),
+        speculative=frozenset(data["speculative"]),
+        spec_switches=frozenset(data["spec_switches"]),
     )
 
 

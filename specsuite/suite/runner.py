@@ -2,9 +2,10 @@
 
 Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``),
 the models (stamp-verified paths), the GGUF checks, then a server with the case's speculation next to the
-speculation-off baseline server of the same target. The acceptance numbers come from a cold pass as upstream
-measures: the prompts on the fresh speculative server before any other request, counted by ``/metrics``;
-then a discarded warm-up and the A-B-B-A speed rounds (their counters are kept, not reported). Then the
+speculation-off baseline server (the case's own command without its speculative flags: suite.baseline). The
+acceptance numbers come from a cold pass as upstream measures: the prompts on the fresh speculative server
+before any other request, counted by ``/metrics``; then a discarded warm-up and the A-B-B-A speed rounds
+(their counters are kept, not reported). Then the
 floors, the sanity relations, divergence from the baseline's tokens, the self-tests, the speed floor, the
 usage check and the relative gate against the history baseline. Every outcome, also an interruption,
 lands in results.json.
@@ -32,6 +33,7 @@ from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
 from specsuite.suite import expect
+from specsuite.suite.baseline import Baseline, baseline_of
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
@@ -64,6 +66,8 @@ class CaseEnd(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+BaselineKey = tuple[tuple[str, ...], int]
+
 # The gate against history: (case, record, whether the case already failed) -> failures; the session
 # installs it when it has one.
 Gate = Callable[[Case, CaseRecord, bool], list[expect.Failure]]
@@ -81,8 +85,8 @@ class Session:
     verdict: Verdict | None = None  # set once, when the run ends
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
-    _base: tuple[tuple[Path, int], LlamaServer] | None = None
-    _base_tokens: dict[tuple[Path, str, int], list[Completion]] = field(default_factory=dict)
+    _base: tuple[BaselineKey, LlamaServer] | None = None
+    _base_tokens: dict[tuple[BaselineKey, str, int], list[Completion]] = field(default_factory=dict)
 
     @property
     def gpu(self) -> bool:
@@ -114,24 +118,18 @@ class Session:
             self.results.add_model(m.name, m.sha256, m.size)
         return {name: m.path for name, m in found.items()}
 
-    def baseline_server(self, target: Path, case: Case) -> LlamaServer:
-        """The speculation-off server of this target (on as many GPUs as the case): started once, kept
-        while cases use the same target.
+    def baseline_server(self, base: Baseline, case: Case) -> LlamaServer:
+        """The speculation-off server of ``base`` (the case's command without its speculative flags, on as
+        many GPUs as the case): started once, kept while consecutive cases share it.
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        key = (target, case.gpus)
-        if self._base is not None and self._base[0] == key:
+        if self._base is not None and self._base[0] == base.key:
             return self._base[1]
         self.close()
-        name = target.name.replace("/", "_") + (f"-{case.gpus}gpus" if case.gpus > 1 else "")
-        srv = self.start(
-            lambda port: server_command(self.caps, target, port),
-            self.results.logs / f"baseline-{name}.log",
-            case,
-        )
-        self._base = (key, srv)
-        self.results.add_baseline(name, srv.command, self.results.rel(srv.log_path))
+        srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
+        self._base = (base.key, srv)
+        self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
         try:
             warm_up(srv.post, case.prompt_texts)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
@@ -139,9 +137,9 @@ class Session:
             raise
         return srv
 
-    def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (target, prompt set, n_predict): the first baseline round that ran."""
-        return self._base_tokens.setdefault((target, case.prompts, case.n_predict), got)
+    def baseline_tokens(self, base: Baseline, case: Case, got: list[Completion]) -> list[Completion]:
+        """The reference tokens of (baseline, prompt set, n_predict): the first baseline round that ran."""
+        return self._base_tokens.setdefault((base.key, case.prompts, case.n_predict), got)
 
     def close(self) -> None:
         if self._base is not None:
@@ -281,12 +279,14 @@ def _rounds(
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
+    like = baseline_of(session.caps, command, target, case.gpus)
     try:
-        base = session.baseline_server(target, case)
+        base = session.baseline_server(like, case)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
+    rec.baseline_command = base.command
     with _serving(session, command, log, case) as spec:
         rec.command = spec.command
         try:
@@ -303,7 +303,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
-    ref = session.baseline_tokens(target, case, base_comps)
+    ref = session.baseline_tokens(like, case, base_comps)
     outcome = RequestOutcome(cold, comps, divergence(ref, comps), speed, rounds=deltas)
     return Measured(outcome, spec.log_text(), usage)
 

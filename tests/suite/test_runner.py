@@ -208,6 +208,32 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
         assert [n for port, n in sent if port == _port(rec.command or [])] == [8, 8, WARMUP_N_PREDICT, 8, 8]
 
 
+def test_each_baseline_runs_its_cases_command_without_speculation(env, monkeypatch) -> None:
+    """Like for like: a case's baseline gets its non-speculative server_args too; cases whose commands
+    differ only in speculation share one baseline, a case with other threads gets its own; results.json
+    records both commands of every case."""
+    one = SIMPLE + 'server_args = ["--threads", "1"]\n'
+    cases = [_case(one, "a"), _case(one.replace("n_max = 3", "n_max = 2"), "b"),
+             _case(SIMPLE + 'server_args = ["--threads", "2", "--batch-size", "64"]\n', "c")]  # fmt: skip
+    s = _session(env, monkeypatch, cases[0])
+    try:
+        recs = [runner.run_case(c, s) for c in cases]
+    finally:
+        s.close()
+    assert [r.status for r in recs] == ["passed"] * 3, [r.message for r in recs]
+    bases = [b.command for b in s.results.run.baselines.values()]
+    assert len(bases) == 2 and [r.baseline_command for r in recs] == [bases[0], bases[0], bases[1]]
+    for rec in recs:
+        spec, base = " ".join(rec.command or []), " ".join(rec.baseline_command or [])
+        assert "--spec-type" in spec and "--spec" not in base and "--spec-draft-poll" not in base
+        # the builder puts the case's speculation after --port, and --spec-draft-poll 0 after --poll 0
+        head = (rec.command or [])[: (rec.command or []).index("--port")]
+        at = head.index("--spec-draft-poll")
+        assert head[:at] + head[at + 2 :] == (rec.baseline_command or [])[: len(head) - 2], (spec, base)
+        assert (rec.baseline_command or [])[len(head) - 2 :][0] == "--port" and len(base.split()) == len(head)
+    assert "--threads 1 -m" in " ".join(bases[0]) and "--threads 2 --batch-size 64 -m" in " ".join(bases[1])
+
+
 def test_a_learning_drafter_reports_its_cold_pass_and_is_not_nondeterministic(run, monkeypatch) -> None:
     """Like ngram-mod: a fresh server drafts less (the cold pass, as upstream counts it) than one that has
     seen the prompts (the warmed rounds, which agree with each other)."""
