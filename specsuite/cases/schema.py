@@ -19,6 +19,7 @@ from msgspec import Meta
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
 from specsuite.common.serverflags import USER_SPEC_CHOICES, owned_flag
+from specsuite.common.settings import MAX_REPEAT
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -89,6 +90,10 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p_min: Unit | None = None
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
+    # A-B-B-A rounds at least (run-tier --repeat raises it): a speed case whose spread needs more rounds
+    repeat: Annotated[
+        int, Meta(ge=1, le=MAX_REPEAT, description=f"a whole number from 1 to {MAX_REPEAT}")
+    ] = 1
     server_args: tuple[str, ...] = ()
     n_predict: NPredict = 128
     prompts: str = "seed"

@@ -73,6 +73,7 @@ class Point:
     floors: dict[str, float | None]
     uncalibrated: bool
     baseline_run: str | None
+    block_ratio: float | None = None  # per-block overhead: a verification block in plain decode steps
 
     def rates(self) -> list[float | None]:
         return _numbers(self.per_position_rate)
@@ -147,7 +148,7 @@ def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:
 
 _POINTS_SQL = """
 SELECT c.run, c.name, c.status, c.reason, t.message, c.accept_rate, c.accept_len, c.pos0_rate,
-       COALESCE(c.speedup_median, c.speedup) AS speedup, c.speedups, c.per_position_rate
+       COALESCE(c.speedup_median, c.speedup) AS speedup, c.speedups, c.per_position_rate, {overhead}
 FROM cases c LEFT JOIN case_texts t ON t.run = c.run AND t.name = c.name
 WHERE c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.rowid
 """
@@ -204,9 +205,9 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
         out = [
             Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message), _finite(rate),
                   _finite(length), _finite(pos0), _finite(speedup), _numbers(speedups), _text(ppr), {},
-                  False, None)
-            for pk, name, status, reason, message, rate, length, pos0, speedup, speedups, ppr
-            in conn.execute(_POINTS_SQL)
+                  False, None, None if implausible else _finite(block))
+            for pk, name, status, reason, message, rate, length, pos0, speedup, speedups, ppr, block, _,
+                implausible in conn.execute(_POINTS_SQL.format(overhead=history.overhead_columns(conn)))
         ]  # fmt: skip
         same: dict[tuple[str, str], Point] = {}
         for p in out:  # the newest record of each case and cases.toml speaks for them all

@@ -29,6 +29,7 @@ METRICS = (
     Metric("accept_len", "accept length", "min_accept_len", 4),
     Metric("pos0_rate", "position-0 rate", None, 4),
     Metric("speedup", "speedup", "min_speedup", 3),
+    Metric("block_ratio", "block cost (plain decode steps)", None, 3),
 )
 SPARK_RUNS = 30
 BAD = frozenset({"failed", "drifted", "error", "interrupted"})

@@ -41,6 +41,7 @@ class GateContext:
     ancestors: list[str] | None
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
+    block_rtol: float = regress.BLOCK_RTOL  # a rise in per-block overhead beyond this fails
     recording: bool = False  # a run that records itself (it may open the history as its writer)
     run_id: str = ""
     drift_window: int = 10  # the runs the drift gate judges together, this one included
@@ -49,13 +50,16 @@ class GateContext:
     def __post_init__(self) -> None:
         how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
         self.note.basis = (
-            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%}, drift over the last "
+            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%} (per-block overhead "
+            f"{self.block_rtol:.0%}), drift over the last "
             f"{self.drift_window} runs"
         )
         self.note.line = self.note.render()
 
 
-def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
+def context(
+    run: Run, rtol: float, drift_window: int = 10, block_rtol: float = regress.BLOCK_RTOL
+) -> GateContext | str:
     """What the gate needs from the run's header; a string saying why there is no gate."""
     commit, mirror = run.binary.commit, run.binary.source.mirror
     if not commit:
@@ -67,6 +71,7 @@ def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
         commit=commit,
         ancestors=ancestors(Path(mirror), commit) if mirror else None,
         rtol=rtol,
+        block_rtol=block_rtol,
         started=run.started,
         run_id=run.run_id,
         drift_window=drift_window,
@@ -101,7 +106,9 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
     if base is None:
         ctx.note.missing.append(rec.name)
         return []
-    regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
+    regs = regress.regressions(
+        rec, base.record, rtol=ctx.rtol, block_rtol=ctx.block_rtol, baseline_commit=base.commit[:12]
+    )
     rec.baseline = BaselineRef(
         commit=base.commit,
         run_id=base.run_id,
@@ -161,7 +168,8 @@ def drift_message(d: DriftRef, rtol: float) -> str:
 def install(session: Session) -> None:
     """Give the session its gate against history; the summary line is written as cases use it."""
     run = session.results.run
-    ctx = context(run, session.options.rtol, session.options.drift_window)
+    opts = session.options
+    ctx = context(run, opts.rtol, opts.drift_window, opts.block_rtol)
     if isinstance(ctx, str):
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return

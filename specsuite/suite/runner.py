@@ -32,17 +32,17 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import expect
+from specsuite.suite import expect, overhead, plausible
 from specsuite.suite.baseline import Baseline, baseline_of
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
     Completion,
     RequestOutcome,
     Speed,
-    abba,
     chat_body,
-    decode_tps,
     divergence,
+    interleaved_round,
+    one_request,
     run_prompts,
     spec_result_line,
     usage_problem,
@@ -255,27 +255,29 @@ def _cold_pass(spec: LlamaServer, case: Case) -> tuple[metrics.Delta, list[Compl
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer
 ) -> tuple[list[metrics.Delta], list[Completion], Speed]:
-    """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
-    speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
-    never reported: the cold pass's are)."""
+    """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds, each the
+    prompt set on both servers, request pair by request pair in A-B-B-A order (measure.interleaved_round);
+    each round's counters are the speculative server's ``/metrics`` delta over it (kept to show whether
+    they repeat, never reported: the cold pass's are)."""
     warm_up(spec.post, case.prompt_texts)
     snapshots = [spec.metrics()]
     speed, first_base = Speed(), None
-    # side by side on shared cores no timing means anything: one round, for the tokens and counters
-    for order in abba(session.options.repeat if session.speed else 1):
-        for side in order:
-            srv = spec if side == "spec" else base
-            comps = run_prompts(srv.post, case.prompt_texts, case.n_predict)
-            tps = decode_tps(comps)
-            if side == "spec":
-                snapshots.append(spec.metrics())
-            else:
-                first_base = first_base or comps
-            if session.speed:
-                (speed.spec_tps if side == "spec" else speed.base_tps).append(tps or 0.0)
+    ask = lambda srv: lambda pid, text: one_request(srv.post, pid, text, case.n_predict)  # noqa: E731
+    for r in range(rounds_of(session, case)):
+        got = interleaved_round(ask(spec), ask(base), case.prompt_texts, r * len(case.prompt_texts))
+        snapshots.append(spec.metrics())
+        first_base = first_base or got["base"]
+        if session.speed:
+            speed.add(got["spec"], got["base"])
     assert first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
     return deltas, first_base, speed
+
+
+def rounds_of(session: Session, case: Case) -> int:
+    """A-B-B-A rounds of a case: ``--repeat``, raised to the case's own ``repeat`` (a speed case on noisy
+    cores); one where cases run side by side on shared cores (no timing means anything there)."""
+    return max(session.options.repeat, case.repeat) if session.speed else 1
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
@@ -308,15 +310,22 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     return Measured(outcome, spec.log_text(), usage)
 
 
+def _fill(rec: CaseRecord, outcome: RequestOutcome) -> None:
+    """The record's numbers: the counters and speed, the per-block overhead, whether the speed is possible."""
+    outcome.fill(rec)
+    overhead.fill(rec, outcome.speed, outcome.rounds)
+    rec.implausible_speed = plausible.check(rec)
+    rec.warnings += outcome.delta.warnings() + ([rec.implausible_speed] if rec.implausible_speed else [])
+
+
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     n = m.outcome.numbers()
-    m.outcome.fill(rec)
-    rec.warnings += m.outcome.delta.warnings()
+    _fill(rec, m.outcome)
     line = spec_result_line(case.name, n)
     print(line, flush=True)
     session.result_lines.append(line)
     failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
-    if not session.speed:  # acceptance only: the speed floor has nothing to judge
+    if not session.speed or rec.implausible_speed:  # no speed measured, or none possible: no speed floor
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))

@@ -88,7 +88,7 @@ def test_every_page_loads_clean_every_chart_is_drawn_every_link_resolves(
         assert browser.js("return window.pwned") is None and browser.js("return document.images.length") == 0
         if page.parent.parent.name == "cases":
             charts = _charts(browser)
-            assert len(charts) == 5, page
+            assert len(charts) == 6, page  # rate, length, pos0, speedup, block cost; per position
             for c in charts:
                 assert c["nodata"] or c["painted"] > 500, f"{page.relative_to(root)}: {c}"
         for href in _links(browser):

@@ -149,7 +149,8 @@ def test_a_drop_against_the_earlier_commit_fails_regressed_naming_it(seed: Seed,
     head = run.summary_head()
     assert "FAILED" in head.splitlines()[0]
     device = run.doc["device"]["class"]
-    line = f"baseline (latest earlier run, {device}/cpu, rtol 5%, drift over the last 10 runs)"
+    rtols = "rtol 5% (per-block overhead 20%)"
+    line = f"baseline (latest earlier run, {device}/cpu, {rtols}, drift over the last 10 runs)"
     assert f"{line}: {A} (run " in head
     assert f"(run {seed.run.doc['run_id']}) for {CASE}" in head
     assert run.junit_properties()["history_baseline"] == A
@@ -177,7 +178,11 @@ def test_a_larger_rtol_passes_the_same_drop(seed: Seed, db: Path, tmp_path) -> N
     assert run.proc.returncode == 0, run.output
     assert run.case["status"] == "passed"
     assert run.case["baseline"] == {**run.case["baseline"], "commit": A, "rtol": 0.1, "regressions": []}
-    assert f"rtol 10%, drift over the last 10 runs): {A} (run {seed.run.doc['run_id']})" in run.summary_head()
+    head = run.summary_head()
+    assert (
+        f"rtol 10% (per-block overhead 20%), drift over the last 10 runs): {A} (run {seed.run.doc['run_id']})"
+        in head
+    )
     assert commits(db) == [A, B]
 
 

@@ -158,6 +158,36 @@ def test_speed_floor_with_abba_rounds(run, monkeypatch) -> None:
     assert "speedup 0.667 < floor 1.000" in rec.message
 
 
+def test_a_cases_own_repeat_raises_the_runs_and_blocks_are_timed_per_round(run) -> None:
+    """The fake: 2 prompts of 8 tokens, each request 4 drafts; 10 ms a token with speculation, 20 without.
+    A round: 160 ms over 8 drafts (20 ms a block), the baseline 320 ms over 14 decode steps (a request's first
+    token is the prompt's): a block costs 0.875 plain steps, 14 / 8 = 1.75 tokens each."""
+    rec = run(_case(SIMPLE + "repeat = 3\n"))
+    assert rec.status == "passed", rec.message
+    assert rec.speed.repeat == 3 and rec.blocks is not None and rec.blocks.ratios == [0.875] * 3
+    assert (rec.block_ms, rec.token_ms, rec.block_ratio, rec.tokens_per_block) == (20.0, 22.8571, 0.875, 1.75)
+    assert rec.implausible_speed is None
+
+
+def test_an_impossible_speedup_is_recorded_not_gated_and_named_first(run, monkeypatch) -> None:
+    """Accept length 3.25 but 20x faster than plain decoding: the two sides were not measured alike. The
+    speed floor (which that speedup would pass) is not judged, and a green run says so in its headline."""
+    monkeypatch.setenv("SPEC_REPEAT", "2")
+    rec = run(_case(SIMPLE + "min_speedup = 1.0\n"), spec_ms_per_token=1.0)
+    assert rec.status == "passed", rec.message
+    assert rec.speedup == 20.0 and (rec.implausible_speed or "").startswith(
+        "implausible_speed: speedup 20.000"
+    )
+    assert rec.implausible_speed in rec.warnings
+    v = verdict(Run(cases={"c": rec}))
+    assert v.green and "IMPLAUSIBLE SPEED in 1 case(s)" in v.headline
+    assert v.attention[0].startswith(
+        "IMPLAUSIBLE SPEED, not gated (the measurement is wrong, not the method): c:"
+    )
+    slow = run(_case(SIMPLE + "min_speedup = 30.0\n"), spec_ms_per_token=1.0)
+    assert slow.status == "passed" and slow.implausible_speed  # a floor above it is not judged either
+
+
 def test_uncalibrated_case_reports_without_floors(run) -> None:
     body = SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.99") + "uncalibrated = true\n"
     rec = run(_case(body))
