@@ -432,7 +432,8 @@ def _validated(
 def _gate_check(runs: list[Run], names: list[str]) -> None:
     """The gates' error rates on these runs of one commit, at the configured rtol and drift window."""
     opts = settings.load()
-    print(gatecheck.render(gatecheck.check(runs, names, opts.rtol, opts.drift_window), opts.rtol), flush=True)
+    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol)
+    print(gatecheck.render(checks, opts.rtol), flush=True)
 
 
 def _case_names(cases: list[Any], tier: str | None) -> list[str]:

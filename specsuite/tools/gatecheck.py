@@ -6,7 +6,8 @@ each run as the last of a window: ``changes.drift``), every failure is a false a
 the speed noise: the spread of the per-round speedups within a run and of the run medians between runs
 (coefficients of variation), and from it the smallest speed drop the relative gate catches in 95 % of
 comparisons at the runs' repeats: simulated with that noise, judged by the gate's own rule (one-sided
-Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol).
+Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol). The per-block overhead
+(``block_ratio``, gated at its own ``block_rtol``) is judged and its spread reported the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class CaseCheck:
     drift_alarms: int = 0
     cv_within: float | None = None  # speedup rounds around their run's mean
     cv_between: float | None = None  # run means around the grand mean, the rounds' share removed
+    block_cv_within: float | None = None  # the same for the per-round block ratios
+    block_cv_between: float | None = None
     repeat: int = 0
     mde: float | None = None  # smallest drop caught with POWER; None: speed not gated (too few rounds)
 
@@ -97,17 +100,28 @@ def smallest_drop(
     return hi / 200
 
 
-def check(runs: Sequence[Run], names: Sequence[str], rtol: float, window: int) -> list[CaseCheck]:
+GATED = (*regress.METRICS, "speedup", "block_ratio")
+
+
+def check(
+    runs: Sequence[Run],
+    names: Sequence[str],
+    rtol: float,
+    window: int,
+    block_rtol: float = regress.BLOCK_RTOL,
+) -> list[CaseCheck]:
     """Per case: false alarms of the relative gate over every (earlier, later) pair of ``runs`` (in the
     given order), of the drift gate over every window, the speed spread and the smallest drop caught."""
     out = []
     for name in names:
         recs = [r.cases[name] for r in runs if name in r.cases and r.cases[name].measured]
-        c = CaseCheck(name, false_alarms={m: 0 for m in (*regress.METRICS, "speedup")})
+        c = CaseCheck(name, false_alarms=dict.fromkeys(GATED, 0))
         for j, cur in enumerate(recs):
             for base in recs[:j]:
                 c.pairs += 1
-                for reg in regress.regressions(cur, base, rtol=rtol, baseline_commit="aa"):
+                for reg in regress.regressions(
+                    cur, base, rtol=rtol, block_rtol=block_rtol, baseline_commit="a"
+                ):
                     c.false_alarms[reg.metric] += 1
         c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window)
         rounds = [_samples(r) for r in recs]
@@ -115,6 +129,9 @@ def check(runs: Sequence[Run], names: Sequence[str], rtol: float, window: int) -
         if (found := spread(rounds)) is not None:
             c.cv_within, c.cv_between = found
             c.mde = smallest_drop(found[0], found[1], c.repeat, rtol)
+        blocks = [[v for v in (finite(x) for x in r.block_samples or []) if v is not None] for r in recs]
+        if (found := spread(blocks)) is not None:
+            c.block_cv_within, c.block_cv_between = found
         out.append(c)
     return out
 
@@ -131,8 +148,8 @@ def _drift_alarms(recs: Sequence[CaseRecord], rtol: float, window: int) -> tuple
     return judged, alarms
 
 
-HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup)", "drift alarms", "speed CV in run",
-          "between runs", "drop caught 95 %")  # fmt: skip
+HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/block)", "drift alarms", "speed CV in run",
+          "between runs", "drop caught 95 %", "block ratio CV in run / between")  # fmt: skip
 
 
 def _pct(x: float | None) -> str:
@@ -142,14 +159,15 @@ def _pct(x: float | None) -> str:
 def render(checks: Sequence[CaseCheck], rtol: float) -> str:
     rows = []
     for c in checks:
-        fa = "/".join(str(c.false_alarms[m]) for m in (*regress.METRICS, "speedup"))
+        fa = "/".join(str(c.false_alarms[m]) for m in GATED)
         mde = (
             _pct(c.mde)
             if c.mde is not None
             else ("no speed gate" if c.repeat < regress.MIN_SAMPLES else "> 90 %")
         )
+        blocks = f"{_pct(c.block_cv_within)} / {_pct(c.block_cv_between)}"
         rows.append([c.name, str(c.pairs), fa, f"{c.drift_alarms}/{c.windows}", _pct(c.cv_within),
-                     _pct(c.cv_between), mde])  # fmt: skip
+                     _pct(c.cv_between), mde, blocks])  # fmt: skip
     pairs = sum(c.pairs for c in checks)
     alarms = sum(sum(c.false_alarms.values()) for c in checks)
     head = (

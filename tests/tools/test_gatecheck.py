@@ -9,6 +9,8 @@ import random
 import histories
 import pytest
 
+from specsuite.results.document import Run
+from specsuite.results.record import BlockCost, CaseRecord
 from specsuite.tools import gatecheck
 from specsuite.tools.calibrate import main as calibrate_main
 
@@ -65,3 +67,23 @@ def test_calibrate_reports_the_gate_check(tmp_path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "gate check: " in out and " comparisons of runs of one commit" in out
     assert "tiny-mtp-random" in out and "drop caught 95 %" in out
+
+
+def _run(ratios: list[float]) -> Run:
+    rec = CaseRecord(name="wide", status="passed", accept_rate=1.0, accept_len=3.875,
+                     blocks=BlockCost(ratios=list(ratios)))  # fmt: skip
+    return Run(cases={"wide": rec})
+
+
+def test_per_block_overhead_alarms_and_spread_are_counted_at_its_own_rtol() -> None:
+    """Three runs of one commit, then one whose blocks cost 40 % more: caught against each earlier run at
+    the 20 % block rtol, never at 60 %; the spread of the block ratios is reported like the speedup's."""
+    runs = [_run([3.4, 3.5, 3.45, 3.42]), _run([3.5, 3.38, 3.44, 3.47]), _run([3.41, 3.46, 3.5, 3.43])]
+    [same] = gatecheck.check(runs, ["wide"], 0.05, 10)
+    assert same.false_alarms["block_ratio"] == 0 and same.block_cv_within is not None
+    assert 0 < same.block_cv_within < 0.02
+    dear = [*runs, _run([4.8, 4.85, 4.9, 4.82])]
+    [c] = gatecheck.check(dear, ["wide"], 0.05, 10)
+    assert c.false_alarms["block_ratio"] == 3 and c.pairs == 6
+    assert gatecheck.check(dear, ["wide"], 0.05, 10, block_rtol=0.6)[0].false_alarms["block_ratio"] == 0
+    assert "false alarms (rate/len/pos0/speedup/block)" in gatecheck.render([c], 0.05)

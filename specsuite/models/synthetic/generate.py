@@ -26,6 +26,7 @@ from specsuite.models.lock import GeneratedEntry, load_lock
 from specsuite.models.synthetic.arch import (
     CONF_BIAS_HIGH,
     CONF_BIAS_LOW,
+    WIDE,
     Model,
     dflash,
     eagle3,
@@ -90,10 +91,26 @@ _KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
     ),
 }
 
+# Kinds made in fixed weights only: the speed cases' wide target (32 MB; acceptance is not what it is for).
+_FIXED_KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
+    "target-llama-wide": (
+        "4-layer llama target 512 wide (FFN 1024): about 1 ms a decode step on one CPU thread, for the speed "
+        "cases (draft-simple with the 1-layer llama draft)",
+        7,
+        lambda w, n: llama(w, 4, n, WIDE),
+    ),
+}
+
 RECIPES: dict[str, Recipe] = {
-    f"{kind}-{mode}": Recipe(f"{kind}-{mode}", f"{desc}, {mode} weights", mode, seed, build)
-    for mode in MODES
-    for kind, (desc, seed, build) in _KINDS.items()
+    **{
+        f"{kind}-{mode}": Recipe(f"{kind}-{mode}", f"{desc}, {mode} weights", mode, seed, build)
+        for mode in MODES
+        for kind, (desc, seed, build) in _KINDS.items()
+    },
+    **{
+        f"{kind}-fixed": Recipe(f"{kind}-fixed", f"{desc}, fixed weights", "fixed", seed, build)
+        for kind, (desc, seed, build) in _FIXED_KINDS.items()
+    },
 }
 
 
