@@ -14,14 +14,17 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
    ``specsuite run-tier`` over the synthetic cases in FAKE_CASES; B: as many runs with the speculative
    server slowed by each size.
 2. Real CPU build (LLAMA_SERVER_BIN_PATH, else build/bin/llama-server) on ``--real-cases`` (the synthetic
-   tier): A = ``--real-runs`` runs of the build as it is; B = as many runs for each of ``--slowdowns``,
-   the same build behind a wrapper that puts only the speculating server (a ``--spec-*`` flag) under a CPU
-   quota of 1/k of one CPU (cpuquota.py: cgroup v1 ``cpu.cfs_quota_us``, or v2 ``cpu.max``; needs root),
-   so its counters stay identical and its decoding is about k times slower. Runs are interleaved (A, B at
-   each slowdown, A, ...) so that a machine whose load changes favours no side. Then ``--speed-runs`` more
-   of each with the speed cases alone (the cases with their own ``repeat``), for more A/A pairs where it
-   counts. The speed cases and the tiny cases are reported apart: the tiny models decode at thousands of
-   tokens a second, where a round measures the machine more than the method.
+   tier): A = ``--real-runs`` runs of the build; B = as many runs for each of ``--slowdowns``, the same
+   build behind a wrapper that puts only the speculating server (a ``--spec-*`` flag) under a CPU quota of
+   1/k of one CPU (cpuquota.py: cgroup v1 ``cpu.cfs_quota_us``, or v2 ``cpu.max``; needs root), so its
+   counters stay identical and its decoding is about k times slower. Every server of A and B runs in a
+   cgroup of its side (the baselines' and A's speculating servers at a whole CPU), so the two differ only in
+   the quota. A quota is a cap: on a machine loaded past it the server gets less than its quota anyway and
+   the slowdown shrinks; the table says how much slower the speculative server really decoded. Runs are
+   interleaved (A, B at each slowdown, A, ...) so that a machine whose load changes favours no side. Then
+   ``--speed-runs`` more of each with the speed cases alone (the cases with their own ``repeat``), for more
+   A/A pairs where it counts. The speed cases and the tiny cases are reported apart: the tiny models decode
+   at thousands of tokens a second, where a round measures the machine more than the method.
 Every comparison is one case of one run judged against the same case of another: A/A every later A run
 against every earlier one, A/B every B run against every A run, by the relative gate
 (``history.regress.regressions``: the speedup's drop beyond ``--rtol`` and the per-block overhead's rise
@@ -245,15 +248,19 @@ def real_part(args: argparse.Namespace, work: Path) -> tuple[list[list[str]], Me
     tiny = {c.name for c in selected} - set(speed)
     got = Measured()
     with contextlib.ExitStack() as stack:
+        group = lambda name, share: stack.enter_context(  # noqa: E731
+            QuotaGroup(f"specsuite-bench-{os.getpid()}-{name}", share)
+        )
+        base = group("base", 1.0)  # every baseline server: a whole CPU, as in the A runs
+        plain = slowed_binary(binary, group("spec-1x", 1.0), base, work / "slow-1x")  # A: the same groups
         slowed = {}
         for k in [float(s) for s in args.slowdowns.split(",")]:
-            group = stack.enter_context(QuotaGroup(f"specsuite-bench-{os.getpid()}-{k:g}x", 1 / k))
-            slowed[k] = slowed_binary(binary, group, work / f"slow-{k:g}x")
+            slowed[k] = slowed_binary(binary, group(f"spec-{k:g}x", 1 / k), base, work / f"slow-{k:g}x")
         print(f"real CPU build: {args.real_runs} A runs of {args.real_cases} and as many per slowdown "
               f"{args.slowdowns}, then {args.speed_runs} of {','.join(speed)}", flush=True)  # fmt: skip
-        _interleaved(binary, slowed, args.real_cases, args.real_runs, "real", work, got, args)
+        _interleaved(plain, slowed, args.real_cases, args.real_runs, "real", work, got, args)
         if speed and args.speed_runs:
-            _interleaved(binary, slowed, ",".join(speed), args.speed_runs, "speed", work, got, args)
+            _interleaved(plain, slowed, ",".join(speed), args.speed_runs, "speed", work, got, args)
     cores = os.cpu_count()
     rows = section(f"real CPU build, {cores} cores: speed cases ({', '.join(speed)})", got, set(speed), args)
     if tiny:

@@ -70,18 +70,17 @@ def _writable_controller() -> bool:
     not _writable_controller(), reason=f"no writable cgroup CPU controller under {CGROUP_ROOT}"
 )
 def test_only_a_speculating_server_enters_the_quota_group(tmp_path: Path) -> None:
-    """The wrapper moves itself into the group and execs the binary (same pid) when a --spec-* flag is
-    given; the baseline's command line (no speculative flag) and --help run outside it."""
+    """The wrapper moves itself into the quota group and execs the binary (same pid) when a --spec-* flag is
+    given; a baseline server (no speculative flag) into the other group; --help into neither."""
     fake = tmp_path / "real-server"
     fake.write_text("#!/bin/sh\ncat /proc/$$/cgroup\n")
     fake.chmod(0o755)
-    with QuotaGroup(f"specsuite-test-{tmp_path.name}", 0.5) as group:
-        exe = slowed_binary(fake, group, tmp_path / "slowed")
-        spec = subprocess.run(
-            [exe, "-m", "t.gguf", "--spec-type", "draft-simple"], capture_output=True, text=True
-        )
-        base = subprocess.run([exe, "-m", "t.gguf", "--threads", "1"], capture_output=True, text=True)
-        helped = subprocess.run([exe, "--help"], capture_output=True, text=True)
-    assert spec.returncode == 0 and f"/{group.path.name}\n" in spec.stdout, spec.stdout + spec.stderr
-    assert group.path.name not in base.stdout and group.path.name not in helped.stdout
-    assert not group.path.exists()
+    name = f"specsuite-test-{tmp_path.name}"
+    with QuotaGroup(f"{name}-spec", 0.5) as group, QuotaGroup(f"{name}-base", 1.0) as whole:
+        exe = slowed_binary(fake, group, whole, tmp_path / "slowed")
+        run = lambda *argv: subprocess.run([exe, *argv], capture_output=True, text=True)  # noqa: E731
+        spec = run("-m", "t.gguf", "--spec-type", "draft-simple", "--port", "1")
+        base, helped = run("-m", "t.gguf", "--threads", "1", "--port", "1"), run("--help")
+    assert spec.returncode == 0 and f"/{name}-spec\n" in spec.stdout, spec.stdout + spec.stderr
+    assert f"/{name}-base\n" in base.stdout and name not in helped.stdout
+    assert not group.path.exists() and not whole.path.exists()
