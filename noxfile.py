@@ -43,6 +43,9 @@ KILL_S = 30.0  # ... and after SIGTERM, before SIGKILL
 
 
 def _specsuite(session: nox.Session, *args: str, extras: str = "") -> None:
+    # The package and what the command needs: `datasets` (pyarrow) where nightly's Parquet prompt sets may
+    # run, `plot` for bench. The `test` extra (selenium, huggingface_hub, uv) is for the project's own tests:
+    # a tier imports none of it (tests/suite/test_progress.py runs one where it cannot be imported).
     session.install("-e", f".[{extras}]" if extras else ".")
     procs.install_forwarder()
     session.run("specsuite", *args, *session.posargs, interrupt_timeout=GRACE_S, terminate_timeout=KILL_S)
@@ -59,43 +62,43 @@ def build(session: nox.Session) -> None:
 @nox.session(tags=["cpu"], requires=["build"])
 def test_smoke(session: nox.Session) -> None:
     """CPU tier: ngram, draft-simple, --spec-default and the auto mode on Gemma 3 270M (from PyPI)."""
-    _specsuite(session, "run-tier", "smoke", extras="test")
+    _specsuite(session, "run-tier", "smoke")
 
 
 @nox.session(tags=["cpu"], requires=["build"])
 def test_synthetic(session: nox.Session) -> None:
     """CPU tier: MTP, EAGLE-3, DFlash, DSpark and the front ends' modes on tiny generated models."""
-    _specsuite(session, "run-tier", "synthetic", extras="test")
+    _specsuite(session, "run-tier", "synthetic")
 
 
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_compact(session: nox.Session) -> None:
     """GPU tier: the seed suite (MTP, DFlash, DSpark, EAGLE-3 on 4B targets, about 6.3 GiB of models)."""
-    _specsuite(session, "run-tier", "compact", extras="test")
+    _specsuite(session, "run-tier", "compact")
 
 
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_nightly(session: nox.Session) -> None:
     """GPU tier: DFlash2 on a 27B target and LiLiCorr on a 74B target (about 41.4 GiB of models)."""
-    _specsuite(session, "run-tier", "nightly", extras="test")
+    _specsuite(session, "run-tier", "nightly", extras="datasets")
 
 
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_all(session: nox.Session) -> None:
     """GPU tier: compact and nightly together (about 47.7 GiB of models)."""
-    _specsuite(session, "run-tier", "all", extras="test")
+    _specsuite(session, "run-tier", "all", extras="datasets")
 
 
 @nox.session(default=False, requires=["build"])
 def calibrate(session: nox.Session) -> None:
     """Run a tier N times and write new floors into cases.toml (-- --tier compact --runs 3 [--dry-run])."""
-    _specsuite(session, "calibrate", extras="test")
+    _specsuite(session, "calibrate", extras="datasets")
 
 
 @nox.session(default=False, requires=["build"])
 def bench(session: nox.Session) -> None:
     """Each speculative mode on one model: tokens/s, speedup over off, acceptance (-- --model NAME)."""
-    _specsuite(session, "bench", extras="test,plot")
+    _specsuite(session, "bench", extras="plot")
 
 
 @nox.session(default=False)
@@ -107,13 +110,13 @@ def report(session: nox.Session) -> None:
 @nox.session(default=False)
 def bisect(session: nox.Session) -> None:
     """Find the llama.cpp commit that made a case worse (-- --good SHA --bad SHA --case NAME)."""
-    _specsuite(session, "bisect", extras="test")
+    _specsuite(session, "bisect", extras="datasets")
 
 
 @nox.session(default=False)  # not under -t gpu: it builds and runs on its own
 def gpu_check(session: nox.Session) -> None:
     """On a machine with a GPU: CPU and CUDA builds, synthetic and smoke tiers on each, one table."""
-    _specsuite(session, "gpu-check", extras="test")
+    _specsuite(session, "gpu-check")
 
 
 @nox.session

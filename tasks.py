@@ -91,8 +91,8 @@ def verify_models(c, lock=None, model_dir=None, full=False):
 
 
 @command()
-def probe(c, binary=None):
-    _run("probe", binary)
+def probe(c, binary=None, all_cases=False):
+    _run("probe", binary, all_cases=all_cases)
 
 
 @command(positional=["a", "b"], klass=_CompareTask)

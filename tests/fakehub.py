@@ -3,11 +3,13 @@
 Also the fetcher tests' fixtures (imported by those test modules; tests/conftest.py is not ours).
 
 Routes, as the real Hub answers them (huggingface_hub's file_download and HfApi.get_paths_info):
-- ``HEAD|GET /{repo}/resolve/{revision}/{path}``: X-Repo-Commit, X-Linked-Size, X-Linked-Etag; either a
+- ``HEAD|GET /{repo}/resolve/{revision}/{path}`` (``/datasets/{repo}/...`` for a hub of
+  ``repo_type="dataset"``): X-Repo-Commit, X-Linked-Size, X-Linked-Etag; either a
   302 to a second "CDN" server (``cdn=``) or the bytes themselves, with ``Range: bytes=A-`` and
   ``bytes=A-B`` support (the Content-Range of a bounded range names exactly A-B).
 - ``GET /cdn/{sha256}``: the bytes, on the CDN server.
-- ``POST /api/models/{repo}/paths-info/{revision}`` (form: paths, expand): lfs.oid and lfs.size per path.
+- ``POST /api/models/{repo}/paths-info/{revision}`` (``/api/datasets/...`` for a dataset; form: paths,
+  expand): lfs.oid and lfs.size per path.
 
 ``rate=`` serves every data response at that many bytes per second, each connection on its own (a CDN edge
 that caps each connection, not the client).
@@ -91,8 +93,10 @@ class FakeHub:
         token: str | None = None,
         cdn: FakeHub | None = None,
         rate: float | None = None,
+        repo_type: str = "model",
     ) -> None:
         self.repo, self.revision, self.token, self.cdn, self.rate = repo, revision, token, cdn, rate
+        self.repo_type = repo_type  # "dataset": the Hub's URLs of a dataset repository
         self.files: dict[str, _File] = {}
         self.by_sha: dict[str, _File] = {}
         self.faults: dict[str, list] = {}
@@ -176,7 +180,7 @@ def _make_handler(hub: FakeHub):
             return True
 
         def do_POST(self) -> None:
-            m = re.match(r"^/api/models/(.+)/paths-info/([^/]+)$", self.path)
+            m = re.match(rf"^/api/{hub.repo_type}s/(.+)/paths-info/([^/]+)$", self.path)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
             self._record("api")
             if self._meta_fault():
@@ -206,7 +210,8 @@ def _make_handler(hub: FakeHub):
                 if f is None:
                     return self._send(404)
                 return self._serve(f, [f.sha256])
-            m = re.match(r"^/(\w[\w.-]*/[\w.-]+)/resolve/([^/]+)/(.+)$", self.path)
+            prefix = "/datasets" if hub.repo_type == "dataset" else ""
+            m = re.match(rf"^{prefix}/(\w[\w.-]*/[\w.-]+)/resolve/([^/]+)/(.+)$", self.path)
             if not m:
                 self._record("other")
                 return self._send(404)

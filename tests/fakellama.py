@@ -81,6 +81,14 @@ def event(kind, **more):
     finally:
         os.close(fd)
 
+# what llama-server logs after each request (server-context.cpp print_timing): the decode rate the
+# suite's time budget reads
+def timing_lines(n, ms):
+    head = "slot print_timing: id  0 | task %d | " % state["requests"]
+    print(head + "prompt eval time = %10.2f ms / %5d tokens" % (1.0, 3), file=sys.stderr)
+    print(head + "       eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)"
+          % (ms, n, ms / n, 1000.0 * n / ms), file=sys.stderr, flush=True)
+
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
@@ -138,6 +146,7 @@ class H(BaseHTTPRequestHandler):
                 for i, c in enumerate(now["per_pos"] or []):
                     state["pos"][i] += c
             event("completion", t0=t0, t1=time.time())
+            timing_lines(n, ms)
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
         if self.path == "/v1/chat/completions":
             answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
@@ -145,6 +154,7 @@ class H(BaseHTTPRequestHandler):
                 answer["usage"] = {"completion_tokens": n, "prompt_tokens": 3, "total_tokens": n + 3}
             elif CONFIG["usage"] == "zero":
                 answer["usage"] = {"completion_tokens": 0, "prompt_tokens": 0, "total_tokens": 0}
+            timing_lines(n, ms)
             return self._send(200, answer)
         self._send(404, {"error": "not found"})
 

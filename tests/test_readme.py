@@ -239,6 +239,13 @@ def test_the_readme_shows_the_lines_this_module_checks() -> None:
     assert "specsuite changes --case tiny-mtp-random --metric accept_rate" in shown("specsuite")
 
 
+def test_the_quick_start_installs_uv_beside_nox() -> None:
+    """nox takes uv or virtualenv for its venvs (the noxfile's "uv|virtualenv"); a nox installed without uv
+    beside it says `nox > uv binary not found.` on every run of the Quick start."""
+    installs = [ln for ln in shown("python3 -m pip install") if "nox" in ln.split()]
+    assert installs and all("uv" in ln.split() for ln in installs), installs
+
+
 def test_readme_nox_sessions_and_tags_are_the_noxfiles() -> None:
     assert {"build", "test_smoke", "bench", "lint", "tests"} <= set(SESSIONS)
     assert sorted(TAGS) == ["cpu", "gpu"]
@@ -378,6 +385,9 @@ def test_specsuite_plot_two_runs(tmp_path: Path, env) -> None:
 def test_invoke_probe_make_synthetic_models_and_resolve(tmp_path: Path, env) -> None:
     exe = fake_llama(tmp_path / "bin")
     probe = run("probe", "--binary", str(exe), tool="invoke", env=env)
+    assert probe.returncode == errors.OK, probe.stderr
+    assert re.search(r"cases: (\d+) of \1 can run", probe.stdout), probe.stdout
+    probe = run("probe", "--binary", str(exe), "--all-cases", tool="invoke", env=env)
     assert probe.returncode == errors.OK and "tiny-none" in probe.stdout, probe.stderr
     made = run("make-synthetic-models", "--out", str(tmp_path / "synth"), tool="invoke", env=env)
     assert made.returncode == errors.OK, made.stderr

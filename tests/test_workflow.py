@@ -127,8 +127,8 @@ def test_concurrency_and_permissions(wf: dict) -> None:
 def test_the_history_travels_in_the_cache_and_only_the_merge_writes_it(jobs: dict) -> None:
     key = "spec-history-${{ github.run_id }}-${{ github.run_attempt }}"
     for name, job in jobs.items():
-        if name == "bisect":  # builds and runs old commits only: no history read or written
-            assert "SPEC_HISTORY" not in job["env"] and "actions/cache" not in str(job["steps"])
+        if name in ("bisect", "benchmark"):  # old commits built and run; bench.json charted: no history
+            assert "SPEC_HISTORY" not in job.get("env", {}) and "actions/cache" not in str(job["steps"])
             continue
         if name in ("site", "pages"):  # they read what the merge saved (their own test below)
             continue
@@ -314,7 +314,7 @@ def test_no_input_matrix_value_or_artifact_name_interpolated_into_a_script(jobs:
 
 
 def test_the_bisect_runs_only_after_a_failed_scheduled_merge(jobs: dict, bisect_job: dict) -> None:
-    assert list(jobs) == ["plan", "suite", "merge", "bisect", "site", "pages"]
+    assert list(jobs) == ["plan", "suite", "merge", "bisect", "site", "benchmark", "pages"]
     assert bisect_job["needs"] == "merge"
     cond = bisect_job["if"]
     for part in ("always()", "github.event_name == 'schedule'", "needs.merge.result == 'failure'",
@@ -498,7 +498,7 @@ def test_the_site_is_built_after_every_run_where_the_history_lives(wf: dict) -> 
     assert cache in site["container"]["options"] and cache in site["env"]["SPEC_CACHE_DIR"]
     assert "--gpus" not in site["container"]["options"] and "permissions" not in site  # contents: read
     results = _uses(site, "actions/download-artifact")["with"]
-    uploaded = _uses(merge, "actions/upload-artifact")["with"]["name"]
+    uploaded = _upload(merge, "merged/")["name"]
     assert fnmatch(
         uploaded.replace("${{ github.run_id }}-${{ github.run_attempt }}", "1-1"), results["pattern"]
     )
@@ -515,7 +515,7 @@ def test_the_site_is_built_after_every_run_where_the_history_lives(wf: dict) -> 
 
 def test_pages_deploys_only_when_asked_with_only_the_permissions_it_needs(wf: dict) -> None:
     pages, site = wf["jobs"]["pages"], wf["jobs"]["site"]
-    assert pages["needs"] == ["site"]
+    assert pages["needs"] == ["site", "benchmark"]
     cond = pages["if"]
     assert "vars.SPEC_PAGES == 'true'" in cond and "needs.site.result == 'success'" in cond
     assert "github.ref_name == github.event.repository.default_branch" in cond
@@ -524,15 +524,183 @@ def test_pages_deploys_only_when_asked_with_only_the_permissions_it_needs(wf: di
     assert (
         "self-hosted" not in str(pages["runs-on"]) and "container" not in pages
     )  # no GPU box, no code of ours
-    got = _uses(pages, "actions/download-artifact")["with"]["name"]
+    got = _step(pages, "The site")["with"]["name"]
     assert got == _uses(site, "actions/upload-artifact")["with"]["name"]
     assert _uses(pages, "actions/upload-pages-artifact")["with"]["path"] == "site"
     deploy = _uses(pages, "actions/deploy-pages")
     assert pages["environment"]["url"] == "${{ steps." + deploy["id"] + ".outputs.page_url }}"
-    assert [k for k, j in wf["jobs"].items() if "permissions" in j] == ["pages"]  # the others: contents: read
+    # the others: contents: read (the benchmark job's own write is tested below)
+    assert [k for k, j in wf["jobs"].items() if "permissions" in j] == ["benchmark", "pages"]
 
 
 def test_spec_pages_is_a_declared_variable() -> None:
     config = yaml.safe_load((paths.REPO_ROOT / ".github" / "actionlint.yaml").read_text())
     assert "SPEC_PAGES" in config["config-variables"]
     assert "SPEC_PAGES" in WORKFLOW.read_text().split("name: spec-suite")[0]  # the header says what it does
+
+
+# --- failing cases as annotations, bench.json charted ------------------------------------------------------
+
+JUNIT_REPORT = "mikepenz/action-junit-report@d9f48fc87bc235f7e214acf696ca5abc0a986f16"  # v6.4.2's commit
+BENCHMARK = "benchmark-action/github-action-benchmark@a60cea5bc7b49e15c1f58f411161f99e0df48372"  # v1.22.0's
+
+
+FAILING = "accept_rate 0.1 < floor 0.5 (a failure for the annotation)"
+
+
+def _merged(tmp_path: Path, jobs: dict) -> Path:
+    """The merge step's script over real shards, one case failed on a floor: merged/<class>/ as the merge
+    job leaves it."""
+    write_shards(tmp_path / "shards" / "nvidia-h200")
+    shard = tmp_path / "shards" / "nvidia-h200" / "shard-1" / "results.json"
+    doc = json.loads(shard.read_text())
+    rec = next(iter(doc["cases"].values()))
+    rec.update(status="failed", reason="floor", message=FAILING)
+    shard.write_text(json.dumps(doc))
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "FOLDERS": "nvidia-h200",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "SPEC_HISTORY": str(tmp_path / "history.sqlite"),
+    }
+    script = _step(jobs["merge"], "Merge, judge and record each device class")["run"]
+    subprocess.run(["bash", "-e", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    return tmp_path / "merged"
+
+
+def test_the_failing_cases_of_junit_xml_become_annotations(jobs: dict, tmp_path: Path) -> None:
+    merge = jobs["merge"]
+    step = _step(merge, "Annotate the failing cases")
+    assert step["uses"] == f"{JUNIT_REPORT}" and step["if"] == "${{ always() }}"  # a red merge above too
+    assert step["with"]["annotate_only"] is True  # no check run: no `checks: write`
+    assert "permissions" not in merge and "token" not in step["with"]
+    names = [s.get("name") for s in merge["steps"]]
+    assert names.index("Merge, judge and record each device class") < names.index(
+        "Annotate the failing cases"
+    )
+    # what it reads is where the merge writes junit.xml, and it holds a failure to annotate
+    merged = _merged(tmp_path, jobs)
+    found = [
+        p
+        for p in merged.rglob("junit.xml")
+        if fnmatch(str(p.relative_to(tmp_path)), step["with"]["report_paths"])
+    ]
+    assert [p.parent.name for p in found] == ["nvidia-h200"]
+    import xml.etree.ElementTree as ET
+
+    failures = [f.get("message") for f in ET.parse(found[0]).iter("failure")]
+    assert failures == [f"[floor] {FAILING}"]
+
+
+def test_bench_json_is_charted_by_its_own_job_with_only_contents_write(jobs: dict, wf: dict) -> None:
+    bench = jobs["benchmark"]
+    assert bench["needs"] == ["merge"]
+    for part in ("always()", "needs.merge.result != 'skipped'", "vars.SPEC_PAGES == 'true'",
+                 "github.ref_name == github.event.repository.default_branch"):  # fmt: skip
+        assert part in bench["if"], part
+    assert bench["permissions"] == {"contents": "write"}  # the gh-pages push, nothing else
+    assert (
+        "self-hosted" not in str(bench["runs-on"]) and "container" not in bench
+    )  # no GPU box, no code of ours
+    action = _step(bench, "Chart bench.json")
+    assert action["uses"] == BENCHMARK
+    w = action["with"]
+    assert (w["tool"], w["output-file-path"], w["auto-push"]) == (
+        "customBiggerIsBetter",
+        "charts/bench.json",
+        True,
+    )
+    assert w["github-token"] == "${{ secrets.GITHUB_TOKEN }}" and w["fail-on-alert"] is False
+    assert w["skip-fetch-gh-pages"] == "${{ steps.branch.outputs.fresh == 'true' }}"
+    got = _step(bench, "The numbers to chart")
+    assert got["with"] == {"name": _upload(jobs["merge"], "charts/bench.json")["name"], "path": "charts"}
+    checkout = _step(bench, "Check out specsuite (the action commits in this clone)")
+    assert checkout["with"] == {"persist-credentials": False}
+    # the pages job puts the chart page beside the site
+    pages = jobs["pages"]
+    charts = _step(pages, "The charts of bench.json beside it")
+    assert (
+        charts["if"] == "${{ needs.benchmark.result == 'success' }}"
+        and charts["with"]["path"] == "site/bench"
+    )
+    assert charts["with"]["name"] == _step(bench, "Upload the chart page")["with"]["name"]
+    names = [s.get("name") for s in pages["steps"]]
+    assert names.index("The charts of bench.json beside it") < names.index("Package it for Pages")
+
+
+def _upload(job: dict, path: str) -> dict:
+    """The upload-artifact step of ``job`` that uploads ``path``."""
+    ups = [s["with"] for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    (found,) = [w for w in ups if w["path"] == path]
+    return found
+
+
+def test_the_collect_step_names_each_number_by_its_device_class(jobs: dict, tmp_path: Path) -> None:
+    merged = _merged(tmp_path, jobs)
+    step = _step(jobs["merge"], "Collect the numbers to chart")
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    own = json.loads((merged / "nvidia-h200" / "bench.json").read_text())
+    device = json.loads((merged / "nvidia-h200" / "results.json").read_text())["device"]["class"]
+    got = json.loads((tmp_path / "charts" / "bench.json").read_text())
+    assert own and got == [{**e, "name": f"{device} {e['name']}"} for e in own]
+    assert {e["name"].split()[-1] for e in got} == {"accept_rate", "accept_len", "speedup"}
+    empty = tmp_path / "empty"  # no merged run at all: nothing to chart, not an error
+    empty.mkdir()
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=empty, capture_output=True, text=True)
+    assert proc.returncode == 0 and "nothing to chart" in proc.stdout and not (empty / "charts").exists()
+
+
+def _fake_gh(folder: Path, exists: bool) -> str:
+    folder.mkdir(exist_ok=True)
+    gh = folder / "gh"
+    gh.write_text(f'#!/bin/sh\necho "$@" >> {folder / "calls"}\nexit {0 if exists else 1}\n')
+    gh.chmod(0o755)
+    return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_the_branch_step_starts_gh_pages_only_where_there_is_none(
+    jobs: dict, tmp_path: Path, exists: bool
+) -> None:
+    """The step's script in a real clone, with a stand-in for gh (the GitHub API cannot be reached here):
+    a repository with a gh-pages branch is left as it is; one without gets an empty local branch that the
+    action's push creates, and the action is told not to fetch it."""
+    bench = jobs["benchmark"]
+    step = _step(bench, "Start the gh-pages branch (first run)")
+    assert step["env"] == {"GH_TOKEN": "${{ github.token }}"}
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "main"], cwd=repo, check=True)
+    out = tmp_path / "github_output"
+    env = {"PATH": _fake_gh(tmp_path / "bin", exists), "GITHUB_OUTPUT": str(out), "GITHUB_REPOSITORY": "o/r",
+           "HOME": str(tmp_path)}  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "bin" / "calls").read_text() == "api repos/o/r/branches/gh-pages --silent\n"
+    branches = subprocess.run(
+        ["git", "branch", "--list", "gh-pages"], cwd=repo, capture_output=True, text=True
+    )
+    assert out.read_text() == f"fresh={str(not exists).lower()}\n"
+    assert bool(branches.stdout.strip()) is not exists
+    if not exists:  # an empty tree, no parent: the data branch shares nothing with the code
+        tree = subprocess.run(["git", "ls-tree", "gh-pages"], cwd=repo, capture_output=True, text=True).stdout
+        parents = subprocess.run(["git", "rev-list", "--parents", "-n", "1", "gh-pages"], cwd=repo,
+                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+        assert tree == "" and len(parents) == 1
+        # what the action then commits there, the page step takes for the site
+        subprocess.run([*git, "switch", "-q", "gh-pages"], cwd=repo, check=True)
+        (repo / "bench").mkdir()
+        (repo / "bench" / "data.js").write_text("window.BENCHMARK_DATA = {}")
+        (repo / "bench" / "index.html").write_text("<html></html>")
+        subprocess.run([*git, "add", "bench"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "data"], cwd=repo, check=True)
+        subprocess.run([*git, "switch", "-q", "-"], cwd=repo, check=True)
+        page = _step(bench, "The chart page for the site")["run"]
+        subprocess.run(["bash", "-e", "-c", page], cwd=repo, check=True)
+        assert sorted(p.name for p in (repo / "chart-site" / "bench").iterdir()) == ["data.js", "index.html"]
+        assert _step(bench, "Upload the chart page")["with"]["path"] == "chart-site/bench/"

@@ -99,12 +99,13 @@ def options(argv: list[str]) -> BenchOptions:
 def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
     from specsuite.cases.schema import parse_case_file, read_text
 
-    sets = parse_case_file(read_text()).prompt_sets
+    # bench sends inline texts only: a dataset-backed set's file belongs to a tier's cases
+    sets = {n: s for n, s in parse_case_file(read_text()).prompt_sets.items() if s.dataset is None}
     if name not in sets:
         raise UserError(
-            f"--prompts {name!r} is not a prompt set of {paths.CASES_FILE}; valid: {', '.join(sets)}"
+            f"--prompts {name!r} is not an inline prompt set of {paths.CASES_FILE}; valid: {', '.join(sets)}"
         )
-    return sets[name]
+    return tuple((p.id, p.text) for p in sets[name].prompts)
 
 
 def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:

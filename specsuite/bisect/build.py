@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
-
 from specsuite.cases.schema import Case
+from specsuite.common import locks
 from specsuite.common.errors import UserError
 from specsuite.common.procs import last_line, run_forwarding
 from specsuite.llamacpp import cmake as build
@@ -89,7 +88,7 @@ def build_commit(tree: Path, log: Path, build_argv: list[str]) -> Path:
     cmake, ninja = toolchain.ensure_build_tools()
     p = plan(tree, build_argv)
     p.build_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(p.build_dir) + ".lock"):
+    with locks.held(str(p.build_dir) + ".lock", f"the build folder {p.build_dir}"):
         if not build.is_configured(p.build_dir):
             (p.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look done
             _run("configure", build.configure_command(p, cmake.path, ninja.path), log, p.env)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from specsuite.common import git
+from specsuite.common import git, locks
 from specsuite.common.errors import UserError
 from specsuite.common.procs import run_forwarding
 from specsuite.llamacpp import source
@@ -44,7 +44,7 @@ def mirror(cache: Path, repository: str) -> Path:
     root = cache / "llama.cpp"
     root.mkdir(parents=True, exist_ok=True)
     path = source.mirror_path(cache, repository)  # one per remote: a changed LLAMA_CPP_REPO is another clone
-    with FileLock(str(root / "git.lock")):
+    with locks.held(root / "git.lock", f"the llama.cpp mirror {path}"):
         if not (path / "HEAD").exists():
             print(f"bisect: cloning {repository} into {path} (full history, once)", flush=True)
         source.ensure_mirror(path, repository)
@@ -54,7 +54,7 @@ def mirror(cache: Path, repository: str) -> Path:
 def resolve_commit(mirror_dir: Path, ref: str, repository: str, flag: str) -> str:
     """The full hash of ``--good``/``--bad``; fetches the mirror when the commit is not there yet."""
     source.check_ref(ref, f"{flag} ")
-    with FileLock(str(mirror_dir.parent / "git.lock")):
+    with locks.held(mirror_dir.parent / "git.lock", f"the llama.cpp mirror {mirror_dir}"):
         return source.resolve_ref(mirror_dir, ref, repository, what=f"{flag} ")
 
 
@@ -113,7 +113,7 @@ def worktree(tree: Path, mirror_dir: Path, commit: str) -> Path:
     with no bisect left over from a bisect run that was killed."""
     ok = (tree / ".git").is_file() and git.run(["rev-parse", "--git-dir"], tree).returncode == 0
     if not ok:
-        with FileLock(str(mirror_dir.parent / "git.lock")):
+        with locks.held(mirror_dir.parent / "git.lock", f"the llama.cpp mirror {mirror_dir}"):
             source.add_worktree(mirror_dir, tree, commit)
     reset(tree)
     checkout(tree, commit)

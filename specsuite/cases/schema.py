@@ -8,6 +8,7 @@ and the rules that join fields in ``__post_init__``; ``common.declared`` words w
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +59,26 @@ Unit = Annotated[float, Meta(ge=0, le=1, description="a number in [0, 1]")]
 Positive = Annotated[float, Meta(gt=0, description="a number > 0")]
 Count = Annotated[int, Meta(ge=1, description="an integer >= 1")]
 Text = Annotated[str, Meta(min_length=1, description="a non-empty string")]
-# The server's context (--ctx-size, as upstream's CI): no request can generate more tokens than it holds.
+# The server's context (--ctx-size): upstream's CI's 1024 unless a case sets ``ctx_size`` (a long input or
+# a long output needs more); no request can generate more tokens than it holds.
 CTX_SIZE = 1024
-NPredict = Annotated[
-    int, Meta(ge=1, le=CTX_SIZE, description=f"an integer from 1 to {CTX_SIZE} (the server's context)")
+MAX_CTX_SIZE = 262144
+CtxSize = Annotated[
+    int, Meta(ge=64, le=MAX_CTX_SIZE, description=f"an integer from 64 to {MAX_CTX_SIZE} (tokens)")
 ]
+MAX_N_PREDICT = 16384
+NPredict = Annotated[
+    int, Meta(ge=1, le=MAX_N_PREDICT, description=f"an integer from 1 to {MAX_N_PREDICT} (tokens)")
+]
+Temperature = Annotated[float, Meta(ge=0, le=2, description="a number in [0, 2]")]
 FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
+
+
+class CategoryFloors(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One prompt category's floors (``[case.category_floors]``): judged on that category's counters."""
+
+    min_accept_rate: Unit | None = None
+    min_accept_len: Annotated[float, Meta(ge=0, description="a number >= 0")] | None = None
 
 
 class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -96,7 +111,13 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ] = 1
     server_args: tuple[str, ...] = ()
     n_predict: NPredict = 128
+    # The server's --ctx-size (the harness owns the flag): room for the prompt and n_predict tokens.
+    ctx_size: CtxSize = CTX_SIZE
+    # 0: greedy (top_k 1). Above 0: pure temperature sampling (top_k 0, top_p 1, min_p 0), seeded per request.
+    temperature: Temperature = 0.0
     prompts: str = "seed"
+    # Per prompt category (a prompt set whose prompts have categories): floors on that category's counters.
+    category_floors: dict[str, CategoryFloors] = {}
     # Exact counters over the measured pass (synthetic models make them deterministic).
     expect_drafted: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     # GPUs the case's servers see (run-tier gives each worker a group of this many; a GPU build only)
@@ -120,6 +141,11 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         self._check_floors()
         self._check_synth()
         self._check_server_args()
+        if self.n_predict > self.ctx_size:
+            raise ValueError(
+                f"n_predict = {self.n_predict} is more than ctx_size = {self.ctx_size}: the server's context "
+                "holds the prompt and every generated token (raise ctx_size)"
+            )
         if self.n_max is not None and self.n_max > self.n_predict:
             raise ValueError(
                 f"n_max = {self.n_max} is more than n_predict = {self.n_predict}: a draft longer than the "
@@ -194,13 +220,23 @@ class Case(CaseTable, frozen=True):
     """A case ready to run: ``spec_type`` always a tuple, and the texts of its prompt set."""
 
     spec_type: tuple[Token, ...] = ()
-    # Not a key of the file: the texts of the prompt set named by ``prompts``, from its [[prompt_set]].
+    # Not keys of the file: the texts of the prompt set named by ``prompts`` (from its [[prompt_set]]; a
+    # dataset-backed set's are read from its file when the case runs: ``cases.dataset.with_prompts``), each
+    # prompt's category ("" for none), and the set's dataset, if any.
     prompt_texts: tuple[tuple[str, str], ...] = ()
+    prompt_categories: tuple[str, ...] = ()
+    dataset: DatasetSource | None = None
 
     @property
     def models(self) -> list[str]:
-        """Lock names this case needs: the target, then the draft (once, if it drafts for itself)."""
-        return list(dict.fromkeys([self.target, *([self.draft] if self.draft else [])]))
+        """Lock names this case needs: the target, then the draft (once, if it drafts for itself), then the
+        prompt set's dataset file."""
+        files = [
+            self.target,
+            *([self.draft] if self.draft else []),
+            *([self.dataset.file] if self.dataset else []),
+        ]
+        return list(dict.fromkeys(files))
 
     @property
     def gpu(self) -> bool:
@@ -226,19 +262,49 @@ class Case(CaseTable, frozen=True):
 class Prompt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     id: Text
     text: Text  # sent byte for byte
+    category: Name | None = None  # acceptance is recorded (and may be gated) per category
+
+
+class DatasetSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where a dataset-backed prompt set's prompts come from: a pinned file (a models.lock entry of
+    ``source = "hf-dataset"``) and the fixed subset taken from it (``cases.dataset`` reads it)."""
+
+    file: Text  # the models.lock name of the file
+    format: Literal["jsonl", "parquet"]
+    text: Text = "text"  # the field holding the prompt: a string, or a list of turns (the first is sent)
+    id: Text = "id"
+    category: Text = "category"
+    # Which categories, in this order; empty: every category, in the order of its first row.
+    categories: tuple[Text, ...] = ()
+    per_category: Count = 10  # the first rows of each category, in the file's order
 
 
 class PromptSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One ``[[prompt_set]]`` table: a name and its prompts."""
+    """One ``[[prompt_set]]`` table: a name and its prompts, given inline or taken from a dataset file."""
 
     name: str
-    prompts: Annotated[tuple[Prompt, ...], Meta(min_length=1, description="a non-empty list of {id, text}")]
+    prompts: tuple[Prompt, ...] = ()
+    dataset: DatasetSource | None = None
 
     def __post_init__(self) -> None:
+        if bool(self.prompts) == (self.dataset is not None):
+            raise ValueError("give exactly one of prompts (a non-empty list of {id, text}) and dataset")
         ids = [p.id for p in self.prompts]
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:
             raise ValueError(f"duplicate prompt id(s) {', '.join(map(repr, twice))}")
+        categorised = {p.category is not None for p in self.prompts}
+        if len(categorised) > 1:
+            raise ValueError("give every prompt a category, or none")
+        if self.dataset is not None and len(set(self.dataset.categories)) != len(self.dataset.categories):
+            raise ValueError(f"dataset.categories {list(self.dataset.categories)} names a category twice")
+
+    @property
+    def categories(self) -> tuple[str, ...] | None:
+        """The set's categories in order; None when its file decides (a dataset without a list)."""
+        if self.dataset is not None:
+            return self.dataset.categories or None
+        return tuple(dict.fromkeys(p.category for p in self.prompts if p.category is not None))
 
 
 class _CasesFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -250,26 +316,36 @@ class _CasesFile(msgspec.Struct, forbid_unknown_fields=True):
 @dataclass(frozen=True)
 class CaseFile:
     cases: list[Case]
-    prompt_sets: dict[str, tuple[tuple[str, str], ...]]
+    prompt_sets: dict[str, PromptSet]
 
 
 def _bad(table: str, index: int, name: str, msg: str) -> UserError:
     return UserError(f"{LABEL}: {declared.entry_name(table, index, name)}: {msg}")
 
 
-def _prompt_sets(sets: list[PromptSet]) -> dict[str, tuple[tuple[str, str], ...]]:
-    out: dict[str, tuple[tuple[str, str], ...]] = {}
+def _prompt_sets(sets: list[PromptSet]) -> dict[str, PromptSet]:
+    out: dict[str, PromptSet] = {}
     for i, s in enumerate(sets):
         if s.name in out:
             raise _bad("prompt_set", i, s.name, "duplicate prompt set name")
-        out[s.name] = tuple((p.id, p.text) for p in s.prompts)
+        out[s.name] = s
     return out
+
+
+def _check_category_floors(index: int, table: CaseTable, pset: PromptSet) -> None:
+    known = pset.categories
+    if table.category_floors and known is not None:
+        unknown = [c for c in table.category_floors if c not in known]
+        if unknown:
+            names = ", ".join(map(repr, unknown))
+            msg = f"category_floors: prompt set {pset.name!r} has no category {names}"
+            raise _bad("case", index, table.name, f"{msg} (its categories: {', '.join(known) or 'none'})")
 
 
 def _ready(
     index: int,
     table: CaseTable,
-    prompt_sets: dict[str, tuple[tuple[str, str], ...]],
+    prompt_sets: dict[str, PromptSet],
     lock_names: set[str] | None,
 ) -> Case:
     """The table as a Case, once what it names exists: its prompt set and (given ``lock_names``) models."""
@@ -277,7 +353,10 @@ def _ready(
         raise _bad(
             "case", index, table.name, f"prompts {table.prompts!r} is not one of {', '.join(prompt_sets)}"
         )
-    for model in filter(None, (table.target, table.draft)):
+    pset = prompt_sets[table.prompts]
+    _check_category_floors(index, table, pset)
+    files = (table.target, table.draft, pset.dataset.file if pset.dataset else None)
+    for model in filter(None, files):
         if lock_names is not None and model not in lock_names:
             raise _bad(
                 "case",
@@ -286,7 +365,13 @@ def _ready(
                 f"model {model!r} is not in models.lock (add it there or fix the name)",
             )
     keys = msgspec.structs.asdict(table)
-    return Case(**{**keys, "spec_type": table.chain, "prompt_texts": prompt_sets[table.prompts]})
+    order = pset.categories or ()
+    # a categorised set runs category by category (each one's counters are a /metrics delta of its own)
+    prompts = sorted(pset.prompts, key=lambda p: order.index(p.category) if p.category in order else 0)
+    texts = tuple((p.id, p.text) for p in prompts)
+    cats = tuple(p.category or "" for p in prompts)
+    return Case(**{**keys, "spec_type": table.chain, "prompt_texts": texts, "prompt_categories": cats,
+                   "dataset": pset.dataset})  # fmt: skip
 
 
 def parse_case_file(text: str, lock_names: set[str] | None = None) -> CaseFile:
@@ -329,11 +414,21 @@ def select_cases(cases: list[Case], selector: str) -> list[Case]:
         elif item in by_name:
             chosen[item] = by_name[item]
         else:
-            raise UserError(
-                f"unknown case or tier {item!r}; valid tiers: {', '.join(TIERS)}; "
-                f"valid cases: {', '.join(by_name) or '(none)'}"
-            )
+            raise UserError(unknown_name(item, list(by_name)))
     return list(chosen.values())
+
+
+def unknown_name(item: str, names: list[str]) -> str:
+    """The message for a selector naming no tier or case: the nearest name when one is close (a typo),
+    else every case."""
+    nearest = difflib.get_close_matches(item, [*TIERS, *names], n=1)
+    if nearest:
+        tiers = ", ".join(TIERS)
+        return f"unknown case or tier {item!r}: did you mean {nearest[0]!r}? (valid tiers: {tiers})"
+    return (
+        f"unknown case or tier {item!r}; valid tiers: {', '.join(TIERS)}; "
+        f"valid cases: {', '.join(names) or '(none)'}"
+    )
 
 
 def is_gpu_selection(cases: list[Case]) -> bool:

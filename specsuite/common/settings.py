@@ -29,6 +29,7 @@ _LAYERS = msgspec.Meta(ge=0, le=1_000_000)
 _FRACTION = msgspec.Meta(gt=0, lt=1)
 _WINDOW = msgspec.Meta(ge=3, le=1000)  # a drift is more than one step: at least two runs and this one
 _WORKERS = msgspec.Meta(ge=1, le=64)
+_FACTOR = msgspec.Meta(ge=0, lt=1e6)  # 0: off
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -62,6 +63,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     plan: str | None = _var("SPEC_PLAN", None)  # a saved `specsuite plan --json` the shard is taken from
     # waits and retries
     start_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_START_TIMEOUT_S", 1800.0)
+    # a case's time budget (suite.budget): min + factor x its tokens / its baseline's measured tokens/s
+    budget_factor: Annotated[float, _FACTOR] = _var("SPEC_BUDGET_FACTOR", 10.0)
+    budget_min_s: Annotated[float, _POSITIVE] = _var("SPEC_BUDGET_MIN_S", 60.0)
     history_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_HISTORY_TIMEOUT_S", 30.0)
     fetch_attempts: Annotated[int, _COUNT] = _var("SPEC_FETCH_ATTEMPTS", 10)
     fetch_backoff_s: Annotated[float, _POSITIVE] = _var("SPEC_FETCH_BACKOFF_S", 1.0)
@@ -103,6 +107,7 @@ _KINDS = {
     id(_LAYERS): "a whole number from 0 to 1000000",
     id(_WINDOW): "a whole number of runs from 3 to 1000",
     id(_WORKERS): "a whole number from 1 to 64",
+    id(_FACTOR): "a number >= 0 (0: off)",
 }
 _WHOLE = re.compile(r"\+?[0-9]+")
 

@@ -1,15 +1,24 @@
-"""A llama.cpp commit's ancestry from the local git mirror, nearest first: which runs can be baselines."""
+"""A llama.cpp commit's ancestry from the local git mirror: which runs can be baselines (nearest first), and
+the one commit order of a history's runs (the site's series and ``specsuite changes`` alike)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
-from specsuite.common import git
+from specsuite.common import git, paths
 
 GIT_TIMEOUT_S = 60
 _COMMIT = re.compile(r"[0-9a-fA-F]{4,40}")  # hex only: never a ref name or an option git would act on
+T = TypeVar("T")
+
+
+def default_mirror() -> Path:
+    """The llama.cpp mirror the builds clone (``<cache>/llama.cpp/git``): it orders commits by ancestry."""
+    return paths.cache_dir() / "llama.cpp" / "git"
 
 
 def ancestors(mirror: Path, commit: str, limit: int = 5000) -> list[str] | None:
@@ -64,3 +73,15 @@ def topo_positions(mirror: Path, commits: list[str]) -> dict[str, int] | None:
             return None
         found[c] = at
     return found
+
+
+def in_commit_order(
+    items: Sequence[T], commit: Callable[[T], str], mirror: Path | None
+) -> tuple[list[T], bool]:
+    """``items`` (given in time order) by their commits' ancestry (``topo_positions``), items of one commit
+    in the order given; True when ancestry ordered them. Without a mirror, or with a commit it lacks, they
+    stay in time order (False)."""
+    pos = topo_positions(mirror, [commit(i) for i in items]) if mirror is not None and items else None
+    if pos is None:
+        return list(items), False
+    return sorted(items, key=lambda i: pos[commit(i).lower()]), True

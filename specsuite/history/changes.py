@@ -30,12 +30,12 @@ import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
-from specsuite.history.ancestry import topo_positions
+from specsuite.history.ancestry import default_mirror, in_commit_order
+from specsuite.history.changecache import SplitCache, series_key
 from specsuite.results.record import CaseRecord
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps", "block_ratio")
@@ -43,6 +43,8 @@ DETERMINISTIC = frozenset({"accept_rate", "accept_len", "pos0_rate"})
 DRIFT_METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")  # what the relative gate gates too
 ALPHA = 0.01  # a speed change point needs p below this (about 1 % of noise-only stretches show one)
 RESAMPLES = 1999  # random reshuffles per test: p to about +-0.005 at 0.01; seeded, so the same answer
+FIRST_BATCH = 64  # reshuffles drawn at once first, then twice as many each time (at most 1999 in all)
+ALGORITHM = 2  # the detector's version, part of every cached series' key: bump when its answer changes
 MIN_SPEED_SAMPLES = 3  # speed is judged only over runs that repeated it (regress.MIN_SAMPLES)
 MIN_DRIFT_RUNS = 3  # a drift is more than one step
 _EPS = 1e-12
@@ -72,9 +74,8 @@ class ChangePoint:
         return out
 
 
-@dataclass(frozen=True)
-class Point:
-    """One run's value of one metric."""
+class Point(NamedTuple):
+    """One run's value of one metric (a tuple: a site's series make tens of thousands)."""
 
     run_id: str
     commit: str
@@ -129,34 +130,84 @@ def _scan(ranks: Any, ks: Any) -> Any:
     return (np.abs(firsts - ks * (n + 1) / 2) / np.sqrt(ks * (n - ks))).max(axis=-1)
 
 
-def _best(values: Sequence[float], ks: list[int], with_p: bool) -> tuple[int, float | None] | None:
-    """The best split among ``ks`` and its permutation p-value (None without ``with_p``); None when no
-    split separates anything (every value equal)."""
+def _scanner(n: int, ks: Any) -> Any:
+    """``_scan`` over rows of ``n`` ranks, its constants computed once and its work done in place (a
+    permutation test calls it for every batch)."""
     import numpy as np
-    from scipy import stats
+
+    every = len(ks) == n - 1  # every split allowed (one run a commit): a slice, not a gather
+    at = slice(0, n - 1) if every else ks - 1
+    expected, scale = ks * (n + 1) / 2, 1 / np.sqrt(ks * (n - ks))
+
+    def stat(ranks: Any) -> Any:
+        firsts = np.cumsum(ranks, axis=-1)[..., at]
+        firsts -= expected
+        np.abs(firsts, out=firsts)
+        firsts *= scale
+        return firsts.max(axis=-1)
+
+    return stat
+
+
+def ranks_of(values: Sequence[float]) -> Any:
+    """Ranks from 1, ties sharing their mean rank: what ``scipy.stats.rankdata`` gives (a test compares
+    them), without importing scipy.stats, which alone takes longer than a site's change points (1.4 s)."""
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    order = np.argsort(a, kind="stable")
+    ordered = a[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(a)]
+    out = np.empty(len(a))
+    out[order] = np.repeat((starts + ends + 1) / 2, ends - starts)
+    return out
+
+
+def permutation_p(ranks: Any, allowed: Any, alpha: float) -> float:
+    """The p-value of the scan statistic under "no change" (every order of the values equally likely): the
+    share of ``RESAMPLES`` seeded reshuffles at least as extreme, counted as scipy's permutation_test counts
+    them ((hits + 1) / (resamples + 1), ties within 100 ulps).
+
+    By hand, in batches, because the answer is only ever compared with ``alpha``: once so many reshuffles
+    were as extreme that p cannot end below alpha, the rest cannot change that decision, and the test stops
+    (a series without a change, the usual one, stops after one batch). A p-value below alpha is exact; one
+    returned early is at least alpha. scipy's permutation_test has no such stop and draws its permutations
+    by sorting random keys, four times slower than ``Generator.permuted``."""
+    import numpy as np
+
+    stat = _scanner(len(ranks), allowed)
+    observed = float(stat(ranks))
+    floor = observed - abs(observed) * 100 * np.finfo(float).eps
+    rng = np.random.default_rng(0)
+    settled = math.ceil(alpha * (RESAMPLES + 1)) - 1  # this many as extreme: p >= alpha, whatever follows
+    hits = done = 0
+    batch = FIRST_BATCH  # doubling: a series far from a change settles in the first, small one
+    while done < RESAMPLES and hits < settled:
+        batch = min(batch, RESAMPLES - done)
+        shuffled = rng.permuted(np.broadcast_to(ranks, (batch, len(ranks))), axis=1)
+        hits += int(np.count_nonzero(stat(shuffled) >= floor))
+        done += batch
+        batch *= 2
+    return (hits + 1) / (done + 1)
+
+
+def _best(
+    values: Sequence[float], ks: list[int], with_p: bool, alpha: float = ALPHA
+) -> tuple[int, float | None] | None:
+    """The best split among ``ks`` and its permutation p-value (None without ``with_p``; exact below
+    ``alpha``, at least alpha otherwise); None when no split separates anything (every value equal)."""
+    import numpy as np
 
     if not ks:
         return None
-    ranks = stats.rankdata(values)
+    ranks = ranks_of(values)
     allowed = np.asarray(ks, dtype=int)
     devs = np.abs(np.cumsum(ranks)[allowed - 1] - allowed * (len(values) + 1) / 2)
     if devs.max() <= _EPS:
         return None
     k = int(allowed[np.argmax(devs / np.sqrt(allowed * (len(values) - allowed)))])
-    if not with_p:
-        return k, None
-    # The null: every order of these values is equally likely (no change). 'pairings' reshuffles the
-    # values against a dummy first sample; the statistic reads the reshuffled order of the ranks.
-    test = stats.permutation_test(
-        (np.zeros(len(ranks)), ranks),
-        lambda _, r, axis=-1: _scan(r, allowed),
-        permutation_type="pairings",
-        vectorized=True,
-        n_resamples=RESAMPLES,
-        alternative="greater",
-        rng=np.random.default_rng(0),
-    )
-    return k, float(test.pvalue)
+    return (k, permutation_p(ranks, allowed, alpha)) if with_p else (k, None)
 
 
 def _split(points: Sequence[Point], k: int, p: float | None, lo: int = 0, hi: int | None = None) -> Split:
@@ -166,12 +217,13 @@ def _split(points: Sequence[Point], k: int, p: float | None, lo: int = 0, hi: in
     return Split(k, p, statistics.fmean(before), statistics.fmean(after), len(before), len(after))
 
 
-def best_split(points: Sequence[Point], metric: str) -> Split | None:
+def best_split(points: Sequence[Point], metric: str, alpha: float = ALPHA) -> Split | None:
     """The most prominent change in ``points`` (oldest first): its place, the means of the two sides,
-    and its p-value (None for a deterministic metric, whose any change is real)."""
+    and its p-value (None for a deterministic metric, whose any change is real; for a noisy one exact
+    below ``alpha``, at least alpha otherwise)."""
     ks = _boundaries(points)
     det = is_deterministic(metric, points)
-    found = _best([p.value for p in points], ks, with_p=not det)
+    found = _best([p.value for p in points], ks, with_p=not det, alpha=alpha)
     return None if found is None else _split(points, found[0], found[1])
 
 
@@ -193,7 +245,7 @@ def splits(points: Sequence[Point], metric: str, alpha: float = ALPHA) -> list[S
 
 def _segment(points: Sequence[Point], lo: int, hi: int, alpha: float, found: dict[int, float | None]) -> None:
     part = points[lo:hi]
-    found_here = _best([p.value for p in part], _boundaries(part), with_p=True)
+    found_here = _best([p.value for p in part], _boundaries(part), with_p=True, alpha=alpha)
     if found_here is None or found_here[1] is None or found_here[1] >= alpha:
         return
     k = lo + found_here[0]
@@ -241,17 +293,22 @@ def record_row(rec: CaseRecord, run_id: str, commit: str, started: str | None) -
 def points_of(rows: Iterable[dict[str, Any]], metric: str) -> list[Point]:
     """The runs' values of ``metric`` (history rows); a run without one is left out, and speed counts
     only from runs that repeated it ``MIN_SPEED_SAMPLES`` times and measured a possible speed."""
-    out = []
+    return points_by_metric(rows, (metric,))[metric]
+
+
+def points_by_metric(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> dict[str, list[Point]]:
+    """``points_of`` for each of ``metrics``, in one pass over the rows."""
+    out: dict[str, list[Point]] = {m: [] for m in metrics}
     for row in rows:
-        value = row.get(metric)
-        if value is None or not math.isfinite(value):
-            continue
-        if metric not in DETERMINISTIC and (
-            (row.get("speed_repeat") or 0) < MIN_SPEED_SAMPLES or row.get("implausible_speed")
-        ):
-            continue
+        run_id, commit, started = row["run_id"], row["commit"], str(row["started"] or "")
+        # speed counts from runs that repeated it, and whose speed was physically possible
+        repeated = (row.get("speed_repeat") or 0) >= MIN_SPEED_SAMPLES and not row.get("implausible_speed")
         nondet = bool(row.get("nondeterministic"))
-        out.append(Point(row["run_id"], row["commit"], str(row["started"] or ""), float(value), nondet))
+        for metric in metrics:
+            value = row.get(metric)
+            if value is None or not math.isfinite(value) or not (repeated or metric in DETERMINISTIC):
+                continue
+            out[metric].append(Point(run_id, commit, started, float(value), nondet))
     return out
 
 
@@ -261,7 +318,7 @@ def drift(points: Sequence[Point], metric: str, *, rtol: float, alpha: float = A
     the split is significant. Improvements never count."""
     if len(points) < MIN_DRIFT_RUNS:
         return None
-    found = best_split(points, metric)
+    found = best_split(points, metric, alpha)
     if found is None or found.mean_before <= 0 or found.change >= -rtol - _EPS:
         return None
     if found.p_value is not None and found.p_value >= alpha:
@@ -272,22 +329,46 @@ def drift(points: Sequence[Point], metric: str, *, rtol: float, alpha: float = A
 # --- over the whole history ------------------------------------------------------------------------------
 
 
-def default_mirror() -> Path:
-    """The llama.cpp mirror the builds clone (``<cache>/llama.cpp/git``): it orders commits by ancestry."""
-    return paths.cache_dir() / "llama.cpp" / "git"
-
-
-def _ordered(rows: list[dict[str, Any]], mirror: Path | None) -> list[dict[str, Any]]:
-    """By ancestry when the mirror knows every commit (runs of one commit by time), else by time."""
-    pos = topo_positions(mirror, [r["commit"] for r in rows]) if mirror is not None else None
-    if pos is None:
-        return rows  # history.series gives them in time order
-    return sorted(rows, key=lambda r: (pos[r["commit"].lower()], str(r["started"])))
-
-
 def check_metric(metric: str | None) -> None:
     if metric is not None and metric not in METRICS:
         raise UserError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
+
+
+SeriesKey = tuple[str, str, str, str]  # case, device class, backend, cases.toml's sha256
+
+
+def _series(rows: list[dict[str, Any]], mirror: Path) -> dict[SeriesKey, list[dict[str, Any]]]:
+    """The rows as series, each in commit order: one order per device class and backend
+    (``ancestry.in_commit_order``, the site's), so every case of it is on one line of commits."""
+    devices: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        devices.setdefault((row["device_class"], row["backend"]), []).append(row)
+    out: dict[SeriesKey, list[dict[str, Any]]] = {}
+    for (device_class, backend), group in devices.items():
+        for row in in_commit_order(group, lambda r: str(r["commit"]), mirror)[0]:
+            key = (row["case"], device_class, backend, str(row["cases_sha256"] or ""))
+            out.setdefault(key, []).append(row)
+    return dict(sorted(out.items()))
+
+
+def cached_splits(points: Sequence[Point], metric: str, cache: SplitCache | None) -> list[Split]:
+    """``splits``, read from ``cache`` where this very series was computed before (noisy series only: a
+    deterministic one costs a pass over its values; one of fewer than two runs, a metric those runs did not
+    measure, has no split to keep)."""
+    if cache is None or len(points) < 2 or is_deterministic(metric, points):
+        return splits(points, metric)
+    key = series_key(
+        (ALGORITHM, ALPHA, RESAMPLES), metric, [(p.commit, p.value, p.nondeterministic) for p in points]
+    )
+    rows = cache.get(key)
+    if rows is None:
+        found = splits(points, metric)
+        cache.put(
+            key,
+            [(s.index, s.p_value, s.mean_before, s.mean_after, s.runs_before, s.runs_after) for s in found],
+        )
+        return found
+    return [Split(*row) for row in rows]
 
 
 def find_changes(
@@ -298,33 +379,24 @@ def find_changes(
     device: str | None = None,
     mirror: Path | None = None,
     runs: Collection[str] | None = None,
+    cache: SplitCache | None = None,
 ) -> list[ChangePoint]:
     """Every change point in the history (``case``, ``metric``, ``device`` — a name or a class — narrow
     it), per series in commit order. ``mirror``: the llama.cpp git mirror that orders commits (default
     ``default_mirror()``; a missing one orders by time). ``runs``: only these runs (their run ids), as
     the site's window of the last runs: the permutation tests cost grows with the series, and a change
-    point outside the window would mark nothing. An unknown metric is a UserError."""
+    point outside the window would mark nothing. ``cache``: the splits of series computed before. An
+    unknown metric is a UserError."""
     check_metric(metric)
-    rows = history.series(path, case=case, device=device)
-    if runs is not None:
-        rows = [row for row in rows if row["run_id"] in runs]
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        key = (row["case"], row["device_class"], row["backend"], str(row["cases_sha256"] or ""))
-        groups.setdefault(key, []).append(row)
-    where = default_mirror() if mirror is None else mirror
+    rows = history.series(path, case=case, device=device, runs=runs)
     out = []
-    for key, group in groups.items():
-        ordered = _ordered(group, where)
-        for m in [metric] if metric else METRICS:
-            points = points_of(ordered, m)
-            out += [_change_point(key, m, points, s) for s in splits(points, m)]
+    for key, series in _series(rows, default_mirror() if mirror is None else mirror).items():
+        for m, points in points_by_metric(series, [metric] if metric else METRICS).items():
+            out += [_change_point(key, m, points, s) for s in cached_splits(points, m, cache)]
     return out
 
 
-def _change_point(
-    key: tuple[str, str, str, str], metric: str, points: Sequence[Point], s: Split
-) -> ChangePoint:
+def _change_point(key: SeriesKey, metric: str, points: Sequence[Point], s: Split) -> ChangePoint:
     name, device_class, backend, cases_sha = key
     after = points[s.index]
     return ChangePoint(

@@ -24,14 +24,14 @@ import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from specsuite.common import paths, settings
+from specsuite.common import locks, paths, settings
 from specsuite.common.errors import UserError
 from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
@@ -162,10 +162,48 @@ def busy_timeout_s() -> float:
 # --- opening and migrating --------------------------------------------------------------------------------
 
 
+# SQLite's write lock of a WAL database: a POSIX lock on this byte of its -shm file (WALINDEX_LOCK_OFFSET)
+_WAL_WRITE_LOCK = 120
+_QUIET_WAIT_MS = 1000  # another run's commit takes milliseconds: a wait this short is not worth a line
+
+
+def _begin(conn: sqlite3.Connection, wait_ms: int) -> bool:
+    """BEGIN IMMEDIATE within ``wait_ms``; False when another process still holds the write lock."""
+    conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        return False
+    return True
+
+
+def _begin_immediate(conn: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE; when another process is still writing after a second, one line: who (from the
+    kernel's table of locks), which file, and how much longer this one waits (the busy timeout)."""
+    wait_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    quiet = min(wait_ms, _QUIET_WAIT_MS)
+    try:
+        if _begin(conn, quiet):
+            return
+        file = conn.execute("PRAGMA database_list").fetchone()[2]
+        who = locks.describe(locks.holders(f"{file}-shm", offset=_WAL_WRITE_LOCK))
+        if quiet < wait_ms:
+            more = f"up to {(wait_ms - quiet) / 1000:g} s more"
+            print(f"history: waiting {more} for {who}, which is writing {file}", file=sys.stderr)
+            if _begin(conn, wait_ms - quiet):
+                print(f"history: got {file}", file=sys.stderr)
+                return
+        raise sqlite3.OperationalError(f"database is locked: {who} held it for {wait_ms / 1000:g} s")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+
+
 @contextlib.contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """BEGIN IMMEDIATE (the write lock up front: no deadlock upgrading a read) ... COMMIT, or ROLLBACK."""
-    conn.execute("BEGIN IMMEDIATE")
+    _begin_immediate(conn)
     try:
         yield conn
     except BaseException:
@@ -193,6 +231,11 @@ def migrate(conn: sqlite3.Connection, steps: Sequence[Sequence[str]] = MIGRATION
 
 def _version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The history's schema version as it is (a reader never migrates): which columns it has."""
+    return _version(conn)
 
 
 def _checked_version(conn: sqlite3.Connection, target: int = len(MIGRATIONS)) -> int:
@@ -814,14 +857,24 @@ def _series_row(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def series(
-    path: Path | None = None, *, case: str | None = None, device: str | None = None
+    path: Path | None = None,
+    *,
+    case: str | None = None,
+    device: str | None = None,
+    runs: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every measured case of every run (``case`` only; on ``device``, a name or a class), oldest first:
-    earlier_runs' fields plus case, device_class, backend and cases_sha256."""
+    """Every measured case of every run (``case`` only; on ``device``, a name or a class; ``runs``: these
+    run ids only), oldest first: earlier_runs' fields plus case, device_class, backend and cases_sha256."""
     where, args = _run_filter(None, device)
     with reading(path) as conn:
         if conn is None:
             return []
+        if runs is not None:  # a temp table: an IN list of 10 000 parameters would pass SQLite's limit;
+            # the cases of those runs by their key (scanning every case of the history took seconds)
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS series_runs (run_id TEXT PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.series_runs")
+            conn.executemany("INSERT OR IGNORE INTO temp.series_runs VALUES (?)", [(r,) for r in runs])
+            where += " AND c.run IN (SELECT id FROM runs WHERE run_id IN (SELECT * FROM temp.series_runs))"
         sql = (
             f"SELECT {_series_cols(conn)}, c.name AS 'case', r.device_class, r.backend, r.cases_sha256 "
             f"FROM cases c JOIN runs r ON r.id = c.run WHERE c.measured = 1 AND {where} "

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsuite.common.errors import UserError
-from specsuite.results.record import CaseRecord, finite, is_number
+from specsuite.results.record import CaseRecord, CategoryStats, finite, is_number
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate")
 ALPHA = 0.05
@@ -139,7 +139,27 @@ def regressions(
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
     found.append(_check_speed(current, baseline, rtol, at))
     found.append(_check_blocks(current, baseline, block_rtol, at))
+    found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]
+
+
+def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> list[Regression]:
+    """Each prompt category's acceptance by the same one-sided rule: a category can drop while the case's
+    total holds (one category's loss hidden by another's gain)."""
+    out = []
+    for name, base_cat in baseline.categories.items():
+        cur_cat = current.categories.get(name)
+        for metric in ("accept_rate", "accept_len"):
+            base, cur = finite(getattr(base_cat, metric)), finite(getattr(cur_cat, metric, None))
+            if base is None or base <= 0 or (cur is not None and (base - cur) / base <= rtol + EPS):
+                continue
+            shown = "missing here but" if cur is None else f"{cur:.4f}, {_pct((base - cur) / base)} below"
+            message = (
+                f"category {name!r}: {metric} {shown} {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
+            )
+            change = math.nan if cur is None else (cur - base) / base
+            out.append(Regression(f"{name}/{metric}", cur, base, change, message))
+    return out
 
 
 # --- the counters, exactly ------------------------------------------------------------------------------
@@ -160,17 +180,36 @@ def counter_changes(current: CaseRecord, baseline: CaseRecord) -> str:
         return "nondeterministic"
     if any(getattr(r, k) is None for r in (current, baseline) for k in COUNTERS):
         return "not recorded"
+    parts = _changes(current, baseline)
+    parts += _category_changes(current, baseline)
+    return "; ".join(parts) or "identical"
+
+
+def _changes(current: CaseRecord | CategoryStats, baseline: CaseRecord | CategoryStats) -> list[str]:
     parts = []
     for k in COUNTERS:
         a, b = getattr(baseline, k), getattr(current, k)
         if a != b:
-            parts.append(f"{k} {a} → {b} ({_signed(b - a)})")
+            parts.append(f"{k} {a} → {b} ({_signed((b or 0) - (a or 0))})")
     if current.per_position and baseline.per_position:  # empty: the binary exports no per-position block
         width = max(len(current.per_position), len(baseline.per_position))
         pad = lambda p: [*p, *[0] * (width - len(p))]  # noqa: E731 - a missing position counted nothing
         pairs = zip(pad(baseline.per_position), pad(current.per_position), strict=True)
         parts += [f"position {i}: {a} → {b} ({_signed(b - a)})" for i, (a, b) in enumerate(pairs) if a != b]
-    return "; ".join(parts) or "identical"
+    return parts
+
+
+def _category_changes(current: CaseRecord, baseline: CaseRecord) -> list[str]:
+    """Each prompt category's counters against the baseline's category, exactly (``category NAME: ...``);
+    a category one side lacks is named (the prompt set changed, or the baseline predates categories)."""
+    parts = []
+    for name in dict.fromkeys([*baseline.categories, *current.categories]):
+        a, b = baseline.categories.get(name), current.categories.get(name)
+        if a is None or b is None:
+            parts.append(f"category {name}: {'new' if a is None else 'gone'}")
+        elif changed := _changes(b, a):
+            parts.append(f"category {name}: {', '.join(changed)}")
+    return parts
 
 
 # --- Mann–Whitney U -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -61,6 +62,19 @@ _DB_HELP = (
 )
 
 
+def existing_db(text: str) -> Path:
+    """``--db`` of a command that reads the history: a file named on purpose must be there (a typo must not
+    read as an empty history)."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        why = "is not a file" if path.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(
+            f"{text} {why}: name a history database, or leave --db out for the default (SPEC_HISTORY, "
+            "else history.sqlite in the per-user cache)"
+        )
+    return path
+
+
 def parser() -> CommandParser:
     p = CommandParser(
         "history",
@@ -72,7 +86,7 @@ def parser() -> CommandParser:
     p.add_argument("--last", type=positive_int, help="only the last N runs")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw the trend of each case")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--db", type=Path, help=_DB_HELP)
+    p.add_argument("--db", type=existing_db, help=_DB_HELP)
     return p
 
 
@@ -118,7 +132,7 @@ def changes_parser() -> CommandParser:
     )
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument("--json", action="store_true", help="print the change points as JSON")
-    p.add_argument("--db", type=Path, help=_DB_HELP)
+    p.add_argument("--db", type=existing_db, help=_DB_HELP)
     p.add_argument(
         "--mirror",
         type=Path,

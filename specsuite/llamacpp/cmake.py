@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from specsuite.common import paths, procs
+from specsuite.common import locks, paths, procs
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
@@ -83,6 +81,10 @@ def parser() -> CommandParser:
     return p
 
 
+def _say(msg: str) -> None:
+    print(f"build: {msg}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     build_binary(argv)
     return 0
@@ -99,7 +101,7 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
     for note in [*([ccache_note] if ccache_note else []), *plan.notes]:
         print(f"build: {note}", flush=True)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(plan.build_dir) + ".lock"):
+    with locks.held(str(plan.build_dir) + ".lock", f"the build folder {plan.build_dir}", note=_say):
         if args.configure_only or not is_configured(plan.build_dir):
             configure(plan, cmake.path, ninja.path)
         if args.configure_only:
@@ -111,7 +113,7 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
         published = publish_binary(plan, seconds)
     print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
     caps = probe(published)
-    print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: each case)")
+    print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: the cases it runs)")
     if fallback := cpu_fallback_note(caps):
         print(f"build: note: {fallback}", flush=True)
     other = os.environ.get("LLAMA_SERVER_BIN_PATH")
@@ -381,7 +383,7 @@ def publish_binary(plan: Plan, seconds: float) -> Path:
         )
     dest = paths.BUILD_DIR / "bin" / TARGET
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(paths.BUILD_DIR / ".publish.lock")):
+    with locks.held(paths.BUILD_DIR / ".publish.lock", f"{paths.BUILD_DIR}/bin", note=_say):
         paths.build_info_path().unlink(missing_ok=True)  # never new binary + old info
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{TARGET}-")
         os.close(fd)

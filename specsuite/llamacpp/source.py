@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
-from filelock import FileLock
 
-from specsuite.common import git, paths
+from specsuite.common import git, locks, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.pip import pip_download as _pip
@@ -132,7 +131,7 @@ def source_from_ref(ref: str, repository: str, cache: Path) -> Source:
     root = cache / "llama.cpp"
     root.mkdir(parents=True, exist_ok=True)
     mirror = mirror_path(cache, repository)
-    with FileLock(str(root / "git.lock")):
+    with locks.held(root / "git.lock", f"the llama.cpp mirror {mirror}"):
         ensure_mirror(mirror, repository)
         commit = resolve_ref(mirror, ref, repository)
         tree = root / "ref" / commit / "llama.cpp"  # build_place: its builds beside it share ccache
@@ -241,7 +240,7 @@ def source_from_pin(pin: Pin, cache: Path, download: Downloader = download_sdist
     root = cache / "llama.cpp"
     unpacked = root / "src" / pin.sha256
     root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{pin.sha256}.lock")):
+    with locks.held(root / f"{pin.sha256}.lock", f"the llama.cpp sdist {unpacked}"):
         if not unpacked.is_dir():
             tarball = _verified_sdist(pin, root / "sdist" / pin.sha256, download)
             _unpack(tarball, unpacked)

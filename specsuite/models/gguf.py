@@ -44,6 +44,7 @@ class ModelInfo:
     nextn_predict_layers: int  # 0 when the key is absent
     nextn_tensors: int  # number of blk.N.nextn.* tensors
     has_markov_head: bool
+    context_length: int | None = None  # {arch}.context_length: the context it was trained for
 
     @property
     def has_mtp_heads(self) -> bool:
@@ -60,7 +61,7 @@ def _field(reader: GGUFReader, key: str) -> object | None:
     return None if field is None else field.contents()
 
 
-_CACHE = StatCache("modelinfo", 1)
+_CACHE = StatCache("modelinfo", 2)
 
 
 def read_info(path: Path) -> ModelInfo:
@@ -97,6 +98,7 @@ def _read_uncached(path: Path) -> ModelInfo:
     if not isinstance(arch, str) or not arch:
         raise UserError(f"{path}: GGUF file lacks general.architecture; not a llama.cpp model")
     layers = _field(reader, f"{arch}.nextn_predict_layers")
+    ctx = _field(reader, f"{arch}.context_length")
     name = _field(reader, "general.name")
     names = [t.name for t in reader.tensors]
     return ModelInfo(
@@ -106,6 +108,7 @@ def _read_uncached(path: Path) -> ModelInfo:
         nextn_predict_layers=int(layers) if isinstance(layers, int) else 0,
         nextn_tensors=sum(1 for n in names if _NEXTN_RE.match(n)),
         has_markov_head=DSPARK_TENSOR in names,
+        context_length=int(ctx) if isinstance(ctx, int) else None,
     )
 
 
@@ -136,14 +139,24 @@ def _suspicious(info: ModelInfo) -> str | None:
     return None
 
 
-def check_models(spec_types: Sequence[str], target: Path, draft: Path | None) -> list[str]:
-    """Refuse (UserError) a target/draft pair these spec types cannot use; return warnings.
+def check_models(
+    spec_types: Sequence[str], target: Path, draft: Path | None, ctx_size: int | None = None
+) -> list[str]:
+    """Refuse (UserError) a target/draft pair these spec types cannot use, or a ``ctx_size`` beyond the
+    target's trained context (llama.cpp only warns, and what it measures there is not the model); return
+    warnings.
 
     ``draft-mtp`` needs MTP heads in the model that drafts: the target itself, or a separate MTP drafter
     given as the draft (llama.cpp then creates the MTP context on the draft model). Every file is read, so a
     truncated or non-GGUF draft fails here even for types that ignore its architecture."""
     tinfo = read_info(Path(target))
     dinfo = read_info(Path(draft)) if draft is not None else None
+    if ctx_size is not None and tinfo.context_length is not None and ctx_size > tinfo.context_length:
+        raise UserError(
+            f"{tinfo.path}: ctx_size {ctx_size} is more than the model's context "
+            f"({tinfo.arch}.context_length = {tinfo.context_length}); a long-input case must fit its model: "
+            "lower ctx_size or the prompts"
+        )
     if "draft-mtp" in spec_types:
         drafter = dinfo or tinfo
         if not drafter.has_mtp_heads:

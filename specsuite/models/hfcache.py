@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.common import filehash
+from specsuite.common import filehash, locks
 from specsuite.common.errors import UserError
 from specsuite.models import store
 from specsuite.models.store import Cancelled
@@ -79,8 +79,9 @@ def read_token_file() -> str | None:
     return text.replace("\r", "").replace("\n", "").strip() or None
 
 
-def repo_folder(repo: str) -> str:
-    return "models--" + repo.replace("/", "--")
+def repo_folder(repo: str, repo_type: str = "model") -> str:
+    """huggingface_hub's folder of a repository: ``models--ORG--NAME`` (``datasets--`` for a dataset)."""
+    return f"{repo_type}s--" + repo.replace("/", "--")
 
 
 # ---------------------------------------------------------------- looking up a file
@@ -113,7 +114,9 @@ def _blob_name(path: Path) -> str | None:
     )
 
 
-def candidates(repo: str, revision: str, path: str, sha256: str | None) -> list[Candidate]:
+def candidates(
+    repo: str, revision: str, path: str, sha256: str | None, repo_type: str = "model"
+) -> list[Candidate]:
     """Files of the shared caches that may hold this file, cheapest first, each once.
 
     With ``sha256`` (locked, or reported by the Hub): the repository's blob of that name, its snapshot at
@@ -123,7 +126,7 @@ def candidates(repo: str, revision: str, path: str, sha256: str | None) -> list[
     seen: set[tuple[int, int]] = set()
     out: list[Candidate] = []
     for label, root in caches():
-        own = root / repo_folder(repo)
+        own = root / repo_folder(repo, repo_type)
         paths = [own / "snapshots" / revision / path]
         if sha256:
             paths.insert(0, own / "blobs" / sha256)
@@ -268,16 +271,20 @@ def _link_snapshot(folder: Path, revision: str, path: str, blob: Path) -> None:
     os.replace(tmp, snap)  # replaces a link to another blob, never writes through it
 
 
-def add(final: Path, *, repo: str, revision: str, path: str, sha256: str, size: int) -> str:
+def add(
+    final: Path, *, repo: str, revision: str, path: str, sha256: str, size: int, repo_type: str = "model"
+) -> str:
     """Put the verified ``final`` into the hub cache's layout; one line saying what was done."""
     import filelock
 
     root = hub_cache()
-    folder = root / repo_folder(repo)
+    name = repo_folder(repo, repo_type)
+    folder = root / name
     blob = folder / "blobs" / sha256
     try:
-        (root / ".locks" / repo_folder(repo)).mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(root / ".locks" / repo_folder(repo) / f"{sha256}.lock"), timeout=600):
+        (root / ".locks" / name).mkdir(parents=True, exist_ok=True)
+        lock = root / ".locks" / name / f"{sha256}.lock"  # huggingface_hub's own lock of the blob
+        with locks.held(lock, f"the Hugging Face cache's blob {blob}", timeout=600):
             made = _put_blob(final, blob, size)
             _link_snapshot(folder, revision, path, blob)
             refs = folder / "refs" / "main"
@@ -296,9 +303,9 @@ def add(final: Path, *, repo: str, revision: str, path: str, sha256: str, size: 
     return f"{final.name}: in the Hugging Face cache as {blob} ({made})"
 
 
-def present(repo: str, revision: str, path: str, sha256: str, size: int) -> bool:
+def present(repo: str, revision: str, path: str, sha256: str, size: int, repo_type: str = "model") -> bool:
     """True if ``add`` has nothing left to do (no lock taken, a few lstat calls)."""
-    folder = hub_cache() / repo_folder(repo)
+    folder = hub_cache() / repo_folder(repo, repo_type)
     blob, snap = folder / "blobs" / sha256, folder / "snapshots" / revision / path
     with contextlib.suppress(OSError):
         st = blob.lstat()

@@ -1,24 +1,36 @@
-"""The one HTTP policy every model request follows (file bodies and Hub metadata alike): which statuses
-are worth a retry, how long to wait (exponential backoff with jitter, or the server's Retry-After), when to
-give up, and what a refused request means to the user."""
+"""The one HTTP policy every model request follows (file bodies and Hub metadata alike): which failures are
+worth a retry, how long to wait, when to give up, and what a refused request means to the user.
+
+The policy is urllib3's ``Retry`` (``Policy.retry``): statuses 408, 429 and 5xx, timeouts and resets are
+retried, with exponential backoff and jitter or the server's ``Retry-After``, up to ``attempts`` in a row.
+A connection refused and a host name that does not resolve are not retried at all: no server answers there,
+and waiting minutes for one to appear only hides a wrong ``HF_ENDPOINT`` or a machine without network
+(``unreachable``). urllib3's Retry is not mounted on the session's adapter, because it cannot see what
+fails after the adapter returned (a body that stalls, resets or ends early: the download resumes it from
+the byte it reached, and bytes arriving start the count afresh), and its sleeps cannot be cancelled by
+Ctrl-C from another thread nor say what they wait for. So it decides and counts (``Retry.increment``) and
+says how long (``get_retry_after``, ``get_backoff_time``); ``Attempts`` waits, says so and tries again."""
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import random
+import errno
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specsuite.common import settings
 from specsuite.common.errors import UserError
 from specsuite.models.store import Cancelled
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+if TYPE_CHECKING:  # urllib3 is imported with the first request: a warm run makes none
+    import urllib3
+
+RETRY_STATUS = frozenset({408, 429, *range(500, 600)})
 FATAL_STATUS = frozenset({401, 403, 404})
+# Refusals a retry cannot change: nothing listens there, or there is no route to the network at all.
+_UNREACHABLE_ERRNO = {errno.ECONNREFUSED: "connection refused", errno.ENETUNREACH: "network unreachable"}
 
 
 @dataclass
@@ -26,7 +38,7 @@ class Policy:
     """Retry and timing knobs, shared by every request; tests shrink them (also SPEC_FETCH_* variables)."""
 
     attempts: int = 10  # retries after consecutive failures without new bytes, then give up
-    backoff: float = 1.0  # first delay; doubles per failure, with jitter, up to max_backoff
+    backoff: float = 1.0  # urllib3's backoff_factor (and jitter): 0, 2, 4, 8 ... s, up to max_backoff
     max_backoff: float = 60.0
     max_retry_after: float = 900.0
     stall: float = 60.0  # window of the throughput floor; also the socket timeout (connect aside)
@@ -49,38 +61,79 @@ class Policy:
             connections=s.fetch_connections,
         )
 
-    def delay(self, failures: int) -> float:
-        base = min(self.max_backoff, self.backoff * 2 ** max(0, failures - 1))
-        return base / 2 + random.uniform(0, base / 2)  # jitter so parallel fetchers do not retry in step
+    def retry(self) -> urllib3.util.Retry:
+        """The policy as urllib3 states it: ``attempts`` retries in a row, of any kind (every request here
+        reads, POST paths-info included), on 408, 429 and 5xx, with backoff, jitter (parallel fetchers do
+        not retry in step) and Retry-After up to ``max_retry_after``."""
+        from urllib3.util import Retry as Urllib3Retry
+
+        return Urllib3Retry(
+            total=self.attempts,
+            redirect=False,
+            allowed_methods=None,
+            status_forcelist=RETRY_STATUS,
+            backoff_factor=self.backoff,
+            backoff_max=self.max_backoff,
+            backoff_jitter=self.backoff,
+            respect_retry_after_header=True,
+            retry_after_max=int(self.max_retry_after),
+            raise_on_status=False,
+        )
 
 
 class Retry(Exception):
-    """A transient failure (connection, timeout, stall, 408/429/5xx): worth another attempt."""
+    """A failure that may be transient: the urllib3 error or response that urllib3's Retry judges, and a
+    wait of our own choosing (0: at once), if any."""
 
-    def __init__(self, reason: str, wait: float | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        wait: float | None = None,
+        *,
+        error: Exception | None = None,
+        response: urllib3.BaseHTTPResponse | None = None,
+    ) -> None:
         super().__init__(reason)
-        self.wait = wait
+        self.wait, self.error, self.response = wait, error, response
 
 
-def retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    with contextlib.suppress(TypeError, ValueError):
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time())
+def transport_error(exc: Exception) -> Retry:
+    """A requests or urllib3 exception as a Retry carrying urllib3's own error (requests wraps it, inside a
+    MaxRetryError for a connection that was never made)."""
+    import urllib3.exceptions
+
+    inner: BaseException | None = exc
+    while inner is not None and not isinstance(inner, urllib3.exceptions.HTTPError):
+        inner = inner.args[0] if inner.args and isinstance(inner.args[0], BaseException) else None
+    if isinstance(inner, urllib3.exceptions.MaxRetryError):
+        inner = inner.reason
+    error = inner if isinstance(inner, Exception) else exc
+    return Retry(f"{type(exc).__name__}: {exc}", error=error)
+
+
+def retry_for_status(r: Any) -> Retry:
+    """An answer with a retryable status (a requests Response): urllib3's Retry reads its Retry-After."""
+    return Retry(f"HTTP {r.status_code}", response=r.raw)
+
+
+def unreachable(error: Exception | None) -> str | None:
+    """Why no retry can help (a refused connection, a name that does not resolve), or None."""
+    import urllib3.exceptions
+
+    if isinstance(error, urllib3.exceptions.NameResolutionError):
+        return f"the host name {getattr(error.conn, 'host', '?')!r} does not resolve"
+    if isinstance(error, urllib3.exceptions.NewConnectionError):
+        cause = error.__cause__
+        if isinstance(cause, OSError) and cause.errno in _UNREACHABLE_ERRNO:
+            pool = getattr(error, "conn", None)
+            where = f" at {pool.host}:{pool.port}" if pool is not None else ""
+            return f"{_UNREACHABLE_ERRNO[cause.errno]}{where}"
     return None
 
 
-def retry_for_status(code: int, headers: Any) -> Retry:
-    wait = retry_after(headers.get("Retry-After")) if code in (429, 503) else None
-    return Retry(f"HTTP {code}", wait)
-
-
 class Attempts:
-    """Counts one job's consecutive failed attempts and waits (backoff or Retry-After) before the next."""
+    """One job's consecutive failed attempts, counted by urllib3's Retry; waits (backoff or Retry-After)
+    before the next, saying so."""
 
     def __init__(
         self,
@@ -89,24 +142,44 @@ class Attempts:
         note: Callable[[str], None],
         cancel: threading.Event | None,
         hint: str,
+        method: str = "GET",
     ) -> None:
         self.policy, self.what, self.note, self.cancel, self.hint = policy, what, note, cancel, hint
-        self.failures = 0
+        self.method, self.fresh = method, policy.retry()
+        self.retry = self.fresh
 
     def failed(self, exc: Retry, progressed: bool = False) -> None:
-        """Wait before the next attempt; UserError once ``policy.attempts`` attempts failed in a row."""
-        self.failures = 1 if progressed else self.failures + 1  # bytes arrived: the link works, reset
-        if self.failures > self.policy.attempts:
+        """Wait before the next attempt; UserError at once for an unreachable server, and once
+        ``policy.attempts`` attempts failed in a row."""
+        import urllib3.exceptions
+
+        if (why := unreachable(exc.error)) is not None:
+            raise UserError(f"{self.what}: {why} (not retried); {self.hint}")
+        if progressed:  # bytes arrived: the link works, count afresh
+            self.retry = self.fresh
+        try:
+            self.retry = self.retry.increment(self.method, None, response=exc.response, error=exc.error)
+        except urllib3.exceptions.MaxRetryError:
             raise UserError(
                 f"giving up on {self.what} after {self.policy.attempts} retries (last: {exc}); {self.hint}"
-            )
-        wait = (
-            self.policy.delay(self.failures)
-            if exc.wait is None
-            else min(exc.wait, self.policy.max_retry_after)
-        )
-        self.note(f"{self.what}: {exc}; retry {self.failures}/{self.policy.attempts} in {wait:.1f} s")
+            ) from None
+        wait = exc.wait if exc.wait is not None else self._wait(exc)
+        tries = len(self.retry.history)
+        self.note(f"{self.what}: {exc}; retry {tries}/{self.policy.attempts} in {wait:.1f} s")
         sleep(wait, self.cancel)
+
+    def _wait(self, exc: Retry) -> float:
+        """The server's Retry-After when it sent one, else urllib3's backoff for this many failures."""
+        import urllib3.exceptions
+
+        if exc.response is not None:
+            try:
+                after = self.retry.get_retry_after(exc.response)
+            except urllib3.exceptions.InvalidHeader:
+                after = None
+            if after is not None:
+                return after
+        return self.retry.get_backoff_time()
 
 
 def sleep(seconds: float, cancel: threading.Event | None) -> None:

@@ -31,9 +31,9 @@ from specsuite.models.http import (
     RETRY_STATUS,
     Attempts,
     Policy,
-    Retry,
     http_hint,
     retry_for_status,
+    transport_error,
 )
 
 if TYPE_CHECKING:
@@ -104,8 +104,13 @@ def session() -> requests.Session:
     return s
 
 
-def resolve_url(repo: str, revision: str, path: str) -> str:
-    return f"{endpoint()}/{repo}/resolve/{revision}/{quote(path)}"
+# The Hub's URL prefix and API collection per kind of repository (a model's URLs have no prefix).
+_URL_PREFIX = {"model": "", "dataset": "datasets/"}
+_API = {"model": "models", "dataset": "datasets"}
+
+
+def resolve_url(repo: str, revision: str, path: str, repo_type: str = "model") -> str:
+    return f"{endpoint()}/{_URL_PREFIX[repo_type]}{repo}/resolve/{revision}/{quote(path)}"
 
 
 @dataclass(frozen=True)
@@ -130,9 +135,9 @@ def send(
     cancel: threading.Event | None = None,
     **kwargs: Any,
 ) -> requests.Response:
-    """One request under the retry policy: connection errors, timeouts, 408, 429 and 5xx are retried with
-    backoff and jitter (honouring Retry-After); 401/403/404 are one UserError at once. Returns the first
-    other answer."""
+    """One request under the retry policy (``models.http``): timeouts, resets, 408, 429 and 5xx are retried
+    with backoff and jitter (honouring Retry-After); a refused connection, a name that does not resolve and
+    401/403/404 are one UserError at once. Returns the first other answer."""
     import requests
     import urllib3.exceptions
 
@@ -143,19 +148,20 @@ def send(
         _stderr if note is None else note,
         cancel,
         f"check the network and HF_ENDPOINT ({endpoint()})",
+        method,
     )
     while True:
         try:
             r = sess.request(method, url, timeout=(policy.connect, policy.stall), **kwargs)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-            tries.failed(Retry(f"{type(exc).__name__}: {exc}"))
+            tries.failed(transport_error(exc))
             continue
         if r.status_code in FATAL_STATUS:
             r.close()
             raise UserError(http_hint(r.status_code, what))
-        if r.status_code in RETRY_STATUS or r.status_code >= 500:
+        if r.status_code in RETRY_STATUS:
             r.close()
-            tries.failed(retry_for_status(r.status_code, r.headers))
+            tries.failed(retry_for_status(r))
             continue
         return r
 
@@ -167,13 +173,15 @@ def _etag(value: str | None) -> str | None:
     return value if _HEX64.match(value) else None
 
 
-def head_meta(sess: requests.Session, repo: str, revision: str, path: str, **kw: Any) -> FileMeta | None:
+def head_meta(
+    sess: requests.Session, repo: str, revision: str, path: str, repo_type: str = "model", **kw: Any
+) -> FileMeta | None:
     """Size and sha256 from a HEAD on the resolve URL (X-Linked-Size/X-Linked-Etag); None if absent.
 
     Redirects are not followed: the headers are on the Hub's own reply, not on the CDN's. ``kw`` goes to
     ``send`` (policy, note, cancel).
     """
-    url = resolve_url(repo, revision, path)
+    url = resolve_url(repo, revision, path, repo_type)
     r = send(sess, "HEAD", url, what=f"{repo}/{path} at {revision}", allow_redirects=False, **kw)
     if r.status_code >= 400:
         return None
@@ -185,14 +193,14 @@ def head_meta(sess: requests.Session, repo: str, revision: str, path: str, **kw:
 
 
 def paths_info(
-    sess: requests.Session, repo: str, revision: str, paths: list[str], **kw: Any
+    sess: requests.Session, repo: str, revision: str, paths: list[str], repo_type: str = "model", **kw: Any
 ) -> dict[str, FileMeta]:
-    """``POST /api/models/{repo}/paths-info/{revision}``: lfs.size and lfs.oid of each path.
+    """``POST /api/{models|datasets}/{repo}/paths-info/{revision}``: lfs.size and lfs.oid of each path.
 
     The Hub silently omits paths that do not exist; a missing one is an error here. A file without ``lfs``
     metadata has no sha256 on the Hub (only a git sha1), which is an error too.
     """
-    url = f"{endpoint()}/api/models/{repo}/paths-info/{revision}"
+    url = f"{endpoint()}/api/{_API[repo_type]}/{repo}/paths-info/{revision}"
     what = f"paths-info of {repo} at {revision}"
     r = send(sess, "POST", url, what=what, data={"paths": paths, "expand": "true"}, **kw)
     if r.status_code != 200:
@@ -216,7 +224,9 @@ def paths_info(
     return out
 
 
-def file_meta(sess: requests.Session, repo: str, revision: str, path: str, **kw: Any) -> FileMeta:
+def file_meta(
+    sess: requests.Session, repo: str, revision: str, path: str, repo_type: str = "model", **kw: Any
+) -> FileMeta:
     """Size and sha256 the Hub reports for a file: resolve HEAD first (resolver quota), else paths-info."""
-    meta = head_meta(sess, repo, revision, path, **kw)
-    return meta or paths_info(sess, repo, revision, [path], **kw)[path]
+    meta = head_meta(sess, repo, revision, path, repo_type, **kw)
+    return meta or paths_info(sess, repo, revision, [path], repo_type, **kw)[path]

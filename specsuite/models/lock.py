@@ -2,8 +2,9 @@
 
 Validation is strict and happens before any network use, so a typo is one clear message naming the entry
 and the field, and nothing is downloaded. The schema is declared once: an entry is a union of msgspec
-Structs tagged by ``source`` (hf, pypi, generated), each with its own required fields, constraints on the
-fields and the rules that join them in ``__post_init__``; ``common.declared`` words the errors.
+Structs tagged by ``source`` (hf, hf-dataset, pypi, generated), each with its own required fields,
+constraints on the fields and the rules that join them in ``__post_init__``; ``common.declared`` words the
+errors.
 """
 
 from __future__ import annotations
@@ -90,6 +91,20 @@ class HfEntry(_Entry, tag="hf", frozen=True, kw_only=True):
                 f"missing key `{missing[0]}` (or `locked = false` for an hf entry not locked yet)"
             )
 
+    @property
+    def repo_type(self) -> str:
+        """The Hub's kind of repository (its URLs and cache folders differ by kind)."""
+        return "model"
+
+
+class HfDatasetEntry(HfEntry, tag="hf-dataset", frozen=True, kw_only=True):
+    """A file of a Hub *dataset* repository (a prompt set's data), pinned like a model file and fetched by
+    the same path; only the Hub's URLs (``/datasets/...``) and cache folder (``datasets--...``) differ."""
+
+    @property
+    def repo_type(self) -> str:
+        return "dataset"
+
 
 class _Pinned(_Entry, frozen=True, kw_only=True):
     """An entry whose bytes the lock always pins: only hf entries may be ``locked = false``."""
@@ -118,7 +133,7 @@ class GeneratedEntry(_Pinned, tag="generated", frozen=True, kw_only=True):
     recipe: Annotated[str, Meta(min_length=1, description="a synthetic model recipe id")]
 
 
-Entry: TypeAlias = HfEntry | PypiEntry | GeneratedEntry
+Entry: TypeAlias = HfEntry | HfDatasetEntry | PypiEntry | GeneratedEntry
 
 
 class _LockFile(msgspec.Struct):

@@ -49,15 +49,15 @@ def lock_models(
     Requests follow the fetcher's retry policy (``policy``, default from the SPEC_FETCH_* variables)."""
     lk = load_lock(lock)
     policy = policy or Policy.from_env()
-    groups: dict[tuple[str, str], list[HfEntry]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[HfEntry]] = defaultdict(list)
     for e in lk.entries.values():
-        if isinstance(e, HfEntry):
-            groups[(e.repo, e.revision)].append(e)
+        if isinstance(e, HfEntry):  # hf-dataset entries too: another kind of repository, the same lock
+            groups[(e.repo, e.revision, e.repo_type)].append(e)
     drift: list[tuple[HfEntry, int, str]] = []
     with hub.session() as sess:
-        for (repo, revision), entries in groups.items():
+        for (repo, revision, kind), entries in groups.items():
             wanted = [e.path for e in entries]
-            metas = hub.paths_info(sess, repo, revision, wanted, policy=policy)
+            metas = hub.paths_info(sess, repo, revision, wanted, kind, policy=policy)
             for e in entries:
                 meta = metas[e.path]
                 if (e.size, e.sha256) != (meta.size, meta.sha256):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from specsuite.common import atomic, filehash, paths
+from specsuite.common import atomic, filehash, locks, paths
 from specsuite.common.errors import UserError
 from specsuite.models import stamps
 
@@ -266,23 +266,24 @@ def file_lock(
 
     regular_or_absent(lock_path(final))
     lock = filelock.FileLock(str(lock_path(final)))
-    waited, next_note = 0.0, note_every
+    waited, next_note = 0.0, 0.0
     while True:
         try:
             lock.acquire(timeout=min(poll, max(0.0, timeout - waited)))
             break
         except filelock.Timeout:
+            who = locks.describe(locks.holders(lock.lock_file))
             waited += poll
             if waited >= timeout:
                 raise UserError(
-                    f"{final.name}: another fetcher has held {lock.lock_file} for {waited:.0f} s; "
+                    f"{final.name}: {who} has held {lock.lock_file} for {waited:.0f} s; "
                     "if no other fetch is running, delete that file and rerun"
                 ) from None
             if cancel is not None and cancel.is_set():
                 raise Cancelled() from None
-            if waited >= next_note:
+            if waited >= next_note:  # at once, then every note_every seconds
                 next_note += note_every
-                note(f"{final.name}: waiting for another fetcher ({waited:.0f} s)")
+                note(f"{final.name}: waiting for {who}, which is fetching it ({waited:.0f} s so far)")
         except OSError as exc:
             raise io_error(exc, final.name) from None
     try:

@@ -9,12 +9,19 @@ from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
-from specsuite.report.data import LAST, default_mirror
+from specsuite.history.ancestry import default_mirror
+from specsuite.history.report import existing_db
+from specsuite.report.data import LAST
 from specsuite.report.site import Sources, build_site
 
 
 def default_out() -> Path:
     return paths.RESULTS_DIR / "site"
+
+
+def default_cache() -> Path:
+    """Where the change points of each series are kept between builds (``history.changecache``)."""
+    return paths.cache_dir() / "report" / "changes.json"
 
 
 def parser() -> CommandParser:
@@ -39,7 +46,7 @@ def parser() -> CommandParser:
         help="where the runs' results folders are (default results/): their logs, summaries and bisects "
         "go into the site",
     )
-    p.add_argument("--db", type=Path, help="the history database (default: the one `history` reads)")
+    p.add_argument("--db", type=existing_db, help="the history database (default: the one `history` reads)")
     return p
 
 
@@ -49,11 +56,17 @@ def main(argv: list[str]) -> int:
     results = Path(a.results) if a.results is not None else paths.RESULTS_DIR
     if a.last < 0:
         raise UserError(f"--last {a.last}: give a number of runs, or 0 for all")
-    built = build_site(Sources(db, results, default_mirror(), a.device, a.last), a.out or default_out())
+    src = Sources(db, results, default_mirror(), a.device, a.last, default_cache())
+    built = build_site(src, a.out or default_out())
     if not built.runs:
         print(f"no runs recorded yet in {db}: the site says so (every suite run records itself when it ends)")
     print(
         f"report: {built.runs} runs on {built.groups} device class(es), {built.case_pages} case pages, "
         f"{built.run_folders} results folders found -> {built.out / 'index.html'}"
     )
+    if built.series_cached or built.series_computed:
+        print(
+            f"change points: {built.series_computed} noisy series computed, {built.series_cached} unchanged "
+            f"since a build before (from {default_cache()})"
+        )
     return 0

@@ -1,8 +1,9 @@
 """What the site shows, read from the history: every run (with its case records, streamed run by run), each
 device class and backend's runs in commit order, and the change points of the history.
 
-Commit order: ancestry from the llama.cpp mirror where it knows every commit of a device class and backend
-(runs of one commit by time), else time. A stored record that cannot be decoded is shown from the numbers of
+Commit order: ``history.ancestry.in_commit_order``, as ``specsuite changes`` orders its series: ancestry
+from the llama.cpp mirror where it knows every commit of a device class and backend (runs of one commit by
+time), else time. A stored record that cannot be decoded is shown from the numbers of
 its ``cases`` row, with one warning line.
 """
 
@@ -17,14 +18,14 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.history import db as history
-from specsuite.history.ancestry import ancestors
+from specsuite.history.ancestry import in_commit_order
+from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint, find_changes
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
@@ -53,6 +54,40 @@ class RunRow:
         """How many runs its device class and backend has in the history (the site may show fewer)."""
         return int(self.row.get("of_runs") or 0)
 
+    @property
+    def speed_judged(self) -> bool:
+        """Whether the run judged speed (not one of cases side by side on a CPU build: acceptance only)."""
+        options = _stored(self.row.get("options"), RunOptions)
+        return options is None or options.speed
+
+
+class Metric(NamedTuple):
+    """A metric the site charts and lists: one entry here (and its column in the history's ``cases``)."""
+
+    key: str
+    label: str
+    floor: str | None  # the floor of a case record that applies to it
+    digits: int  # as summary.md prints it
+    column: str  # its SQL over the history's cases row ``c``
+    since: int = 1  # the history's schema version that has the column (an older one reads null)
+
+    def shown(self) -> dict[str, Any]:
+        """What a page's script gets (not the SQL)."""
+        return {"key": self.key, "label": self.label, "floor": self.floor, "digits": self.digits}
+
+
+METRICS = (
+    Metric("accept_rate", "accept rate", "min_accept_rate", 4, "c.accept_rate"),
+    Metric("accept_len", "accept length", "min_accept_len", 4, "c.accept_len"),
+    Metric("pos0_rate", "position-0 rate", None, 4, "c.pos0_rate"),
+    # the median of the A-B-B-A rounds where there were rounds
+    Metric("speedup", "speedup", "min_speedup", 3, "COALESCE(c.speedup_median, c.speedup)"),
+    # per-block overhead: what a verification block costs in plain decode steps (none from a run whose
+    # speed was physically impossible)
+    Metric("block_ratio", "block cost (plain decode steps)", None, 3,
+           "CASE WHEN c.implausible_speed = 1 THEN NULL ELSE c.block_ratio END", since=4),
+)  # fmt: skip
+
 
 @dataclass(eq=False, slots=True)
 class Point:
@@ -64,16 +99,16 @@ class Point:
     status: str | None
     reason: str | None
     message: str | None
-    accept_rate: float | None
-    accept_len: float | None
-    pos0_rate: float | None
-    speedup: float | None  # the median of the A-B-B-A rounds where there were rounds
+    values: dict[str, float | None]  # each of METRICS by its key
     speedups: list[float | None]
     per_position_rate: str | None  # JSON, read for the few points that show it
-    floors: dict[str, float | None]
-    uncalibrated: bool
-    baseline_run: str | None
-    block_ratio: float | None = None  # per-block overhead: a verification block in plain decode steps
+    floors: dict[str, float | None] = field(default_factory=dict)
+    uncalibrated: bool = False
+    baseline_run: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.values.get("speedup")
 
     def rates(self) -> list[float | None]:
         return _numbers(self.per_position_rate)
@@ -93,6 +128,10 @@ class Group:
     def slug(self) -> str:
         return slug(f"{self.device_class}--{self.backend}")
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.device_class, self.backend
+
 
 @functools.lru_cache(maxsize=4096)
 def slug(text: str, limit: int = 80) -> str:
@@ -110,13 +149,13 @@ LAST = 1000  # runs per device class and backend the site shows by default
 
 
 _RUNS_SQL = """
-SELECT * FROM (
-    SELECT r.*, COALESCE(r.started, r.recorded) AS t, ROW_NUMBER() OVER (
+SELECT r.*, w.t, w.nth, w.of_runs FROM (
+    SELECT r.id, COALESCE(r.started, r.recorded) AS t, ROW_NUMBER() OVER (
         PARTITION BY r.device_class, r.backend ORDER BY COALESCE(r.started, r.recorded) DESC, r.id DESC
     ) AS nth, COUNT(*) OVER (PARTITION BY r.device_class, r.backend) AS of_runs
     FROM runs r WHERE {where}
-) WHERE :last <= 0 OR nth <= :last ORDER BY t, id
-"""
+) w JOIN runs r ON r.id = w.id WHERE :last <= 0 OR w.nth <= :last ORDER BY w.t, r.id
+"""  # the window over narrow rows, then the whole rows of the runs shown (each holds its models' JSON)
 
 
 def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:
@@ -147,8 +186,7 @@ def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:
 # --- the series: every case of every run, as numbers -------------------------------------------------------
 
 _POINTS_SQL = """
-SELECT c.run, c.name, c.status, c.reason, t.message, c.accept_rate, c.accept_len, c.pos0_rate,
-       COALESCE(c.speedup_median, c.speedup) AS speedup, c.speedups, c.per_position_rate, {overhead}
+SELECT c.run, c.name, c.status, c.reason, t.message, c.speedups, c.per_position_rate, {metrics}
 FROM cases c LEFT JOIN case_texts t ON t.run = c.run AND t.name = c.name
 WHERE c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.rowid
 """
@@ -202,12 +240,14 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
         if conn is None or not by_pk:
             return []
         _temp_runs(conn, runs)
+        version = history.schema_version(conn)
+        columns = [m.column if version >= m.since else "NULL" for m in METRICS]
+        sql = _POINTS_SQL.format(metrics=", ".join(columns))
+        keys = [m.key for m in METRICS]
         out = [
-            Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message), _finite(rate),
-                  _finite(length), _finite(pos0), _finite(speedup), _numbers(speedups), _text(ppr), {},
-                  False, None, None if implausible else _finite(block))
-            for pk, name, status, reason, message, rate, length, pos0, speedup, speedups, ppr, block, _,
-                implausible in conn.execute(_POINTS_SQL.format(overhead=history.overhead_columns(conn)))
+            Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message),
+                  dict(zip(keys, map(_finite, numbers), strict=True)), _numbers(speedups), _text(ppr))
+            for pk, name, status, reason, message, speedups, ppr, *numbers in conn.execute(sql)
         ]  # fmt: skip
         same: dict[tuple[str, str], Point] = {}
         for p in out:  # the newest record of each case and cases.toml speaks for them all
@@ -340,52 +380,7 @@ def run_document(run: RunRow, records: Sequence[CaseRecord]) -> Run:
     )
 
 
-# --- commit order ----------------------------------------------------------------------------------------
-
-
-def default_mirror() -> Path:
-    """The llama.cpp mirror the builds clone (``<cache>/llama.cpp/git``): it orders commits by ancestry."""
-    return paths.cache_dir() / "llama.cpp" / "git"
-
-
-TIPS = 3  # commits tried as the head of the ancestry (a rerun of an older commit may be the newest run)
-ANCESTRY_LIMIT = 100_000  # more than llama.cpp's whole history
-
-
-def _positions(mirror: Path, runs: Sequence[RunRow]) -> dict[str, int] | None:
-    """Each run's commit at its place in the ancestry of one of them (oldest 0): the first of the newest
-    run's commits whose ancestry holds every other. None when none does (a sibling branch, a commit the
-    mirror lacks, no mirror): half an ancestry is no order.
-
-    (Issue 17 brings ``history.ancestry.topo_positions``, one ``git rev-list`` over all of them; this uses
-    the ``ancestors`` lookup main has.)"""
-    commits = {r.commit for r in runs}
-    newest = list(
-        dict.fromkeys(r.commit for r in sorted(runs, key=lambda r: (r.started, r.pk), reverse=True))
-    )
-    for tip in newest[:TIPS]:
-        chain = ancestors(mirror, tip, limit=ANCESTRY_LIMIT)
-        if chain is None:
-            return None  # no mirror, or it lacks the newest commit
-        found = _place(commits, [*reversed(chain), tip])
-        if found is not None:
-            return found
-    return None
-
-
-def _place(commits: set[str], line: list[str]) -> dict[str, int] | None:
-    """Each commit (full or abbreviated) at its index in ``line`` (full shas, oldest first); None when one
-    is not there."""
-    by_prefix: dict[str, list[int]] = {}
-    for i, sha in enumerate(line):
-        by_prefix.setdefault(sha[:7], []).append(i)
-    out: dict[str, int] = {}
-    for commit in commits:
-        at = [i for i in by_prefix.get(commit[:7], []) if line[i].startswith(commit)]
-        if not at:
-            return None
-        out[commit] = at[0]
-    return out
+# --- commit order ---------------------------------------------------------------------------------------
 
 
 def groups(runs: Sequence[RunRow], mirror: Path | None) -> dict[tuple[str, str], Group]:
@@ -394,10 +389,8 @@ def groups(runs: Sequence[RunRow], mirror: Path | None) -> dict[tuple[str, str],
     for run in sorted(runs, key=lambda r: (r.started, r.pk)):
         out.setdefault(run.group, Group(*run.group)).runs.append(run)
     for group in out.values():
-        pos = _positions(mirror, group.runs) if mirror is not None else None
-        if pos is not None:
-            group.runs.sort(key=lambda r: pos[r.commit])  # stable: one commit's runs stay in time order
-            group.ordered_by = "ancestry"
+        group.runs, by_ancestry = in_commit_order(group.runs, lambda r: r.commit, mirror)
+        group.ordered_by = "ancestry" if by_ancestry else "time"
     return out
 
 
@@ -405,8 +398,9 @@ def groups(runs: Sequence[RunRow], mirror: Path | None) -> dict[tuple[str, str],
 
 
 def change_points(
-    path: Path, device: str | None, mirror: Path | None, runs: list[RunRow]
+    path: Path, device: str | None, mirror: Path, runs: list[RunRow], cache: SplitCache | None = None
 ) -> list[ChangePoint]:
     """The change points (``history.changes``) among the runs the site shows, its commits ordered by the
-    same mirror as the site's series."""
-    return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})
+    same mirror and rule as the site's series (``ancestry.in_commit_order``); ``cache``: the splits of
+    series the last builds computed."""
+    return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs}, cache=cache)

@@ -4,34 +4,19 @@ the long tables from the JSON part."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from specsuite.history.changes import ChangePoint
-from specsuite.report.data import Group, Point, slug
+from specsuite.report import events
+from specsuite.report.data import METRICS, Group, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
-from specsuite.results.record import finite
 from specsuite.results.verdict import verdict
 
-
-class Metric(NamedTuple):
-    key: str
-    label: str
-    floor: str | None  # the floor of a case record that applies to it
-    digits: int  # as summary.md prints it
-
-
-METRICS = (
-    Metric("accept_rate", "accept rate", "min_accept_rate", 4),
-    Metric("accept_len", "accept length", "min_accept_len", 4),
-    Metric("pos0_rate", "position-0 rate", None, 4),
-    Metric("speedup", "speedup", "min_speedup", 3),
-    Metric("block_ratio", "block cost (plain decode steps)", None, 3),
-)
 SPARK_RUNS = 30
+# The index's sparklines: acceptance and speed, so a case that lost speed while its counters held still
+# shows it (one entry more to add a metric)
+SPARK_METRICS = tuple(m for m in METRICS if m.key in ("accept_rate", "speedup"))
 BAD = frozenset({"failed", "drifted", "error", "interrupted"})
 Series = list[Point]
 
@@ -68,68 +53,59 @@ def case_href(group: Group, case: str) -> str:
     return f"cases/{group.slug}/{slug(case)}.html"
 
 
-# --- change points ---------------------------------------------------------------------------------------
-
-
-def located(series: Series, cps: Sequence[ChangePoint]) -> list[tuple[int, ChangePoint]]:
-    """Each change point at the index of its first run after the change (by run id, else by commit)."""
-    at_run = {p.run.run_id: i for i, p in reversed(list(enumerate(series)))}
-    out = []
-    for cp in cps:
-        index = at_run.get(cp.after_run_id)
-        if index is None:
-            after = cp.after_commit.lower()
-            index = next((i for i, p in enumerate(series) if _same(p.run.commit, after)), None)
-        if index is not None:
-            out.append((index, cp))
-    return sorted(out, key=lambda pair: pair[0])
-
-
-def _same(a: str, b: str) -> bool:
-    return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
-
-
-def change_row(index: int, cp: ChangePoint, series: Series) -> dict[str, Any]:
-    run = series[index].run
-    return {
-        "index": index,
-        "metric": cp.metric,
-        "before_commit": cp.before_commit,
-        "after_commit": cp.after_commit,
-        "mean_before": finite(cp.mean_before),
-        "mean_after": finite(cp.mean_after),
-        "change": cp.change if isinstance(cp.change, float) and math.isfinite(cp.change) else None,
-        "p_value": finite(cp.p_value),
-        "run": run.run_id,
-        "slug": run.slug,
-    }
-
-
 # --- the index -------------------------------------------------------------------------------------------
 
 
 def index_row(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """One case of a device class and backend: its latest run's numbers and status, a sparkline of its last
-    runs, and the last change point."""
+    """One case of a device class and backend: its latest run's numbers and status (with why a passed
+    speedup below 1.0 passed), a sparkline of each of ``SPARK_METRICS`` over its last runs, and its last
+    change point (the whole span of adjacent ones)."""
     latest = series[-1]
     kind, words = point_status(latest)
     tail = series[-SPARK_RUNS:]
-    key = "accept_rate" if any(p.accept_rate is not None for p in tail) else "speedup"
-    spark = sparkline([getattr(p, key) for p in tail], [point_status(p)[0] in BAD for p in tail])
+    bad = [point_status(p)[0] in BAD for p in tail]
+    sparks = []
+    for m in SPARK_METRICS:
+        values = [p.values[m.key] for p in tail]
+        if any(v is not None for v in values):
+            sparks.append({"metric": m.key, "label": m.label, "svg": sparkline(values, bad, m.label)})
     return {
         "case": case,
         "href": case_href(group, case),
         "kind": kind,
         "status": words,
         "message": first_line(latest.message) if kind != "passed" else "",
-        "numbers": [(getattr(latest, m.key), f".{m.digits}f") for m in METRICS],
-        "spark": spark,
-        "spark_metric": key.replace("_", " "),
+        "speed_note": speed_note(latest),
+        "numbers": [(latest.values[m.key], f".{m.digits}f") for m in METRICS],
+        "sparks": sparks,
         "run": latest.run.run_id,
         "run_href": f"runs/{latest.run.slug}.html",
         "commit": latest.run.commit,
-        "change": changes[-1] if changes else None,
+        "change": events.latest(changes, [m.key for m in METRICS]),
     }
+
+
+def speed_note(p: Point) -> str:
+    """Why a passed case with a speedup below 1.0 passed: its run did not judge speed, it has no speed
+    floor, or its floor is lower; with the A-B-B-A rounds' range where there is one. '' otherwise."""
+    if p.status != "passed" or p.speedup is None or p.speedup >= 1.0:
+        return ""
+    floor = p.floors.get("min_speedup")
+    if not p.run.speed_judged:
+        why = "speed not judged in this run (cases side by side on a CPU build: acceptance only)"
+    elif floor is None:
+        why = "no speed floor for this case (min_speedup): its speed is reported, not judged"
+    elif p.speedup >= floor:
+        why = f"at or above its speed floor {floor:.3f}"
+    else:
+        why = f"its speed floor {floor:.3f} was not applied"
+    lo, hi = spread(p)
+    rounds = (
+        f"; its A-B-B-A rounds ranged {lo:.3f} to {hi:.3f}"
+        if lo is not None and hi is not None and hi > lo
+        else ""
+    )
+    return f"speedup {p.speedup:.3f} < 1: {why}{rounds}"
 
 
 # --- a case page -----------------------------------------------------------------------------------------
@@ -169,12 +145,13 @@ def case_data(group: Group, case: str, series: Series, changes: list[dict[str, A
         "kind": [k for k, _ in kinds],
         "status": [w for _, w in kinds],
         "message": [first_line(p.message) for p in series],
-        "metrics": [m._asdict() for m in METRICS],
-        "values": {m.key: [getattr(p, m.key) for p in series] for m in METRICS},
+        "metrics": [m.shown() for m in METRICS],
+        "values": {m.key: [p.values[m.key] for p in series] for m in METRICS},
         "floors": {m.key: [p.floors.get(m.floor) for p in series] for m in METRICS if m.floor},
         "speed_lo": [lo for lo, _ in lows_highs],
         "speed_hi": [hi for _, hi in lows_highs],
         "changes": changes,
+        "events": [events.change_event(row).as_dict() for row in changes],
         "per_position": per_position(series),
         "ordered_by": group.ordered_by,
     }

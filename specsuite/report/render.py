@@ -10,12 +10,15 @@ from typing import Any
 
 import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 # In a <script type="application/json"> only "</script" or "<!--" could end the data early: JSON keeps
 # "<" inside strings only, so escaping it (and > and &, for good measure) as \u00XX keeps every value intact.
 _JSON_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
 SPARK_W, SPARK_H, SPARK_PAD = 120, 24, 2.0
+# A sparkline's height spans at least this share of its values' size: noise of a percent stays a ripple
+# and a 17 % drop shows as one, where a plain lowest-to-highest scale would make both fill the line.
+SPARK_MIN_SPAN = 0.1
 
 
 def embedded_json(value: Any) -> Markup:
@@ -34,18 +37,22 @@ def number(value: Any, fmt: str = ".4f") -> str:
 
 
 def percent(value: Any) -> str:
-    return "–" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:+.1%}"
+    """A relative change as every page writes it (``-7.2 %``, the script's way too)."""
+    return "–" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value * 100:+.1f} %"
 
 
-def sparkline(values: Sequence[float | None], bad: Sequence[bool]) -> Markup:
-    """An inline SVG of ``values`` (oldest first; None leaves a gap), failing runs as red dots."""
+def sparkline(values: Sequence[float | None], bad: Sequence[bool], what: str = "") -> Markup:
+    """An inline SVG of ``values`` (oldest first; None leaves a gap), failing runs as red dots, its height
+    at least ``SPARK_MIN_SPAN`` of the values' size around their middle."""
     finite = [v for v in values if v is not None]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    span, step = hi - lo or 1.0, (SPARK_W - 2 * SPARK_PAD) / max(1, len(values) - 1)
+    span = max(hi - lo, SPARK_MIN_SPAN * max(abs(lo), abs(hi))) or 1.0
+    base = (lo + hi - span) / 2  # the values in the middle of the height
+    step = (SPARK_W - 2 * SPARK_PAD) / max(1, len(values) - 1)
     pts = [
         None
         if v is None
-        else (SPARK_PAD + i * step, SPARK_H - SPARK_PAD - (v - lo) / span * (SPARK_H - 2 * SPARK_PAD))
+        else (SPARK_PAD + i * step, SPARK_H - SPARK_PAD - (v - base) / span * (SPARK_H - 2 * SPARK_PAD))
         for i, v in enumerate(values)
     ]
     runs: list[list[str]] = [[]]
@@ -62,10 +69,14 @@ def sparkline(values: Sequence[float | None], bad: Sequence[bool]) -> Markup:
         for p, b in zip(pts, bad, strict=True)
         if b and p is not None
     ]
-    label = f"last {len(values)} runs, {lo:.4g} to {hi:.4g}" if finite else "no values"
+    label = (
+        f"{what}{', ' if what else ''}last {len(values)} runs, {lo:.4g} to {hi:.4g}"
+        if finite
+        else "no values"
+    )
     return Markup(
         f'<svg class="spark" width="{SPARK_W}" height="{SPARK_H}" viewBox="0 0 {SPARK_W} {SPARK_H}" '
-        f'role="img" aria-label="{label}">{"".join(parts)}</svg>'
+        f'role="img" aria-label="{escape(label)}">{"".join(parts)}</svg>'
     )
 
 

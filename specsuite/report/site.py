@@ -7,6 +7,7 @@ never through a symlink.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import secrets
@@ -20,8 +21,10 @@ from typing import Any
 from jinja2 import Environment
 
 from specsuite.common.errors import UserError
+from specsuite.history.ancestry import default_mirror
+from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint
-from specsuite.report import data, folders, pages, runpages
+from specsuite.report import data, events, folders, pages, runpages
 from specsuite.report.data import Group, RunRow
 from specsuite.report.render import environment
 
@@ -36,6 +39,8 @@ class Built:
     case_pages: int
     run_folders: int  # runs whose results folder was found (their logs are in the site)
     rendered: int = 0  # run pages rendered (the others carried over from the previous site)
+    series_cached: int = 0  # noisy series whose change points came from the cache
+    series_computed: int = 0  # ... that were computed (new, or changed since)
 
 
 @dataclass
@@ -44,9 +49,10 @@ class Sources:
 
     db: Path
     results: Path | None  # the folder holding results/<run-id> folders and bisect-* folders
-    mirror: Path | None  # the llama.cpp mirror that orders commits
+    mirror: Path | None  # the llama.cpp mirror that orders commits (None: ancestry.default_mirror())
     device: str | None = None
     last: int = data.LAST  # runs per device class and backend (0: all)
+    cache: Path | None = None  # the change-point cache file (history.changecache); None: none kept
 
 
 def _check_out(out: Path) -> None:
@@ -76,9 +82,14 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
     (default: the history's own, ``data.change_points``)."""
     out = Path(out).absolute()
     _check_out(out)
+    mirror = src.mirror if src.mirror is not None else default_mirror()
+    src = dataclasses.replace(src, mirror=mirror)
     runs = data.load_runs(src.db, src.device, src.last)
+    cache = SplitCache(src.cache) if src.cache is not None else None
     if changes is None:
-        changes = data.change_points(src.db, src.device, src.mirror, runs) if runs else []
+        changes = data.change_points(src.db, src.device, mirror, runs, cache) if runs else []
+        if cache is not None:
+            cache.save()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}")
@@ -93,6 +104,8 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     built.out = out
+    if cache is not None:
+        built.series_cached, built.series_computed = cache.hits, cache.misses
     return built
 
 
@@ -144,11 +157,16 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
     data.baselines(w.src.db, latest)  # the per-position chart compares the latest run with its baseline
     n_pages = 0
     index = []
+    by_case: dict[tuple[str, str, str], list[ChangePoint]] = {}
+    for c in changes:
+        by_case.setdefault((c.case, c.device_class, c.backend), []).append(c)
     for group in w.groups.values():
-        rows = [_case_page(w, group, name, changes) for name in _case_order(group)]
+        rows = [
+            _case_page(w, group, name, by_case.get((name, *group.key), [])) for name in _case_order(group)
+        ]
         n_pages += len(rows)
         index.append(_index_group(group, rows))
-    labels = [m.label for m in pages.METRICS]
+    labels = [m.label for m in data.METRICS]
     w.page("index.html", "index.html", "", page="index", title="history", groups=index, labels=labels,
            spark_runs=pages.SPARK_RUNS, device=w.src.device)  # fmt: skip
     runpages.write_manifest(w.root, gen, rp.manifest)
@@ -161,12 +179,9 @@ def _case_order(group: Group) -> list[str]:
     return latest + sorted(set(group.series) - set(latest))
 
 
-def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoint]) -> dict[str, Any]:
+def _case_page(w: _Writer, group: Group, case: str, mine: Sequence[ChangePoint]) -> dict[str, Any]:
     series = group.series[case]
-    mine = [
-        c for c in changes if (c.case, c.device_class, c.backend) == (case, group.device_class, group.backend)
-    ]
-    rows = [pages.change_row(i, cp, series) for i, cp in pages.located(series, mine)]
+    rows = [events.change_row(span, series) for span in events.spans(events.located(series, mine))]
     kind, words = pages.point_status(series[-1])
     note = "none in this history"
     context = {
@@ -176,8 +191,13 @@ def _case_page(w: _Writer, group: Group, case: str, changes: Sequence[ChangePoin
         "group": group,
         "n": len(series),
         "charts": True,
-        "metrics": [m._asdict() for m in pages.METRICS],
-        "latest": {"kind": kind, "status": words, "message": pages.first_line(series[-1].message)},
+        "metrics": [m.shown() for m in data.METRICS],
+        "latest": {
+            "kind": kind,
+            "status": words,
+            "message": pages.first_line(series[-1].message),
+            "speed_note": pages.speed_note(series[-1]),
+        },
         "changes": rows,
         "changes_note": note,
         "data": pages.case_data(group, case, series, rows),

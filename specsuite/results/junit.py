@@ -37,7 +37,7 @@ def junit_xml(run: Run) -> bytes:
     failed = [r for r in recs if r.status not in ("passed", "skipped")]
     suite = ET.Element(
         "testsuite",
-        name="pytest",
+        name=run.tier or "specsuite",  # the tier, as run-tier names its own junit.xml
         errors="0",
         failures=str(len(failed)),
         skipped=str(sum(r.status == "skipped" for r in recs)),

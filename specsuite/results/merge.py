@@ -66,10 +66,11 @@ def worse(a: CaseRecord, b: CaseRecord) -> CaseRecord:
 
 
 def not_run(name: str, why: str, *, interrupted: bool = False) -> CaseRecord:
-    """A case no part ran: a failure (``not_run``), or ``interrupted`` when the run was."""
-    if interrupted:
-        return CaseRecord(name=name, status="interrupted", reason="interrupted", message=why)
-    return CaseRecord(name=name, status="failed", reason=NOT_RUN, message=why)
+    """A case no part ran: a failure, or ``interrupted`` when the run was (reason ``not_run`` either way:
+    the verdict names these apart from the case a run was interrupted in)."""
+    return CaseRecord(
+        name=name, status="interrupted" if interrupted else "failed", reason=NOT_RUN, message=why
+    )
 
 
 def _history(parts: list[Run]) -> HistoryNote | None:

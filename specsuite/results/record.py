@@ -90,6 +90,24 @@ class Counters(msgspec.Struct, kw_only=True):
     per_position: list[int] = []
 
 
+class CategoryStats(msgspec.Struct, kw_only=True):
+    """One prompt category of a case (or one input-length bucket): its counters, its tokens against the
+    baseline's and its decode speed, from the cold pass (``suite.categories``)."""
+
+    prompts: int = 0
+    prompt_tokens: int | None = None  # the prompt tokens the server processed for this category
+    drafted: int | None = None
+    accepted: int | None = None
+    drafts: int | None = None
+    accept_rate: float | None = None
+    accept_len: float | None = None
+    per_position: list[int] = []
+    per_position_rate: list[float | None] = []
+    identical_fraction: float | None = None
+    decode_tps: float | None = None  # the cold pass's, with speculation
+    baseline_decode_tps: float | None = None  # the first baseline round's, the same prompts without
+
+
 class BaselineRef(msgspec.Struct, kw_only=True):
     """The history baseline a case was judged against, what regressed, and how the counters compare."""
 
@@ -157,6 +175,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     implausible_speed: str | None = None
     identical_fraction: float | None = None
     prompts: list[PromptCheck] = []
+    # per prompt category (a categorised prompt set; empty otherwise), in the order they ran
+    categories: dict[str, CategoryStats] = {}
+    temperature: float = 0.0  # 0: greedy; above: sampled from the request's seed
     baseline: BaselineRef | None = None
     drift: DriftRef | None = None
     # each warmed speculative round's counters (the reported ones are the cold pass's, before the rounds;

@@ -71,6 +71,21 @@ def drift_lines(run: Run) -> list[str]:
     return out
 
 
+def _spread(r: CaseRecord, metric: str) -> str:
+    got = [(name, v) for name, c in r.categories.items() if is_finite(v := getattr(c, metric))]
+    if not got:
+        return f"{metric} –"
+    (lo_name, lo), (hi_name, hi) = min(got, key=lambda x: x[1]), max(got, key=lambda x: x[1])
+    return f"{metric} {lo:.4f} ({lo_name}) to {hi:.4f} ({hi_name})"
+
+
+def category_lines(run: Run) -> list[str]:
+    """One line per case with prompt categories: the spread of its acceptance across them."""
+    spreads = {r.name: (len(r.categories), _spread(r, "accept_rate"), _spread(r, "accept_len"))
+               for r in run.cases.values() if r.categories}  # fmt: skip
+    return [f"categories of {name} ({n}): {rate}; {length}" for name, (n, rate, length) in spreads.items()]
+
+
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
@@ -86,6 +101,8 @@ def summary_markdown(run: Run, v: Verdict) -> str:
         "",
         table.render(SUMMARY_COLUMNS, [_row(r) for r in run.cases.values()], markdown=True),
     ]
+    if cats := category_lines(run):
+        lines += ["", *[f"- {c}" for c in cats]]
     return "\n".join(lines) + "\n"
 
 

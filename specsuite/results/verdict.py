@@ -1,6 +1,7 @@
 """Whether a run may be called green, and everything that weakens it: computed once, when the run ends.
 
-Green only if some selected case ran (passed or failed) and none failed, errored or was interrupted. The
+Green only if some selected case ran (passed or failed) and none failed, errored or was interrupted. An
+interrupted run says so first (``INTERRUPTED: 6 of 8 case(s) finished; stopped in ...; not run: ...``). The
 ``attention`` lines (an impossible speed, skips, strict off, uncalibrated cases, missing counters, a GPU
 tier without a GPU, a GPU build on the CPU, the relative gate off, an unrecorded history) follow the
 headline, and a green
@@ -13,6 +14,7 @@ import msgspec
 
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.results.document import Run
+from specsuite.results.merge import NOT_RUN
 from specsuite.results.record import STATUSES, CaseRecord
 
 Weakening = tuple[str | None, list[str]]  # (its tag in a green headline or None, its attention lines)
@@ -32,7 +34,10 @@ def verdict(run: Run) -> Verdict:
     ran = by["passed"] + by["failed"]
     weakening = _weakening(run, by)
     attention = [line for _, lines in weakening for line in lines]
-    failed = f"FAILED ({'; '.join(scope)})" if (scope := _scope(run)) else "FAILED"
+    scope = f" ({'; '.join(s)})" if (s := _scope(run)) else ""
+    failed = f"FAILED{scope}"
+    if by["interrupted"]:
+        return Verdict(False, _interrupted(f"INTERRUPTED{scope}", recs, by), attention)
     if not recs or not ran:
         why = "no case was selected" if not recs else "no selected case ran"
         return Verdict(False, f"{failed}: {why} ({_counts(by)})", attention)
@@ -42,6 +47,21 @@ def verdict(run: Run) -> Verdict:
     weak = [tag for tag, _ in weakening if tag]
     flag = f", with warnings ({'; '.join(weak)})" if weak else ""
     return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
+
+
+def _interrupted(head: str, recs: list[CaseRecord], by: dict[str, list[CaseRecord]]) -> str:
+    """An interrupted run's headline: how far it got, the case it stopped in, the cases it never ran, and
+    what failed before."""
+    stopped = [r.name for r in by["interrupted"] if r.reason != NOT_RUN]
+    never = [r.name for r in by["interrupted"] if r.reason == NOT_RUN]
+    said = [f"{len(recs) - len(stopped) - len(never)} of {len(recs)} case(s) finished"]
+    if stopped:
+        said.append(f"stopped in {', '.join(stopped)}")
+    if never:
+        said.append(f"not run: {', '.join(never)}")
+    if bad := by["failed"] + by["error"]:
+        said.append(f"failed: {', '.join(f'{r.name} ({r.reason})' for r in bad)}")
+    return f"{head}: {'; '.join(said)}"
 
 
 def _scope(run: Run) -> list[str]:

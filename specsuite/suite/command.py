@@ -75,15 +75,18 @@ def server_command(
     case: Case | None = None,
     draft: Path | None = None,
     resolved: Sequence[str] | None = None,
+    ctx_size: int | None = None,
 ) -> list[str]:
-    """The full argv. ``case=None`` is the baseline: the same server with speculation off. ``resolved``:
-    the flags the mode resolver chose for a ``mode`` case (instead of the case's fixed configuration).
+    """The full argv. ``case=None`` is the baseline: the same server with speculation off (``ctx_size``:
+    its context, the case's; default upstream's). ``resolved``: the flags the mode resolver chose for a
+    ``mode`` case (instead of the case's fixed configuration).
 
     A case's ``server_args`` come first: llama.cpp takes the last of a repeated flag, so the harness's own
     flags (cases.toml refuses them in server_args anyway) always win."""
     ngl = gpu_layers(caps)
     extra = list(case.server_args) if case is not None else []
-    cmd = [caps.binary, *extra, "-m", str(target), caps.require_flag("ctx_size"), str(CTX_SIZE)]
+    ctx = ctx_size or (case.ctx_size if case is not None else CTX_SIZE)
+    cmd = [caps.binary, *extra, "-m", str(target), caps.require_flag("ctx_size"), str(ctx)]
     cmd += [caps.require_flag("parallel"), "1"]
     if ngl is not None:
         cmd += [caps.require_flag("n_gpu_layers"), ngl]

@@ -78,6 +78,28 @@ def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
     return out
 
 
+def _category_floors(case: Case, n: dict[str, Any]) -> list[Failure]:
+    """Each category's floors on that category's own counters (report-only while uncalibrated)."""
+    if case.uncalibrated:
+        return []
+    out = []
+    for name, floors in case.category_floors.items():
+        c = (n.get("categories") or {}).get(name)
+        if c is None:
+            out.append(
+                Failure("floor", f"category {name!r} has floors but the run measured no such category")
+            )
+            continue
+        for key, value, floor in (("accept_rate", c["accept_rate"], floors.min_accept_rate),
+                                  ("accept_len", c["accept_len"], floors.min_accept_len)):  # fmt: skip
+            if floor is not None and (value is None or value < floor - _EPS):
+                counts = f"accepted={c['accepted']} drafted={c['drafted']} steps={c['drafts']}"
+                out.append(
+                    Failure("floor", f"category {name!r}: {key} {value} < floor {floor:.4f} ({counts})")
+                )
+    return out
+
+
 def _speed(case: Case, n: dict[str, Any]) -> list[Failure]:
     """One-sided: speculation must not be slower than ``min_speedup`` x plain decoding (median of rounds).
 
@@ -144,6 +166,7 @@ def check(
     out += _drafting(case, n, log_text)
     out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
     out += _floors(case, n)
+    out += _category_floors(case, n)
     out += _speed(case, n)
     out += _self_tests(case, n)
     out += _log(case, log_text)

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from specsuite.results.record import CaseRecord, Counters, PromptCheck, SpeedSamples
+from specsuite.results.record import CaseRecord, CategoryStats, Counters, PromptCheck, SpeedSamples
 from specsuite.server.metrics import Delta
 
 SEED = 42
@@ -23,13 +23,18 @@ Post = Callable[[str, dict[str, Any]], dict[str, Any]]
 Prompts = Sequence[tuple[str, str]]
 
 
-def request_body(prompt: str, n_predict: int) -> dict[str, Any]:
+def request_body(prompt: str, n_predict: int, temperature: float = 0.0) -> dict[str, Any]:
     """Greedy and reproducible: no prompt cache (slot reuse changes batch shapes), fixed seed (synthetic
-    acceptance draws from the request seed), tokens returned for the divergence check."""
+    acceptance draws from the request seed), tokens returned for the divergence check.
+
+    With ``temperature`` > 0: pure temperature sampling from the target's distribution (no top-k, top-p or
+    min-p cut, as vLLM's temperature-1.0 gate), from the same seed on both servers."""
+    sampling: dict[str, Any] = {"temperature": 0, "top_k": 1}
+    if temperature > 0:
+        sampling = {"temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
     return {
         "prompt": prompt,
-        "temperature": 0,
-        "top_k": 1,
+        **sampling,
         "seed": SEED,
         "n_predict": n_predict,
         "cache_prompt": False,
@@ -45,6 +50,7 @@ class Completion:
     predicted_ms: float
     draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
     draft_n_accepted: int = 0
+    prompt_n: int = 0  # the prompt's tokens the server processed (what a long-input bucket is)
 
     @classmethod
     def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
@@ -56,21 +62,22 @@ class Completion:
             float(t.get("predicted_ms", 0.0)),
             int(t.get("draft_n", 0)),
             int(t.get("draft_n_accepted", 0)),
+            int(t.get("prompt_n", 0)),
         )
 
 
-def run_prompts(post: Post, prompts: Prompts, n_predict: int) -> list[Completion]:
+def run_prompts(post: Post, prompts: Prompts, n_predict: int, temperature: float = 0.0) -> list[Completion]:
     """Send every prompt through ``post(path, body) -> dict`` (LlamaServer.post)."""
-    return [one_request(post, pid, text, n_predict) for pid, text in prompts]
+    return [one_request(post, pid, text, n_predict, temperature) for pid, text in prompts]
 
 
-def one_request(post: Post, pid: str, text: str, n_predict: int) -> Completion:
-    return Completion.from_response(pid, post("/completion", request_body(text, n_predict)))
+def one_request(post: Post, pid: str, text: str, n_predict: int, temperature: float = 0.0) -> Completion:
+    return Completion.from_response(pid, post("/completion", request_body(text, n_predict, temperature)))
 
 
-def warm_up(post: Post, prompts: Prompts) -> None:
+def warm_up(post: Post, prompts: Prompts, temperature: float = 0.0) -> None:
     """One discarded short request: the first request pays for allocations and graph setup."""
-    post("/completion", request_body(prompts[0][1], WARMUP_N_PREDICT))
+    post("/completion", request_body(prompts[0][1], WARMUP_N_PREDICT, temperature))
 
 
 def decode_tps(completions: list[Completion]) -> float | None:
@@ -222,6 +229,7 @@ class RequestOutcome:
     divergences: list[PromptDivergence] = field(default_factory=list)
     speed: Speed = field(default_factory=Speed)
     rounds: list[Delta] = field(default_factory=list)  # every warmed speculative round's counters
+    categories: dict[str, dict[str, Any]] = field(default_factory=dict)  # per prompt category (categories.py)
 
     @property
     def nondeterministic(self) -> bool:
@@ -240,16 +248,10 @@ class RequestOutcome:
         return None if s is None or not math.isfinite(s) else float(s)
 
     def numbers(self) -> dict[str, Any]:
-        d = self.delta
-        rates = [_r(x) for x in d.per_position_rate] if d.per_position_exported else []
+        acceptance = counter_numbers(self.delta)
+        rates = acceptance["per_position_rate"]
         return {
-            "drafted": d.drafted,
-            "accepted": d.accepted,
-            "drafts": d.drafts,
-            "accept_rate": _r(d.accept_rate),
-            "accept_len": _r(d.accept_len),
-            "per_position": list(d.per_position) if d.per_position_exported else [],
-            "per_position_rate": rates,
+            **acceptance,
             "pos0_rate": rates[0] if rates else None,
             "decode_tps": _r(statistics.median(self.speed.spec_tps), 2) if self.speed.spec_tps else None,
             "baseline_decode_tps": _r(statistics.median(self.speed.base_tps), 2)
@@ -259,17 +261,35 @@ class RequestOutcome:
             "speed": self.speed.as_dict() if self.speed.spec_tps else None,  # none: acceptance only
             "identical_fraction": _r(identical_fraction(self.divergences)),
             "prompts": [dv.as_dict() for dv in self.divergences],
+            "categories": self.categories,
         }
 
     def fill(self, rec: CaseRecord) -> None:
         """Put ``numbers()`` and the rounds' counters into the case's typed record."""
         n = self.numbers()
-        typed = {"speed": SpeedSamples | None, "prompts": list[PromptCheck]}
+        typed = {
+            "speed": SpeedSamples | None,
+            "prompts": list[PromptCheck],
+            "categories": dict[str, CategoryStats],
+        }
         for key, value in n.items():
             setattr(rec, key, msgspec.convert(value, typed[key]) if key in typed else value)
         rec.rounds = [Counters(drafted=d.drafted, accepted=d.accepted, drafts=d.drafts,
                                per_position=list(d.per_position)) for d in self.rounds]  # fmt: skip
         rec.nondeterministic = self.nondeterministic
+
+
+def counter_numbers(d: Delta) -> dict[str, Any]:
+    """A ``/metrics`` delta's counters and the rates derived from them (a case's, or one category's)."""
+    return {
+        "drafted": d.drafted,
+        "accepted": d.accepted,
+        "drafts": d.drafts,
+        "accept_rate": _r(d.accept_rate),
+        "accept_len": _r(d.accept_len),
+        "per_position": list(d.per_position) if d.per_position_exported else [],
+        "per_position_rate": [_r(x) for x in d.per_position_rate] if d.per_position_exported else [],
+    }
 
 
 def counters(d: Delta) -> tuple[int, int, int, tuple[int, ...]]:

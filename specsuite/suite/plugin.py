@@ -1,11 +1,11 @@
-"""The suite's pytest plugin (entry point ``pytest11``): cases from SPEC_METHODS as tests, one run per
-session, its verdict as the session's exit status.
+"""The suite's pytest plugin: cases from SPEC_METHODS as tests, one run per session, its verdict as the
+session's exit status, one line per case as it starts and ends (``progress``).
 
 ``SPEC_METHODS`` is a tier (smoke, synthetic, compact, nightly, all) or a comma list of case names; unset
-or empty selects nothing, an unknown name is a usage error listing the valid ones. ``specsuite run-tier``
-sets it (and SPEC_RESULTS_DIR and the run's options) and runs ``test_speculative.py`` of this package. The
-plugin is loaded into every pytest session of an environment that has specsuite installed, so it touches
-only its own test (``spec_case``, ``spec_session``) and reads the cases file only when a run selects cases.
+or empty selects nothing, an unknown name is a usage error naming the nearest valid one. ``specsuite
+run-tier`` sets it (and SPEC_RESULTS_DIR and the run's options) and runs ``test_speculative.py`` of this
+package with the suite's own ``pytest.ini``, which loads this plugin (``-p``): it is no entry point, so
+no other pytest run of an environment with specsuite in it loads it or reads its SPEC_* variables.
 ``SPEC_SHARD`` (K/N) keeps shard K of the plan ``SPEC_PLAN`` names (or of one made from the history).
 
 A parallel run (``run-tier --gpus`` on a CUDA build, ``--workers`` on a CPU build) is a pytest-xdist
@@ -45,6 +45,7 @@ from specsuite.results.merge import check_parts, merge_runs, not_run
 from specsuite.results.verdict import Verdict
 from specsuite.suite import plan
 from specsuite.suite.measure import spec_result_line
+from specsuite.suite.progress import CaseLines, case_name
 from specsuite.suite.runner import Session
 from specsuite.suite.session import Shape, finish_run, finish_session, open_session
 
@@ -119,12 +120,31 @@ def pytest_configure(config: pytest.Config) -> None:
         # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
         # servers are stopped, results.json and summary.md are written.
         procs.interrupt_on_sigterm()
+    if cases and not _worker(config) and config.getoption("verbose") <= 0:
+        config.pluginmanager.register(CaseLines(config), "specsuite-case-lines")
 
 
-def _marks(case: Case) -> list[Any]:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """How long a case may take (the header's pytest-timeout lines hold only with budgets off)."""
+    if not config.stash.get(_CASES, None):
+        return []
+    options = settings.load()
+    if options.budget_factor <= 0:
+        return ["time budget: off (SPEC_BUDGET_FACTOR=0): pytest-timeout's limit per case"]
+    return [
+        f"time budget per case: {options.budget_min_s:g} s + {options.budget_factor:g} × its requests' time "
+        "at its baseline's measured rates (run-tier --budget-factor, SPEC_BUDGET_FACTOR, SPEC_BUDGET_MIN_S)"
+    ]
+
+
+def _marks(case: Case, budgeted: bool) -> list[Any]:
+    """Its xdist group; with a time budget (suite.budget) no pytest-timeout (one SIGALRM per process),
+    without one pytest-timeout's limit, longer for a GPU case."""
     marks = [pytest.mark.suite, pytest.mark.xdist_group(case.target)]
     if case.gpu:
-        marks += [pytest.mark.heavy, pytest.mark.timeout(GPU_TIMEOUT_S)]
+        marks.append(pytest.mark.heavy)
+    if budgeted or case.gpu:
+        marks.append(pytest.mark.timeout(0 if budgeted else GPU_TIMEOUT_S))
     return marks
 
 
@@ -135,7 +155,9 @@ def _is_suite(module: Any) -> bool:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if _is_suite(metafunc.module) and "spec_case" in metafunc.fixturenames:
         cases = metafunc.config.stash[_CASES]
-        metafunc.parametrize("spec_case", [pytest.param(c, id=c.name, marks=_marks(c)) for c in cases])
+        budgeted = settings.load().budget_factor > 0
+        params = [pytest.param(c, id=c.name, marks=_marks(c, budgeted)) for c in cases]
+        metafunc.parametrize("spec_case", params)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -157,9 +179,25 @@ def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
     except UserError as exc:
         pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)  # run-tier: bad input (2)
     yield s
-    finish_session(s)
+    finish_session(s, _unstarted(request, s))
     if s.part is None:
         config.stash[_FINISHED] = Finished(s.results.dir, s.verdict, s.result_lines)
+
+
+def _unstarted(request: pytest.FixtureRequest, s: Session) -> list[str]:
+    """The cases an interrupted run collected and never reached (a parallel run's: the controller's merge
+    finds them)."""
+    if s.part is not None or request.session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        return []
+    done = s.results.run.cases
+    return [n for n in request.config.stash.get(_COLLECTED, []) if n not in done]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The cases this session runs, after -k and the like (a parallel run's controller hears them from
+    its workers: ``pytest_xdist_node_collection_finished``)."""
+    names = [n for i in session.items if (n := case_name(i.nodeid)) is not None]
+    session.config.stash[_COLLECTED] = names
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -192,8 +230,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """The cases the workers collected (after -k and the like): each must be in the merged run."""
-    names = [i.rpartition("[")[2].rstrip("]") for i in ids if "::test_speculative[" in i]
-    node.config.stash[_COLLECTED] = names
+    node.config.stash[_COLLECTED] = [n for i in ids if (n := case_name(i)) is not None]
 
 
 def _result_lines(run: Any) -> list[str]:

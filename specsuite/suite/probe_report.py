@@ -1,7 +1,10 @@
-"""``specsuite probe [BINARY]``: what a llama-server binary can run, each case of the suite and why not.
+"""``specsuite probe [BINARY] [--all-cases]``: what a llama-server binary can run, each case of the suite and
+why not.
 
 The probe (``server.probe``) says what the binary offers; the case's command builder (``suite.command``)
 decides what a case needs, so the table's reason is the exact reason the case would be skipped or failed.
+By default only the cases the binary cannot run are rows (the build session runs this after every build:
+57 rows of "yes" buried the one that mattered); ``--all-cases`` lists every case.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ def _rows(caps: Capabilities, cases: list[Any]) -> list[tuple[str, str, str, str
     return rows
 
 
-def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
-    """Binary, commit and backend, then one row per case (or the spec types, without a cases file)."""
+def print_table(caps: Capabilities, cases: list[Any] | None, every: bool = False) -> None:
+    """Binary, commit and backend, then how many cases it can run and a row for each it cannot (``every``:
+    a row per case); without a cases file only the spec types."""
     print(f"binary:  {caps.binary}")
     first = caps.version_text.splitlines()[0] if caps.version_text else "?"
     print(f"version: {first.removeprefix('version: ')}")
@@ -40,24 +44,33 @@ def print_table(caps: Capabilities, cases: list[Any] | None) -> None:
         return
     header = ("case", "tier", "method", "token", "runs", "why not")
     body = _rows(caps, cases)
-    print(table.render(header, body))
-    if any(row[4] == "no" for row in body):
+    missing = [row for row in body if row[4] == "no"]
+    if not every:
+        more = "" if len(missing) == len(body) else "; `specsuite probe --all-cases` lists every case"
+        print(f"cases: {len(body) - len(missing)} of {len(body)} can run{more}")
+    if every or missing:
+        print(table.render(header, body if every else missing))
+    if missing:
         print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
 
 
 def parser() -> CommandParser:
     p = CommandParser("probe", "What a llama-server binary can run: each case of the suite, and why not.")
     p.add_argument("binary", nargs="?", help="llama-server (default: LLAMA_SERVER_BIN_PATH, else build/bin)")
+    p.add_argument(
+        "--all-cases", action="store_true", help="a row for every case (default: only those it cannot run)"
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
-    return probe_command(parser().parse_args(argv).binary)
+    args = parser().parse_args(argv)
+    return probe_command(args.binary, every=args.all_cases)
 
 
-def probe_command(binary: str | None = None) -> int:
+def probe_command(binary: str | None = None, every: bool = False) -> int:
     """Print what the binary (default: the one the suite would run) can run."""
     path = Path(binary) if binary else paths.server_binary()
     cases = load_cases() if paths.CASES_FILE.is_file() else None
-    print_table(probe(path), cases)
+    print_table(probe(path), cases, every)
     return 0

@@ -32,7 +32,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import expect, overhead, plausible
+from specsuite.suite import budget, categories, expect, overhead, plausible
 from specsuite.suite.baseline import Baseline, baseline_of
 from specsuite.suite.command import server_command
 from specsuite.suite.measure import (
@@ -86,7 +86,7 @@ class Session:
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
     _base: tuple[BaselineKey, LlamaServer] | None = None
-    _base_tokens: dict[tuple[BaselineKey, str, int], list[Completion]] = field(default_factory=dict)
+    _base_tokens: dict[tuple[BaselineKey, str, int, float], list[Completion]] = field(default_factory=dict)
 
     @property
     def gpu(self) -> bool:
@@ -138,8 +138,10 @@ class Session:
         return srv
 
     def baseline_tokens(self, base: Baseline, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (baseline, prompt set, n_predict): the first baseline round that ran."""
-        return self._base_tokens.setdefault((base.key, case.prompts, case.n_predict), got)
+        """The reference tokens of (baseline, prompt set, n_predict, temperature): the first baseline round
+        that ran."""
+        key = (base.key, case.prompts, case.n_predict, case.temperature)
+        return self._base_tokens.setdefault(key, got)
 
     def close(self) -> None:
         if self._base is not None:
@@ -159,6 +161,7 @@ def new_record(case: Case) -> CaseRecord:
         draft=case.draft,
         floors=case.floors,
         uncalibrated=case.uncalibrated,
+        temperature=case.temperature,
     )
 
 
@@ -212,10 +215,10 @@ def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft:
     return lambda port: server_command(session.caps, target, port, case, draft, resolved)
 
 
-def _check_models(rec: CaseRecord, target: Path, draft: Path | None) -> None:
+def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: int) -> None:
     types = [t for t in (rec.spec_type or "").split(",") if t and t != "default"]
     try:
-        rec.warnings += check_models(types, target, draft)
+        rec.warnings += check_models(types, target, draft, ctx_size)
     except UserError as exc:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
@@ -232,7 +235,9 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
         srv.stop()
 
 
-def _cold_pass(spec: LlamaServer, case: Case) -> tuple[metrics.Delta, list[Completion], list[str]]:
+def _cold_pass(
+    spec: LlamaServer, case: Case
+) -> tuple[metrics.Delta, list[Completion], list[str], list[categories.CategoryPass]]:
     """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
 
     A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
@@ -240,16 +245,24 @@ def _cold_pass(spec: LlamaServer, case: Case) -> tuple[metrics.Delta, list[Compl
     counts nothing at startup: the snapshot is zero), and ``metrics.delta`` catches a restart mid-pass,
     which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
     would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
-    empty state as upstream's, which no warm-up before it may change."""
+    empty state as upstream's, which no warm-up before it may change. A categorised prompt set is sent one
+    category after another, with a snapshot after each: each category's counters are exact too."""
     ready = spec.metrics()
-    comps = run_prompts(spec.post, case.prompt_texts, case.n_predict)
+    comps: list[Completion] = []
+    marks, passes = [ready], []
+    for cat, prompts in categories.groups(case):
+        comps += run_prompts(spec.post, prompts, case.n_predict, case.temperature)
+        marks.append(spec.metrics())
+        if cat:
+            delta = metrics.delta(marks[-2], marks[-1])
+            passes.append(categories.CategoryPass(cat, tuple(i for i, _ in prompts), delta))
     warn = []
     if ready.drafted or ready.accepted or ready.drafts:
         warn.append(
             f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
-    return metrics.delta(ready, spec.metrics()), comps, warn
+    return metrics.delta(ready, marks[-1]), comps, warn, passes
 
 
 def _rounds(
@@ -259,10 +272,14 @@ def _rounds(
     prompt set on both servers, request pair by request pair in A-B-B-A order (measure.interleaved_round);
     each round's counters are the speculative server's ``/metrics`` delta over it (kept to show whether
     they repeat, never reported: the cold pass's are)."""
-    warm_up(spec.post, case.prompt_texts)
+    warm_up(spec.post, case.prompt_texts, case.temperature)
     snapshots = [spec.metrics()]
     speed, first_base = Speed(), None
-    ask = lambda srv: lambda pid, text: one_request(srv.post, pid, text, case.n_predict)  # noqa: E731
+    ask = lambda srv: (
+        lambda pid, text: one_request(  # noqa: E731
+            srv.post, pid, text, case.n_predict, case.temperature
+        )
+    )
     for r in range(rounds_of(session, case)):
         got = interleaved_round(ask(spec), ask(base), case.prompt_texts, r * len(case.prompt_texts))
         snapshots.append(spec.metrics())
@@ -289,10 +306,11 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
-    with _serving(session, command, log, case) as spec:
+    limit = budget.Budget.of(case, session.options, base.log_path, rounds_of(session, case))
+    with _serving(session, command, log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         try:
-            cold, comps, warned = _cold_pass(spec, case)  # before any other request to this server
+            cold, comps, warned, passes = _cold_pass(spec, case)  # before any other request to this server
             rec.warnings += warned
             deltas, base_comps, speed = _rounds(session, case, spec, base)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
@@ -306,7 +324,9 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
     ref = session.baseline_tokens(like, case, base_comps)
-    outcome = RequestOutcome(cold, comps, divergence(ref, comps), speed, rounds=deltas)
+    divs = divergence(ref, comps)
+    outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
+                             categories=categories.numbers(passes, comps, base_comps, divs))  # fmt: skip
     return Measured(outcome, spec.log_text(), usage)
 
 
@@ -342,6 +362,18 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
         )
 
 
+def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
+    """A dataset-backed prompt set's prompts, read from its verified file (``cases.dataset``)."""
+    if case.dataset is None:
+        return case
+    from specsuite.cases.dataset import with_prompts
+
+    try:
+        return with_prompts(case, found[case.dataset.file])
+    except UserError as exc:
+        raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
+
+
 def _gpus(session: Session, case: Case) -> None:
     """A case that needs more GPUs than this run gives a worker cannot measure what it says."""
     have = len(session.slot.gpus) if session.slot is not None else 0
@@ -358,9 +390,10 @@ def _run(session: Session, case: Case, rec: CaseRecord) -> None:
     if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
         _command(session, case, rec, folder / case.target, folder / case.draft if case.draft else None)
     found = session.locate(case)
+    case = _with_dataset(case, found)
     target, draft = found[case.target], found[case.draft] if case.draft else None
     command = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
-    _check_models(rec, target, draft)
+    _check_models(rec, target, draft, case.ctx_size)
     _judge(session, case, rec, _measure(session, case, rec, command, target))
 
 
@@ -373,6 +406,9 @@ def run_case(case: Case, session: Session) -> CaseRecord:
         rec.status = "passed"
     except CaseEnd as end:
         rec.status, rec.reason, rec.message = end.status, end.reason, end.message
+    except budget.OverBudget as over:  # its servers may be mid-request: the next case starts its own
+        session.close()
+        rec.status, rec.reason, rec.message = "failed", "over_budget", str(over)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one: recorded, then passed on
         rec.status, rec.reason, rec.message = (
             "interrupted",

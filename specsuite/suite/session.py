@@ -9,6 +9,7 @@ The suite's pytest plugin (``plugin``), which ``specsuite run-tier`` runs, goes 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from specsuite.results.document import (
     RunResults,
     default_results_dir,
 )
+from specsuite.results.merge import not_run
 from specsuite.results.summary import write_summary
 from specsuite.results.verdict import Verdict, verdict
 from specsuite.server import gpus
@@ -147,10 +149,15 @@ def open_session(
     return session
 
 
-def finish_session(session: Session) -> Verdict | None:
+def finish_session(session: Session, unstarted: Sequence[str] = ()) -> Verdict | None:
     """Stop the baseline server; a worker's part is saved as it is (the run's controller merges the parts
-    and judges the run); a whole run is judged once (``finish_run``)."""
+    and judges the run); a whole run is judged once (``finish_run``). ``unstarted``: the cases an
+    interrupted run never reached, recorded as such (its verdict names them)."""
     session.close()
+    for name in unstarted:
+        session.results.add_case(
+            not_run(name, "the run was interrupted before this case started", interrupted=True)
+        )
     if session.part:
         session.results.save()
         return None

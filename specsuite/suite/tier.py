@@ -33,7 +33,13 @@ from specsuite.suite.posargs import split_posargs
 def parser() -> CommandParser:
     # CommandParser takes no abbreviations: pytest's own options must never be taken for ours.
     p = CommandParser(
-        "run-tier", "Fetch a tier's models, run its cases against the built llama-server, write results/."
+        "run-tier",
+        "Fetch a tier's models, run its cases against the built llama-server, write results/.",
+        epilog="Every other argument goes to pytest: -x stops at the first failed case, -k EXPR picks cases, "
+        "-v shows pytest's own line per case instead of the suite's start and end lines. "
+        "A case's time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests (the "
+        "tokens they decode, their prompts) take at the rates its baseline server measured in this run; "
+        "past it the case fails over_budget, naming the rate it decoded at.",
     )
     p.add_argument(
         "tier", metavar="SELECTOR", help=f"a tier ({', '.join(TIERS)}) or a comma list of case names"
@@ -50,6 +56,13 @@ def parser() -> CommandParser:
     )
     p.add_argument(
         "--repeat", type=repeat_count, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1; <= 100)"
+    )
+    p.add_argument(
+        "--budget-factor",
+        type=budget_factor,
+        metavar="F",
+        help="a case may take F times its baseline's time for its requests before it fails over_budget "
+        "(SPEC_BUDGET_FACTOR, default 10; 0: no budget, pytest-timeout's 900 s)",
     )
     p.add_argument("--no-history", action="store_true", help="no history record and no relative gate")
     p.add_argument(
@@ -83,6 +96,16 @@ def parser() -> CommandParser:
     return p
 
 
+def budget_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1e6:
+        raise argparse.ArgumentTypeError(f"{value:g} must be >= 0 (0: no budget)")
+    return value
+
+
 def window(text: str) -> int:
     value = positive_int(text)
     if value < 3:
@@ -96,6 +119,7 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
         "strict": False if args.allow_missing else None,
         "allow_cpu": True if args.allow_cpu else None,
         "repeat": args.repeat,
+        "budget_factor": args.budget_factor,
         "no_history": True if args.no_history else None,
         "rtol": args.rtol,
         "block_rtol": args.block_rtol,
@@ -111,8 +135,9 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
     return env
 
 
-def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
-    """pytest over the suite's module with the suite's own settings (this package's pytest.ini)."""
+def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specsuite") -> list[str]:
+    """pytest over the suite's module with the suite's own settings (this package's pytest.ini); ``name``
+    is junit.xml's suite (the tier)."""
     here = Path(test_speculative.__file__).parent
     return [
         sys.executable,
@@ -122,10 +147,18 @@ def pytest_command(results_dir: Path, pytest_args: list[str]) -> list[str]:
         str(here / "pytest.ini"),
         "--rootdir",
         str(here),
+        "-o",
+        f"junit_suite_name={name}",
         str(here / "test_speculative.py"),
         f"--junitxml={results_dir / 'junit.xml'}",
         *pytest_args,
     ]
+
+
+def suite_name(selector: str, cases: list[Case], shard: str | None) -> str:
+    """junit.xml's suite: the tier (a list of cases: their tiers), and the shard."""
+    tiers = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
+    return f"{tiers} shard {shard}" if shard else tiers
 
 
 def preflight(tier: str, env: dict[str, str]) -> Capabilities:
@@ -217,7 +250,8 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
     print(f"running the {args.tier} tier{where} with {caps.binary}; results in {results_dir}", flush=True)
     if line := lay.describe():
         print(line, flush=True)
-    cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args])
+    name = suite_name(args.tier, cases, chosen[0]["shard"] if chosen else None)
+    cmd = pytest_command(results_dir, [*_parallel(lay), *pytest_args], name)
     return procs.run_forwarding(cmd, env=env, cwd=paths.WORK_DIR)
 
 
@@ -243,12 +277,24 @@ def main(argv: list[str]) -> int:
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
     results_dir = Path(settings.load().results_dir or default_results_dir(name))
-    code = run_tier(args, results_dir, pytest_args)
-    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
-    if summary.is_file():
-        print(summary.read_text(encoding="utf-8"))
-        append_step_summary(summary)
-    elif code in (errors.OK, errors.FAILED):
-        print(f"error: the suite ended without a verdict (no {summary}); see pytest's output above")
+    try:
+        code = run_tier(args, results_dir, pytest_args)
+    except KeyboardInterrupt:  # what was measured before Ctrl-C, its first line saying INTERRUPTED
+        if report(results_dir):
+            print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+        raise
+    if not report(results_dir) and code in (errors.OK, errors.FAILED):
+        missing = results_dir / "summary.md"
+        print(f"error: the suite ended without a verdict (no {missing}); see pytest's output above")
     print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
-    return exit_code(code, summary.is_file())
+    return exit_code(code, (results_dir / "summary.md").is_file())
+
+
+def report(results_dir: Path) -> bool:
+    """Print the run's summary.md and append it to the CI's step summary; False when there is none."""
+    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
+    if not summary.is_file():
+        return False
+    print(summary.read_text(encoding="utf-8"))
+    append_step_summary(summary)
+    return True

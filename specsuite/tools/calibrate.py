@@ -55,6 +55,8 @@ class CaseCalibration:
     run_ids: list[str] = field(default_factory=list)  # the runs the floors come from
     excluded: list[str] = field(default_factory=list)  # "run-id: why", one per unusable run
     tier: str = ""  # the case's tier: a GPU tier's speed floor never goes below GPU_MIN_SPEEDUP
+    # per prompt category: (accept rates, accept lengths), one of each per usable run that measured it
+    categories: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -88,6 +90,15 @@ class CaseCalibration:
     @property
     def speed_clamped(self) -> bool:
         return self.speed_floor != self.measured_speed_floor
+
+    def category_floors(self) -> dict[str, dict[str, float]]:
+        """The same rule per category, for the categories every usable run measured (both numbers)."""
+        return {
+            name: {"min_accept_rate": _floor4(max(0.0, min(rates) - RATE_MARGIN)),
+                   "min_accept_len": _floor4(max(0.0, min(lens) - LEN_MARGIN))}
+            for name, (rates, lens) in self.categories.items()
+            if len(rates) == len(lens) == self.runs
+        }  # fmt: skip
 
     @property
     def unstable(self) -> list[str]:
@@ -132,6 +143,7 @@ def collect(
             cal.lens.append(finite(rec.accept_len) or 0.0)
             if (speedup := finite(rec.speedup)) is not None:
                 cal.speedups.append(speedup)
+            _collect_categories(cal, rec)
     for name in names or []:
         tier = (tiers or {}).get(name, "")
         out.setdefault(name, CaseCalibration(name, excluded=["not in any run's results"], tier=tier))
@@ -260,6 +272,28 @@ def _set_keeping_trailer(container: Any, key: str, value: Any) -> None:
         container.append(None, item)
 
 
+def _collect_categories(cal: CaseCalibration, rec: CaseRecord) -> None:
+    for name, c in rec.categories.items():
+        rate, length = finite(c.accept_rate), finite(c.accept_len)
+        if rate is not None and length is not None:  # a category that drafted nothing has no floor
+            rates, lens = cal.categories.setdefault(name, ([], []))
+            rates.append(rate)
+            lens.append(length)
+
+
+def _write_category_floors(table: Any, cal: CaseCalibration) -> None:
+    """``category_floors = { NAME = { min_accept_rate = ..., min_accept_len = ... }, ... }``."""
+    floors = cal.category_floors()
+    if not floors:
+        return
+    outer = tomlkit.inline_table()
+    for name, values in floors.items():
+        inner = tomlkit.inline_table()
+        inner.update({k: _float4(v) for k, v in values.items()})
+        outer[name] = inner
+    _set_keeping_trailer(table.value, "category_floors", outer)
+
+
 def _float4(x: float) -> Float:
     """A TOML float written with 4 decimals (0.9700, not 0.97), as the floors in cases.toml are."""
     return Float(x, Trivia(), f"{x:.4f}")
@@ -282,6 +316,7 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
         _set_keeping_trailer(table.value, "min_accept_len", _float4(cal.len_floor))
         if "min_speedup" in table and cal.speed_floor is not None:
             _set_keeping_trailer(table.value, "min_speedup", _float4(cal.speed_floor))
+        _write_category_floors(table, cal)
         if "uncalibrated" in table:  # floors measured: no longer report-only
             del table["uncalibrated"]
         fields: dict[str, Any] = {

@@ -380,7 +380,7 @@ def test_sigterm_before_any_server_says_nothing_was_measured(env: Path, models: 
         (["--model", MTP_TARGET, "--repeat", "101"], "argument --repeat: 101 must be <= 100"),
         (["--model", MTP_TARGET, "--repeat", "9" * 30], "must be <= 100"),
         (["--model", MTP_TARGET, "--n-predict", "1025"], "argument --n-predict: 1025 must be <= 1024"),
-        (["--model", MTP_TARGET, "--prompts", "nope"], "error: --prompts 'nope' is not a prompt set"),
+        (["--model", MTP_TARGET, "--prompts", "nope"], "error: --prompts 'nope' is not an inline prompt set"),
         (["--modes", "auto"], "the following arguments are required: --model"),
         (
             ["--model", TRUNK_TARGET, "--mtp-drafter", "nope.gguf"],

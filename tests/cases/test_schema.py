@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from casetext import HEAD
 
@@ -75,7 +77,11 @@ def test_full_vocabulary_parses() -> None:
     ("extra", "needle"),
     [
         ("colour = 1\n", "unknown key(s) colour"),
-        ("n_predict = true\n", "n_predict must be an integer from 1 to 1024 (the server's context), got Tr"),
+        ("n_predict = true\n", "n_predict must be an integer from 1 to 16384 (tokens), got Tr"),
+        ("temperature = 2.5\n", "temperature must be a number in [0, 2], got 2.5"),
+        ("ctx_size = 32\n", "ctx_size must be an integer from 64 to 262144 (tokens), got 32"),
+        ("category_floors = { x = { min_accept_rate = 2 } }\n", "min_accept_rate must be a number in [0, 1]"),
+        ("category_floors = { x = { min_accept_rate = 0.5 } }\n", "prompt set 'seed' has no category 'x'"),
         ("synth_rates = [0.5, 1.0, 0.5]\n", "non-increasing"),
         ("synth_rates = [0.0, 0.0, 0.0]\nsynth_len = 2.0\n", "mutually exclusive"),
         ("expect_accept_len = 2.0\n", "go together"),
@@ -180,14 +186,33 @@ def test_seed_prompts_are_upstreams_byte_for_byte() -> None:
         for case in select_cases(cases, tier):
             if case.prompts == "seed":
                 assert [text for _, text in case.prompt_texts] == upstream, case.name
-    assert all(c.prompts == "seed" for c in select_cases(cases, "all"))
+    # the GPU tiers' other prompt sets are SPEED-Bench's (issue 34's workloads), never a stand-in for the seed
+    assert {c.prompts for c in select_cases(cases, "all")} == {
+        "seed", "speed-bench-qualitative", "speed-bench-8k", "speed-bench-32k"}  # fmt: skip
+    assert all(
+        c.prompts == "seed"
+        for c in select_cases(cases, "all")
+        if not c.name.startswith(("dflash2-", "lilicorr-"))
+    )
     seed = parse_case_file(paths.CASES_FILE.read_text()).prompt_sets["seed"]
-    assert [text.encode() for _, text in seed] == [u.encode() for u in upstream]
+    assert [p.text.encode() for p in seed.prompts] == [u.encode() for u in upstream]
+    assert seed.dataset is None and seed.categories == ()
 
 
 def test_prompt_set_errors() -> None:
-    with pytest.raises(UserError, match=r"^cases\.toml: \[\[prompt_set\]\] 'x': missing key `prompts`$"):
+    one_of = "give exactly one of prompts (a non-empty list of {id, text}) and dataset"
+    with pytest.raises(UserError, match=rf"^cases\.toml: \[\[prompt_set\]\] 'x': {re.escape(one_of)}$"):
         parse_cases('version = 1\n[[prompt_set]]\nname = "x"\n')
+    with pytest.raises(UserError, match=re.escape(one_of)):
+        parse_cases('version = 1\n[[prompt_set]]\nname = "x"\nprompts = []\n')
+    both = 'prompts = [{ id = "a", text = "1" }]\ndataset = { file = "d.jsonl", format = "jsonl" }\n'
+    with pytest.raises(UserError, match=re.escape(one_of)):
+        parse_cases(f'version = 1\n[[prompt_set]]\nname = "x"\n{both}')
+    with pytest.raises(UserError, match="give every prompt a category, or none"):
+        mixed = '[{ id = "a", text = "1", category = "c" }, { id = "b", text = "2" }]'
+        parse_cases(f'version = 1\n[[prompt_set]]\nname = "x"\nprompts = {mixed}\n')
+    with pytest.raises(UserError, match=r"dataset\.format must be one of jsonl, parquet, got 'csv'"):
+        parse_cases('version = 1\n[[prompt_set]]\nname = "x"\ndataset = { file = "d", format = "csv" }\n')
     with pytest.raises(UserError, match=r"\[\[prompt_set\]\] 'x': duplicate prompt id\(s\) 'a'$"):
         parse_cases(
             'version = 1\n[[prompt_set]]\nname = "x"\n'
@@ -222,9 +247,12 @@ def test_select_by_tier_names_and_all() -> None:
     assert compact == [
         *("mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"),
         "mtp-ngram-qwen35-4b-mtp",
+        "self-draft-qwen3-4b",
     ]
     every = [c.name for c in select_cases(cases, "all")]
-    assert every == [*compact, "dflash2", "lilicorr"]
+    workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
+                                                                       "isl8k", "isl32k")]  # fmt: skip
+    assert every == [*compact, "dflash2", "lilicorr", *workloads]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
@@ -300,8 +328,8 @@ def test_the_real_cases_file_gives_no_owned_flag() -> None:
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        ("n_predict = 1025\n", "n_predict must be an integer from 1 to 1024 (the server's context), got 10"),
-        ("n_predict = 100000000000\n", "n_predict must be an integer from 1 to 1024"),
+        ("n_predict = 1025\n", "n_predict = 1025 is more than ctx_size = 1024: the server's context holds"),
+        ("n_predict = 100000000000\n", "n_predict must be an integer from 1 to 16384"),
         ("n_predict = 8\n", "n_max = 3 is more than n_predict = 8"),
     ],
 )
@@ -312,3 +340,4 @@ def test_bounds_of_n_predict_and_n_max(extra: str, needle: str) -> None:
         _one(extra, base=body)
     assert needle in str(exc.value)
     assert _one("n_predict = 1024\n")[0].n_predict == 1024
+    assert _one("n_predict = 4096\nctx_size = 8192\n")[0].n_predict == 4096

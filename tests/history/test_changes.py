@@ -203,10 +203,27 @@ def test_changes_command_prints_a_table_and_json(tmp_path: Path, capsys: pytest.
     assert "no case 'nope' in the history" in capsys.readouterr().err
 
 
-def test_changes_on_no_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["changes", "--db", str(tmp_path / "h.sqlite")]) == 0
+def test_changes_on_no_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))  # the default, not recorded yet
+    assert cli.main(["changes"]) == 0
     assert "no runs recorded yet" in capsys.readouterr().out
     assert not (tmp_path / "h.sqlite").exists()
+
+
+@pytest.mark.parametrize("command", ["changes", "history", "report"])
+def test_an_explicit_db_that_does_not_exist_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A --db named on purpose and mistyped must not read as an empty history (or build an empty site)."""
+    missing = tmp_path / "h.sqllite"
+    assert cli.main([command, "--db", str(missing)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"specsuite {command}: error: argument --db: {missing} does not exist: name a history database, or "
+        "leave --db out for the default (SPEC_HISTORY, else history.sqlite in the per-user cache)"
+    )
+    assert not missing.exists()
 
 
 def test_the_real_tier_run_counts_every_round(tmp_path: Path) -> None:
@@ -255,3 +272,59 @@ def test_a_step_in_per_block_overhead_is_a_change_point_and_an_impossible_speed_
     [split] = changes.splits(changes.points_of(rows, "block_ratio"), "block_ratio")
     assert split.index == 7 and split.p_value is not None and split.p_value < changes.ALPHA  # r8, r3 left out
     assert split.change == pytest.approx(1.0, abs=0.01)
+
+
+# --- the permutation test: stopped once its decision is settled ------------------------------------------
+
+
+def _series(rng: random.Random, n: int, shift: float) -> list[float]:
+    return [(1.0 - shift if i >= n // 2 else 1.0) * rng.uniform(0.9, 1.1) for i in range(n)]
+
+
+def test_ranks_are_scipys() -> None:
+    from scipy import stats
+
+    rng = random.Random(5)
+    for n in (1, 2, 7, 200):
+        values = [float(rng.randint(0, 5)) for _ in range(n)]  # many ties
+        assert list(changes.ranks_of(values)) == list(stats.rankdata(values))
+
+
+def test_the_early_stop_keeps_every_decision_and_every_p_below_alpha() -> None:
+    """The same seeded reshuffles counted to the end (alpha 1.0 never settles early) and stopped early: the
+    same decision at alpha in every series, the same p wherever it is below alpha; a stopped p is >= alpha."""
+    import numpy as np
+
+    rng, decided = random.Random(7), []
+    for i in range(60):
+        values = _series(rng, 30 + i, shift=[0.0, 0.04, 0.08, 0.3][i % 4])
+        ranks, ks = changes.ranks_of(values), np.arange(1, len(values))
+        full = changes.permutation_p(ranks, ks, 1.0)
+        early = changes.permutation_p(ranks, ks, changes.ALPHA)
+        assert (early < changes.ALPHA) == (full < changes.ALPHA)
+        assert early == full if full < changes.ALPHA else early >= changes.ALPHA
+        decided.append(full < changes.ALPHA)
+    assert 10 < sum(decided) < 50  # both decisions were tested
+
+
+def test_the_p_value_is_scipys_permutation_test() -> None:
+    """The statistic and its counting as scipy.stats.permutation_test has them (other reshuffles: the two
+    estimates of one p agree within their Monte Carlo error)."""
+    import numpy as np
+    from scipy import stats
+
+    rng = random.Random(11)
+    for shift in (0.0, 0.03, 0.06):
+        values = _series(rng, 40, shift)
+        ranks, ks = changes.ranks_of(values), np.arange(1, 40)
+        ours = changes.permutation_p(ranks, ks, 1.0)
+        theirs = stats.permutation_test(
+            (np.zeros(40), ranks),
+            lambda _, r, axis=-1, ks=ks: changes._scan(r, ks),
+            permutation_type="pairings",
+            vectorized=True,
+            n_resamples=changes.RESAMPLES,
+            alternative="greater",
+            rng=np.random.default_rng(1),
+        ).pvalue
+        assert abs(ours - theirs) < 0.05, (shift, ours, theirs)

@@ -7,6 +7,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import platform
 import re
 import sqlite3
@@ -294,6 +295,34 @@ def test_the_lock_wait_comes_from_the_environment(
         holder.communicate("")
     assert "database is locked" in warned(capsys, db)
     assert waited < settings.Settings().history_timeout_s / 2  # gave up after 0.3 s, not the default wait
+
+
+def test_a_writer_waiting_for_another_says_so_and_names_it(tmp_path: Path) -> None:
+    """A real `specsuite history import` while another process holds the write lock: after a second it says
+    who it waits for (that process's pid, from the kernel's table of locks), then imports once it is free."""
+    db, src = tmp_path / "h.sqlite", tmp_path / "results.json"
+    record_run(doc("abcdef0"), db)
+    src.write_text(json.dumps(raw("1234567")))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "specsuite", "history", "import", str(src), "--db", str(db)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "SPEC_HISTORY_TIMEOUT_S": "30"},
+        )  # fmt: skip
+        assert waiter.stderr is not None
+        line = waiter.stderr.readline()  # blocks until the line comes: the lock is still held meanwhile
+        assert holder.poll() is None
+    finally:
+        holder.communicate("")
+    out, err = waiter.communicate(timeout=60)
+    assert line.startswith(f"history: waiting up to 29 s more for pid {holder.pid} (")
+    assert line.endswith(f"), which is writing {db}\n")
+    assert err == f"history: got {db}\n" and waiter.returncode == 0, out + err
+    assert rows(db, "SELECT llama_commit FROM runs ORDER BY id") == [("abcdef0",), ("1234567",)]
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf"])

@@ -298,3 +298,34 @@ def test_counters_not_compared() -> None:
     assert counters(_with(COUNTED, accepted=None), COUNTED) == "not recorded"
     # a binary without the per-position block: the totals are still compared
     assert counters(_with(COUNTED, per_position=[]), COUNTED) == "identical"
+
+
+# --- per prompt category ---------------------------------------------------------------------------------
+
+WORDS = {"drafted": 54, "accepted": 43, "drafts": 19, "per_position": [16, 15, 12], "accept_rate": 0.7963,
+         "accept_len": 3.2632}  # fmt: skip
+DIGITS = {"drafted": 23, "accepted": 23, "drafts": 8, "per_position": [8, 8, 7], "accept_rate": 1.0,
+          "accept_len": 3.875}  # fmt: skip
+CATEGORISED = {**COUNTED, "categories": {"words": WORDS, "digits": DIGITS}}
+
+
+def test_each_categorys_counters_are_compared_exactly() -> None:
+    assert counters(CATEGORISED, CATEGORISED) == "identical"
+    moved = {"words": {**WORDS, "accepted": 42, "per_position": [16, 14, 12]}, "digits": DIGITS}
+    assert counters(_with(CATEGORISED, categories=moved), CATEGORISED) == (
+        "category words: accepted 43 → 42 (−1), position 1: 15 → 14 (−1)"
+    )
+    assert counters(_with(CATEGORISED, categories={"words": WORDS}), CATEGORISED) == "category digits: gone"
+
+
+def test_a_category_that_drops_beyond_rtol_regresses_while_the_total_holds() -> None:
+    """One category's loss hidden in the case's total (another's gain) is still a regression."""
+    worse = {"words": {**WORDS, "accept_rate": 0.70}, "digits": DIGITS}
+    [reg] = regressions(_with(CATEGORISED, categories=worse), CATEGORISED, baseline_commit=AT)
+    assert reg.metric == "words/accept_rate" and reg.current == 0.70
+    assert reg.message.startswith("category 'words': accept_rate 0.7000, 12.1 % below 0.7963 at baseline")
+    gone = regressions(_with(CATEGORISED, categories={"digits": DIGITS}), CATEGORISED, baseline_commit=AT)
+    assert {r.metric for r in gone} == {"words/accept_rate", "words/accept_len"}
+    assert "accept_rate missing here but 0.7963 at baseline" in gone[0].message
+    within = {"words": {**WORDS, "accept_rate": 0.78}, "digits": DIGITS}  # -2.0 %: inside rtol 5 %
+    assert regressions(_with(CATEGORISED, categories=within), CATEGORISED, baseline_commit=AT) == []

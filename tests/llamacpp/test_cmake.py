@@ -10,13 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import ccachelog
 import pytest
 
-from specsuite.common import paths
+from specsuite.common import locks, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.llamacpp import cmake as build
@@ -472,6 +476,71 @@ def test_buildinfo_load_rejects_garbage(isolated: Path) -> None:
     (isolated / "build" / "build-info.json").write_text("{half")
     with pytest.raises(UserError, match=r"build-info.json is unreadable .*rebuild with `nox -s build`"):
         buildinfo.load()
+
+
+def _blocking_tree(root: Path, gate: Path) -> Path:
+    """A tiny tree whose compile waits until ``gate`` exists: a build that holds its folder's lock."""
+    tree = fake_tree(root)
+    (tree / "gate.sh").write_text(f"while [ ! -e {gate} ]; do sleep 0.1; done\n")
+    wait = "add_custom_target(gate COMMAND sh ${CMAKE_SOURCE_DIR}/gate.sh)\n"
+    (tree / "CMakeLists.txt").write_text(FAKE_CMAKE + wait + "add_dependencies(llama-server gate)\n")
+    return tree
+
+
+def _lines_until(proc: subprocess.Popen[str], wanted: str, timeout: float) -> list[str]:
+    """Read ``proc``'s output until a line holds ``wanted`` (or it ends): the lines so far."""
+    seen: list[str] = []
+    timer = threading.Timer(timeout, lambda: proc.kill())  # a build that never says it: the test fails
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line.rstrip("\n"))
+            if wanted in line:
+                break
+    finally:
+        timer.cancel()
+    return seen
+
+
+def test_a_build_waiting_for_another_build_of_its_folder_says_so_and_names_it(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two real `specsuite build` processes of one tree: the second says at once that it waits, for which
+    process and which folder. The first never finishes (its compile waits for a file that never comes):
+    both are stopped before anything is published."""
+    tree = _blocking_tree(isolated / "llama.cpp", isolated / "never")
+    env = {**os.environ, "LLAMA_CPP_DIR": str(tree), "SPEC_CACHE_DIR": str(isolated / "cache")}
+    env["CCACHE_DISABLE"] = "1"  # no ccache install into the venv for a stand-in tree
+    # the build command itself, with build/ in the test's folder: nothing here may publish into (or, when a
+    # build fails, unpublish from) the checkout's build/bin
+    where = f"from specsuite.common import paths; paths.BUILD_DIR = paths.Path({str(isolated / 'build')!r})"
+    cmd = [sys.executable, "-c", f"{where}; from specsuite import cli; cli.entry()", "build", "--cpu"]
+    started = []
+    try:
+        for _ in range(2):
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True, cwd=isolated,
+            )  # fmt: skip
+            started.append(proc)
+            if len(started) == 1:  # the holder: in its compile, under the folder's lock
+                assert "build: configuring" in "\n".join(_lines_until(proc, "build: configuring", 300))
+                plan = build.make_plan(parse(["--cpu"]), {**build.tool_env(), **env})
+                lock = Path(str(plan.build_dir) + ".lock")
+                for _ in range(600):
+                    if locks.holders(lock):
+                        break
+                    time.sleep(0.05)
+        waiter = _lines_until(started[1], "waiting for", 120)  # generous: it says so in seconds
+    finally:
+        for proc in started:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    head = f"build: waiting for the build folder {plan.build_dir}: pid {started[0].pid} "
+    assert waiter[-1].startswith(head + f"({Path(sys.executable).name} -c from specsuite"), waiter
+    assert waiter[-1].endswith(f") holds {lock}")
+    assert not (isolated / "build" / "bin").exists()
 
 
 # --- the real thing -------------------------------------------------------------------------------------

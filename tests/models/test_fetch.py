@@ -525,3 +525,54 @@ def test_ctrl_c_mid_body_stops_at_once_and_keeps_the_bytes(setup, fakehub):
     _fetch(setup, models=["a.gguf"])
     assert (setup["model_dir"] / "a.gguf").read_bytes() == A
     assert _gets(fakehub, "a.gguf")[-1]["headers"]["Range"] == "bytes=100000-"
+
+
+DATASET_REPO = "test-org/test-prompts"
+
+
+def _dataset_lock(tmp_path, data: bytes, locked: bool) -> Path:
+    vals = (
+        f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"\n'
+        if locked
+        else "locked = false\n"
+    )
+    lock = tmp_path / "datasets.lock"
+    lock.write_text(
+        f'version = 1\n[[model]]\nname = "prompts.jsonl"\nsource = "hf-dataset"\nrepo = "{DATASET_REPO}"\n'
+        f'revision = "{REV}"\npath = "data/prompts.jsonl"\n{vals}'
+    )
+    return lock
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_dataset_entry_comes_from_the_hubs_dataset_urls(tmp_path, hf_home, monkeypatch, locked):
+    """An hf-dataset entry is fetched by the same path as a model file, from /datasets/{repo}/resolve/...,
+    verified, stamped (with its dataset origin) and, with --hf-cache, put under datasets--ORG--NAME."""
+    from fakehub import FakeHub
+
+    data = b'{"id": "a", "category": "x", "text": "hello"}\n' * 500
+    lock = _dataset_lock(tmp_path, data, locked)
+    with FakeHub({"data/prompts.jsonl": data}, repo=DATASET_REPO, repo_type="dataset") as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        got = fetch_models(lock=lock, models=["prompts.jsonl"], model_dir=tmp_path / "m", tty=False,
+                           hf_cache=True)  # fmt: skip
+        assert got["prompts.jsonl"].read_bytes() == data
+        asked = {r["path"] for r in hub.log}
+        assert asked and all(p.startswith(("/datasets/", "/api/datasets/")) for p in asked)
+        before = len(hub.log)
+        fetch_models(lock=lock, models=["prompts.jsonl"], model_dir=tmp_path / "m", tty=False)
+        assert len(hub.log) == before  # warm: the stamp vouches (unlocked: the Hub's word at the revision)
+    folder = hf_home / "hub" / f"datasets--{DATASET_REPO.replace('/', '--')}"
+    assert (folder / "snapshots" / REV / "data/prompts.jsonl").read_bytes() == data
+
+
+def test_dataset_entry_is_not_looked_for_among_models(tmp_path, hf_home, monkeypatch):
+    """The same repo name as a model repository is another repository: a model Hub has no such file."""
+    from fakehub import FakeHub
+
+    data = b"x" * 1000
+    lock = _dataset_lock(tmp_path, data, locked=True)
+    with FakeHub({"data/prompts.jsonl": data}, repo=DATASET_REPO) as hub:  # a *model* repository
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with pytest.raises(UserError, match=r"prompts\.jsonl"):
+            fetch_models(lock=lock, models=["prompts.jsonl"], model_dir=tmp_path / "m", tty=False)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -169,6 +173,75 @@ def test_metadata_gives_up_after_the_attempts(fakehub):
         f"HF_ENDPOINT ({fakehub.url})"
     )
     assert len(fakehub.log) == 3
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: bound, then let go."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_refused_connection_fails_at_once(monkeypatch):
+    """Nothing listens there: the first refusal is the answer, not ten retries over minutes. The real
+    policy's waits (1 s backoff up to 60 s, ten retries) would take minutes if any retry happened."""
+    port = closed_port()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    notes = Notes()
+    t0 = time.monotonic()
+    with hub.session() as s, pytest.raises(UserError) as exc:
+        hub.head_meta(s, REPO, REV, "m.gguf", policy=Policy(), note=notes)
+    assert time.monotonic() - t0 < 30  # generous: "at once instead of minutes" is the point
+    assert notes == []
+    assert str(exc.value) == (
+        f"{REPO}/m.gguf at {REV}: connection refused at 127.0.0.1:{port} (not retried); "
+        f"check the network and HF_ENDPOINT (http://127.0.0.1:{port})"
+    )
+
+
+def test_a_name_that_does_not_resolve_fails_at_once(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.invalid")  # .invalid never resolves (RFC 2606)
+    notes = Notes()
+    with hub.session() as s, pytest.raises(UserError) as exc:
+        hub.paths_info(s, REPO, REV, ["m.gguf"], policy=Policy(), note=notes)
+    assert notes == []
+    assert str(exc.value).startswith(
+        f"paths-info of {REPO} at {REV}: the host name 'hub.invalid' does not resolve (not retried); "
+    )
+
+
+def test_a_reset_and_statuses_are_retried_in_a_row(fakehub, payload):
+    """A reset, then 500 and 503: counted as three retries in a row, then the answer."""
+    fakehub.fault("HEAD", "drop", "status:500", "status:503")
+    notes = Notes()
+    with hub.session() as s:
+        meta = hub.head_meta(s, REPO, REV, "m.gguf", policy=POLICY, note=notes)
+    assert meta is not None and meta.size == len(payload)
+    kinds = [(n.split(": ")[1].split(";")[0], n.split("; ")[-1].split(" in ")[0]) for n in notes]
+    assert kinds == [
+        ("ConnectionError", "retry 1/10"),
+        ("HTTP 500", "retry 2/10"),
+        ("HTTP 503", "retry 3/10"),
+    ]
+
+
+def test_fetch_models_against_a_closed_port_is_one_error_line_in_seconds(tmp_path):
+    """The command a user runs with a wrong HF_ENDPOINT: one error line naming the refusal, exit 2."""
+    port = closed_port()
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "SPEC_CACHE_DIR": str(tmp_path / "c")}
+    env.pop("HF_HUB_OFFLINE", None)
+    cmd = [sys.executable, "-m", "specsuite", "fetch-models", "--models", "Qwen3-4B-Q4_K_M.gguf"]
+    t0 = time.monotonic()
+    proc = subprocess.run([*cmd, "--model-dir", str(tmp_path / "m")], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert time.monotonic() - t0 < 60  # generous: it took 3 min 55 s when refusals were retried
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: Qwen3-4B-Q4_K_M.gguf: ") and "retry" not in proc.stdout + proc.stderr
+    assert line.endswith(
+        f": connection refused at 127.0.0.1:{port} (not retried); check the network and HF_ENDPOINT "
+        f"(http://127.0.0.1:{port})"
+    )
 
 
 # ---------------------------------------------------------------- the token and offline, as huggingface_hub

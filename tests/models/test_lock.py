@@ -102,7 +102,7 @@ def test_toml_error_names_the_line():
         (lambda t: t.replace("size = 10", "size = -1"), "size must be a positive integer (bytes), got -1"),
         (
             lambda t: t.replace('source = "hf"', 'source = "ftp"'),
-            "source must be one of hf, pypi, generated, got 'ftp'",
+            "source must be one of hf, hf-dataset, pypi, generated, got 'ftp'",
         ),
         (lambda t: t.replace("size = 10\n", "locked = false\n"), "`locked = false` but sha256 given"),
     ],

@@ -98,3 +98,20 @@ def test_gives_up_with_one_message_and_writes_nothing(lockfile, fakehub, monkeyp
     with pytest.raises(UserError, match=r"giving up on paths-info of .* after 2 retries \(last: HTTP 500\)"):
         lock_models(lock=lockfile)
     assert lockfile.read_text() == TEXT
+
+
+def test_dataset_entry_is_locked_from_the_datasets_api(tmp_path, hf_home, monkeypatch):
+    from fakehub import FakeHub
+
+    text = TEXT.split("[[model]]")[0] + (
+        f'[[model]]\nname = "q.parquet"\nsource = "hf-dataset"\nrepo = "{REPO}"\nrevision = "{REV}"\n'
+        'path = "qualitative/q.parquet"\nlocked = false\n'
+    )
+    path = tmp_path / "models.lock"
+    path.write_text(text)
+    with FakeHub({"qualitative/q.parquet": b"PAR1"}, repo_type="dataset") as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        assert lock_models(lock=path) == 1
+        assert [r["path"] for r in hub.log] == [f"/api/datasets/{REPO}/paths-info/{REV}"]
+    entry = load_lock(path).entries["q.parquet"]
+    assert (entry.size, entry.sha256, entry.source) == (4, hashlib.sha256(b"PAR1").hexdigest(), "hf-dataset")

@@ -7,6 +7,7 @@ import os
 import threading
 
 import pytest
+from lockholder import holding
 
 from specsuite.common.errors import UserError
 from specsuite.models import stamps, store
@@ -130,9 +131,23 @@ def test_file_lock_waits_then_gives_up_or_is_cancelled(tmp_path):
             t = threading.Thread(target=contend, kwargs=kw)
             t.start()
             t.join()
-    assert isinstance(errors[0], UserError) and "another fetcher has held" in str(errors[0])
+    # the holder is this process (the kernel's table names other processes only)
+    assert isinstance(errors[0], UserError) and "another process has held" in str(errors[0])
     assert isinstance(errors[1], Cancelled)
-    assert notes and notes[0].startswith("m.gguf: waiting for another fetcher")
+    assert notes and notes[0].startswith("m.gguf: waiting for another process, which is fetching it")
+
+
+def test_a_fetcher_waiting_for_another_says_at_once_which_process_holds_the_file(tmp_path):
+    """The other fetcher is a real process holding ``.m.gguf.lock``: its pid and command are named in the
+    first line, before the lock is ours."""
+    final = tmp_path / "m.gguf"
+    notes: list[str] = []
+    waiting = store.file_lock(final, timeout=0.3, poll=0.1, note=notes.append)
+    with holding(store.lock_path(final)) as proc, pytest.raises(UserError) as exc, waiting:
+        pass
+    assert str(exc.value).startswith(f"m.gguf: pid {proc.pid} (") and ") has held " in str(exc.value)
+    assert notes[0].startswith(f"m.gguf: waiting for pid {proc.pid} (")
+    assert notes[0].endswith("), which is fetching it (0 s so far)")
 
 
 # ---------------------------------------------------------------- locate

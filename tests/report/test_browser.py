@@ -15,7 +15,19 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from browser import Browser, open_browser
-from sitedata import HOSTILE, INACTIVE_CASE, STEP_AT, STEP_CASE, Story, hostile_run, story
+from sitedata import (
+    DRIFT_CASE,
+    DRIFT_FROM,
+    DRIFT_STEPS,
+    HOSTILE,
+    INACTIVE_CASE,
+    STEP_AT,
+    STEP_CASE,
+    Story,
+    drift_story,
+    hostile_run,
+    story,
+)
 
 from specsuite.common import paths
 from specsuite.report.site import Sources, build_site
@@ -138,7 +150,7 @@ def test_the_change_point_is_drawn_at_its_commit_and_points_open_their_runs(
     orange = [p for p in found if all(abs(a - b) < 40 for a, b in zip(p, CHANGE_RGB, strict=True))]
     assert len(orange) > 50  # the dashed line between the last run before and the first after
     row = browser.js("return document.querySelector('table.changes tbody tr').dataset")
-    assert row == {"index": str(STEP_AT), "after": s.commits[STEP_AT]}
+    assert row == {"index": str(STEP_AT), "last": str(STEP_AT), "after": s.commits[STEP_AT], "steps": "1"}
     _shot(browser, "case.png")
     # a click on the point of the last run opens that run's page
     from selenium.webdriver.common.action_chains import ActionChains
@@ -153,3 +165,90 @@ def test_the_change_point_is_drawn_at_its_commit_and_points_open_their_runs(
         over, int(where[0]), int(where[1])
     ).click().perform()
     assert browser.driver.current_url.endswith(f"/runs/{s.run_ids[-1]}.html")
+
+
+# --- a drift: one span, one label; labels never overprint (issue 36) --------------------------------------
+
+LABELS_DRAWN = """
+const done = arguments[arguments.length - 1], out = {};
+for (const [id, u] of Object.entries(window.specsuiteCharts)) {
+  const ctx = u.ctx, own = ctx.fillText, drawn = (out[id] = []);
+  ctx.fillText = function (text, x, y) {
+    if (/%/.test(text)) drawn.push({text, x, y, w: ctx.measureText(text).width});
+    return own.apply(this, arguments);
+  };
+  u.redraw(false, false);
+  setTimeout(() => { ctx.fillText = own; }, 100);
+}
+setTimeout(() => done(out), 150);
+"""
+
+
+def _labels(browser: Browser) -> dict[str, list[dict[str, Any]]]:
+    """Each chart's labels as its draw hook writes them (text, where, how wide), read on a redraw."""
+    return browser.driver.execute_async_script(LABELS_DRAWN)
+
+
+def _overprinted(labels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (a["text"], b["text"])
+        for i, a in enumerate(labels)
+        for b in labels[i + 1 :]
+        if a["y"] == b["y"] and a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+    ]
+
+
+@pytest.fixture(scope="module")
+def drift_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    tmp = tmp_path_factory.mktemp("drift-browsed")
+    s = drift_story(tmp)
+    build_site(Sources(s.db, s.results, s.mirror), tmp / "site")
+    return Site(s, tmp / "site")
+
+
+def test_a_drift_is_one_shaded_span_with_one_label(browser: Browser, drift_site: Site) -> None:
+    s = drift_site.story
+    assert browser.load(drift_site.case(DRIFT_CASE)) == []
+    labels = _labels(browser)
+    last = DRIFT_FROM + DRIFT_STEPS - 1
+    [label] = [t["text"] for t in labels["chart-accept_rate"]]
+    assert label.endswith(
+        f" over {DRIFT_STEPS} commits, {s.commits[DRIFT_FROM - 1][:7]}..{s.commits[last][:7]}"
+    )
+    assert all(_overprinted(found) == [] for found in labels.values())
+    # the span between its first and last step is shaded in the change colour
+    shade = browser.js("""
+        const u = window.specsuiteCharts["chart-accept_rate"];
+        const at = (i) => u.valToPos(i - 0.5, "x", true);
+        const x = Math.round((at(arguments[0]) + at(arguments[1])) / 2);
+        return Array.from(u.ctx.getImageData(x, u.bbox.top + u.bbox.height - 4, 1, 1).data.slice(0, 3));""",
+        DRIFT_FROM, last)  # fmt: skip
+    assert shade[0] > shade[2] + 10, shade  # orange over white: more red than blue
+    _shot(browser, "drift-case.png")
+
+
+def test_labels_of_nearby_change_points_never_overprint(browser: Browser, site: Site, tmp_path: Path) -> None:
+    """Two change points of one metric on neighbouring runs that are not one span (the second does not
+    start where the first ended), and one of another metric: their labels would overlap on one line; each
+    goes on a row of its own (or is left to the table)."""
+    from types import SimpleNamespace
+
+    s = site.story
+    base = dict(case=STEP_CASE, metric="accept_rate", device_class="cpu-x86-64-avx2", backend="cpu",
+                mean_before=0.5, mean_after=0.45, change=-0.1, p_value=None)  # fmt: skip
+    cps = [
+        SimpleNamespace(**{**base, **kw})
+        for kw in (
+            {"before_commit": s.commits[2], "after_commit": s.commits[3], "after_run_id": s.run_ids[3]},
+            {"before_commit": s.commits[1], "after_commit": s.commits[4], "after_run_id": s.run_ids[4]},
+            {"before_commit": s.commits[3], "after_commit": s.commits[4], "after_run_id": s.run_ids[4],
+             "metric": "accept_len"},
+        )
+    ]  # fmt: skip
+    build_site(Sources(s.db, s.results, s.mirror), tmp_path / "site", changes=cps)
+    assert browser.load(tmp_path / "site" / "cases" / GROUP / f"{STEP_CASE}.html") == []
+    labels = _labels(browser)
+    rate = labels["chart-accept_rate"]
+    assert len(rate) == 2 and len(labels["chart-accept_len"]) == 1
+    assert rate[1]["x"] < rate[0]["x"] + rate[0]["w"]  # side by side they would overprint
+    assert all(_overprinted(found) == [] for found in labels.values())

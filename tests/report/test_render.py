@@ -40,7 +40,7 @@ def test_numbers(value: object, fmt: str, text: str) -> None:
 
 
 def test_percent() -> None:
-    assert percent(-0.1) == "-10.0%" and percent(0.025) == "+2.5%" and percent(None) == "–"
+    assert percent(-0.1) == "-10.0 %" and percent(0.025) == "+2.5 %" and percent(None) == "–"
 
 
 def test_sparkline_draws_values_gaps_and_failures() -> None:

@@ -3,11 +3,9 @@ markers, results folders copied safely, a hostile results.json escaped, the fold
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from sitedata import (
     record,
     story,
 )
+from sitepage import Page, page
 
 from specsuite.cli import main as cli
 from specsuite.common.errors import UserError
@@ -33,43 +32,6 @@ from specsuite.report.site import MARKER, Sources, build_site
 
 CLASS = "cpu-x86-64-avx2"
 GROUP = f"{CLASS}--cpu"
-
-
-class Page(HTMLParser):
-    """The parts of a page the tests look at: every element's tag and attributes, in order, and the data."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.elements: list[tuple[str, dict[str, str]]] = []
-        self.texts: list[str] = []
-        self.data: Any = None
-        self._in_data = False
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        self.elements.append((tag, a))
-        self._in_data = tag == "script" and a.get("id") == "site-data"
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_data = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_data:
-            self.data = json.loads(data)
-        else:
-            self.texts.append(data)
-
-    def find(self, tag: str, **attrs: str) -> list[dict[str, str]]:
-        return [a for t, a in self.elements if t == tag and all(a.get(k) == v for k, v in attrs.items())]
-
-    @property
-    def text(self) -> str:
-        return " ".join(" ".join(self.texts).split())
-
-
-def page(root: Path, rel: str) -> Page:
-    return Page((root / rel).read_text(encoding="utf-8"))
 
 
 @dataclass
@@ -110,7 +72,14 @@ def test_the_index_marks_the_failing_and_the_drifted_case(built: Built) -> None:
     assert _row(index, FLOOR_CASE)["class"] == "status-passed"  # it failed before; the latest run passed
     assert "failed: spec_inactive the server drafted no token" in index.text
     assert "9 runs over 9 commits, in ancestry order" in index.text
-    assert len(index.find("svg", **{"class": "spark"})) == len(real(2)["cases"])
+    # a sparkline of each case's accept rate and speedup (where one of its runs measured it)
+    sparks = index.find("div", **{"class": "spark-row"})
+    assert len(index.find("svg", **{"class": "spark"})) == len(sparks) > len(real(2)["cases"])
+    for metric in ("accept_rate", "speedup"):
+        measured = [
+            c for c in real(2)["cases"] if any(real(i)["cases"][c][metric] is not None for i in range(3))
+        ]
+        assert sum(d["data-metric"] == metric for d in sparks) == len(measured) > 20, metric
 
 
 def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
@@ -312,9 +281,12 @@ def test_page_weight_for_a_thousand_runs(tmp_path: Path) -> None:
     assert (out / "index.html").stat().st_size < 2_000_000
 
 
-def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, results = tmp_path / "h.sqlite", tmp_path / "results"
-    assert cli(["report", "--db", str(db), "--out", str(tmp_path / "empty")]) == 0
+    monkeypatch.setenv("SPEC_HISTORY", str(db))  # the default history, none recorded yet
+    assert cli(["report", "--out", str(tmp_path / "empty")]) == 0
     assert "no runs recorded yet" in capsys.readouterr().out
     assert "No runs recorded yet" in page(tmp_path / "empty", "index.html").text
     record(at(real(0), "a" * 40, 0), db, results)

@@ -88,7 +88,7 @@ def test_a_case_no_shard_ran_is_a_not_run_failure() -> None:
     v = verdict(merged)
     assert not v.green and all(f"{n} (not_run)" in v.headline for n in lost)
     interrupted = not_run("x", "the run was interrupted", interrupted=True)
-    assert (interrupted.status, interrupted.reason) == ("interrupted", "interrupted")
+    assert (interrupted.status, interrupted.reason) == ("interrupted", "not_run")  # never started
 
 
 def test_a_case_two_shards_ran_keeps_its_worst_outcome() -> None:
@@ -160,6 +160,7 @@ def test_junit_from_the_records() -> None:
     run = merge_runs(_shards(_whole(), 2)[:1], run_id="m", shard=None)  # half of it ran
     root = ET.fromstring(junit_xml(run))
     (suite,) = root.iter("testsuite")
+    assert suite.get("name") == run.tier  # named after the tier, as run-tier's own junit.xml
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert suite.get("tests") == str(len(run.cases)) == str(len(cases))
     assert int(suite.get("failures") or 0) == sum(

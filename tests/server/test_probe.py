@@ -66,7 +66,7 @@ def _table(out: str) -> dict[str, list[str]]:
     """Rows of print_table's output by method name (cells split on whitespace; empty 'why not' dropped)."""
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("---")) + 1
-    return {ln.split()[0]: ln.split() for ln in lines[start:] if not ln.startswith("methods marked")}
+    return {ln.split()[0]: ln.split() for ln in lines[start:] if not ln.startswith("cases marked")}
 
 
 def _probe(tmp_path: Path, variant: str) -> probe.Capabilities:
@@ -325,7 +325,7 @@ def test_print_table_names_each_case_and_why(tmp_path, capsys):
         FakeCase("synth-zero", "draft-simple", synth_rates=(0.0, 0.0, 0.0)),
         FakeCase("ngram", "ngram-mod"),
     ]
-    probe_report.print_table(caps, cases)
+    probe_report.print_table(caps, cases, every=True)
     out = capsys.readouterr().out
     assert "commit:  f00d002" in out and "backend: cuda" in out and str(caps.binary) in out
     rows = _table(out)
@@ -343,12 +343,29 @@ def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypat
     assert "commit:  f00d001" in out and "spec types: mtp, ngram-cache" in out and "---" not in out
 
 
-def test_probe_command_lists_the_suite_cases(tmp_path, capsys):
+def test_probe_command_lists_the_suite_cases_on_request(tmp_path, capsys):
     from specsuite.cases.schema import load_cases
 
-    probe_report.probe_command(str(help_binary(tmp_path / "llama-server", "current")))
+    probe_report.probe_command(str(help_binary(tmp_path / "llama-server", "current")), every=True)
     out = capsys.readouterr().out
     assert list(_table(out)) == [c.name for c in load_cases()]
+
+
+def test_probe_command_says_how_many_cases_run_and_lists_only_those_that_cannot(tmp_path, capsys):
+    """After every build: one line when the binary runs every case, a row for each case it cannot run."""
+    from specsuite.cases.schema import load_cases
+
+    every = len(load_cases())
+    assert probe_report.main([str(help_binary(tmp_path / "current" / "llama-server", "current"))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"cases: {every} of {every} can run; `specsuite probe --all-cases` lists every case"
+    assert not any(line.startswith("---") for line in out)
+    older = help_binary(tmp_path / "post-rename" / "llama-server", "post-rename")
+    assert probe_report.main([str(older)]) == 0
+    out = capsys.readouterr().out
+    rows = _table(out)
+    assert rows and all(row[4] == "no" for row in rows.values()) and len(rows) < every
+    assert f"cases: {every - len(rows)} of {every} can run;" in out
 
 
 def test_fixture_set_is_complete():

@@ -147,9 +147,34 @@ def test_uncalibrated_case_keeps_its_speed_floor_only() -> None:
 
 def test_speed_floor_is_a_gpu_tier_rule_in_cases_toml() -> None:
     """Speculation must not be slower on a GPU: every compact and nightly case names min_speedup >= 1.0;
-    smoke and synthetic speeds are CPU noise and name none."""
+    smoke and synthetic speeds are CPU noise and name none. A self-draft (draft = target) is a check of the
+    verifier, slower than plain decoding by construction: it names none."""
     cases = load_cases()
     assert {c.tier for c in cases} == set(CASE_TIERS)
-    gpu = [c for c in cases if c.tier in GPU_TIERS]
+    gpu = [c for c in cases if c.tier in GPU_TIERS and c.draft != c.target]
     assert gpu and [c.name for c in gpu if c.min_speedup is None or c.min_speedup < 1.0] == []
     assert [c.name for c in cases if c.tier not in GPU_TIERS and c.min_speedup is not None] == []
+
+
+def test_category_floors_judge_each_category_on_its_own_counters() -> None:
+    text = (CASE.replace('target = "t.gguf"', 'target = "t.gguf"\nprompts = "cat"')
+            + "category_floors = { a = { min_accept_rate = 0.85 }, b = { min_accept_len = 2.0 } }\n"
+            + '[[prompt_set]]\nname = "cat"\nprompts = [{ id = "p", text = "1", category = "a" }, '
+              '{ id = "q", text = "2", category = "b" }]\n')  # fmt: skip
+    case = parse_cases(text)[0]
+    n = _n()
+    n["categories"] = {"a": {**_n(drafted=45, accepted=40, drafts=15)}, "b": {**_n(45, 20, 15)}}
+    assert check(case, n, OK, [], "") == []
+    n["categories"]["a"] = _n(drafted=45, accepted=30, drafts=15)  # 0.667 < 0.85; the case's total holds
+    [fail] = check(case, n, OK, [], "")
+    assert fail.reason == "floor" and fail.message.startswith("category 'a': accept_rate 0.666")
+    assert "accepted=30 drafted=45 steps=15" in fail.message
+    del n["categories"]["b"]
+    assert (
+        "category 'b' has floors but the run measured no such category"
+        in check(case, n, OK, [], "")[1].message
+    )
+    report_only = parse_cases(
+        text.replace("min_accept_len = 2.0\n", "min_accept_len = 2.0\nuncalibrated = true\n", 1)
+    )
+    assert check(report_only[0], n, OK, [], "") == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,24 +184,50 @@ def test_spec_methods_selection() -> None:
     assert "test_speculative" not in nothing.stdout and "deselected" in nothing.stdout
 
 
-def test_unset_spec_methods_keeps_the_projects_parametrized_tests() -> None:
-    """The plugin is in every pytest session of the environment (an entry point): with nothing selected it
-    drops only the suite's own test, never a project test, and takes no parameter of theirs."""
-    env = {k: v for k, v in os.environ.items() if k != "SPEC_METHODS"}
-    suite = pytest_command(Path("unused"), [])[-2]  # the suite's module
-    both = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/server/test_probe.py", suite, *COLLECT],
-        cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+def test_the_plugin_stays_out_of_another_projects_pytest_run(tmp_path) -> None:
+    """specsuite in a venv must not change another project's pytest run there: the plugin is loaded by the
+    suite's own pytest.ini only, so no SPEC_* variable is read (SPEC_REPEAT=abc ended one with exit 4)."""
+    (tmp_path / "test_theirs.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('x', [1, 2])\ndef test_x(x):\n    assert x\n"
+    )
+    env = {**os.environ, "SPEC_REPEAT": "abc", "SPEC_METHODS": "smoke"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert "test_speculative" not in both.stdout
-    assert "test_every_variant_parses_its_own_spec_flag[current]" in both.stdout, both.stdout
-    assert "1 deselected" in both.stdout, both.stdout
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    [plugins] = [ln for ln in proc.stdout.splitlines() if ln.startswith("plugins:")] or ["plugins: none"]
+    assert "specsuite" not in plugins
 
 
 def test_spec_methods_unknown_lists_valid_ones() -> None:
     bad = _collect("medusa")
     assert bad.returncode != 0
     assert "unknown case or tier 'medusa'" in bad.stderr and "valid cases: mtp" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("tiny-mtp-rndom", "tiny-mtp-random"), ("smok", "smoke"), ("eagle-3", "eagle3")]
+)
+def test_a_mistyped_tier_or_case_is_answered_with_the_nearest_name(
+    typo: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["run-tier", typo]) == 2
+    assert capsys.readouterr().err == (
+        f"error: unknown case or tier {typo!r}: did you mean {meant!r}? "
+        "(valid tiers: smoke, synthetic, compact, nightly, all)\n"
+    )
+
+
+def test_run_tier_help_says_where_other_arguments_go_and_what_limits_a_case(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["run-tier", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Every other argument goes to pytest: -x stops at the first failed case" in text
+    assert "-v shows pytest's own line per case" in text
+    assert "time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests" in text
+    assert "--budget-factor F a case may take F times its baseline's time for its requests" in text
 
 
 # --- the real chain: run-tier -> pytest -> (fake) llama-server ------------------------------------------
@@ -286,6 +313,32 @@ def test_not_a_llama_server_fails_with_one_line(tmp_path, chain_env) -> None:
     ]
 
 
+def test_a_case_past_its_time_budget_fails_over_budget_naming_the_rate_it_decoded_at(
+    tmp_path, chain_env
+) -> None:
+    """A speculative server 2500 times slower than its baseline (0.4 tok/s against 1000, each request 0.5 s):
+    with a budget of 2 s + 1 × its tokens at the baseline's rate the case fails over_budget in seconds, the
+    rate it decoded at named, instead of running into pytest-timeout's 900 s as a harness error."""
+    exe = fake_llama(tmp_path / "bin", base_ms_per_token=1.0, spec_ms_per_token=2500.0, request_sleep_s=0.5)
+    env = {**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}
+    env.update(SPEC_BUDGET_FACTOR="1", SPEC_BUDGET_MIN_S="2")
+    proc = _run_tier(env, SYNTH)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rec = json.loads((tmp_path / "r" / "results.json").read_text())["cases"][SYNTH]
+    assert (rec["status"], rec["reason"]) == ("failed", "over_budget")
+    assert rec["wall_s"] < 60  # generous: the point is seconds, not pytest-timeout's 900 s
+    assert re.fullmatch(
+        r"over its time budget of 2\.[0-9] s = 2 s \+ 1 × 0\.[0-9]+ s, its baseline's time for 320 tokens at "
+        r"1000\.0 tok/s and at most [0-9]+ prompt tokens at 3000\.0 tok/s: its "
+        r"speculative server decoded at 0\.4 tok/s \([0-9]+ tokens finished\)\. A slower machine gets more "
+        r"time by itself; raise it with run-tier --budget-factor \(SPEC_BUDGET_FACTOR, 0: no budget\) or "
+        r"SPEC_BUDGET_MIN_S",
+        rec["message"],
+    ), rec["message"]
+    assert f"[1/1] {SYNTH}: failed in " in proc.stdout and "(over_budget)" in proc.stdout
+    assert _pids_of(str(exe)) == []  # both servers stopped
+
+
 def _pids_of(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -316,7 +369,8 @@ def test_a_signal_to_run_tier_records_the_interrupted_case_and_leaves_nothing_ru
     assert proc.returncode != 0, out
     rec = json.loads(results.read_text())["cases"][SYNTH]
     assert (rec["status"], rec["reason"]) == ("interrupted", "interrupted"), out
-    assert "FAILED" in (tmp_path / "r" / "summary.md").read_text().splitlines()[0]
+    first = (tmp_path / "r" / "summary.md").read_text().splitlines()[0]
+    assert first.endswith(f": INTERRUPTED: 0 of 1 case(s) finished; stopped in {SYNTH}")
     for _ in range(50):
         if not _pids_of(str(exe)):
             break

@@ -484,3 +484,29 @@ def test_runs_of_another_cases_file_are_refused(cases_file: Path, tmp_path: Path
 def test_runs_of_another_binary_commit_are_refused(cases_file: Path, tmp_path: Path) -> None:
     other = _edited(tmp_path, CAL_RUNS[2], "o", lambda d: d["binary"].update(commit="1111111"))
     _refused(cases_file, [*CAL_RUNS[:2], other], "differ in llama.cpp commit")
+
+
+def test_category_floors_are_written_by_the_same_rule() -> None:
+    """A categorised case's floors per category: min over the runs minus the margins, for every category
+    each run measured; the case then judges each category on its own counters."""
+    from specsuite.results.record import CaseRecord, CategoryStats
+    from specsuite.tools.calibrate import CaseCalibration, _collect_categories, apply
+
+    cal = CaseCalibration("ngram", [0.8, 0.8], [2.0, 2.0], [], ["r1", "r2"])
+    for rate, length in ((0.75, 3.3), (0.7, 3.25)):
+        cats = {
+            "words": CategoryStats(accept_rate=rate, accept_len=length),
+            "digits": CategoryStats(accept_rate=1.0, accept_len=3.875),
+            "empty": CategoryStats(),
+        }  # fmt: skip  (drafted nothing: no floor)
+        _collect_categories(cal, CaseRecord(name="ngram", categories=cats))
+    prompts = '[{ id = "a", text = "x", category = "words" }, { id = "b", text = "y", category = "digits" }]'
+    categorised = (
+        f'[[prompt_set]]\nname = "c"\nprompts = {prompts}\n\n[[case]]\nname = "ngram"\nprompts = "c"'
+    )
+    text = CASES.replace('[[case]]\nname = "ngram"', categorised, 1)
+    new = apply(text, {"ngram": cal}, {"commit": "abc", "device": "cpu"}, "2026-12-01")
+    assert ("category_floors = {words = {min_accept_rate = 0.6700, min_accept_len = 3.0500}, "
+            "digits = {min_accept_rate = 0.9700, min_accept_len = 3.6750}}") in new  # fmt: skip
+    (case,) = [c for c in parse_cases(new) if c.name == "ngram"]
+    assert case.category_floors["words"].min_accept_rate == 0.67

@@ -17,7 +17,14 @@ from typing import Any
 import gguf
 import numpy as np
 
-from specsuite.models.synthetic.tokenizer import N_VOCAB, add_tokenizer
+from specsuite.models.synthetic.tokenizer import (
+    MERGES,
+    N_VOCAB,
+    TINY_MERGES,
+    TINY_TOKENS,
+    TOKENS,
+    add_tokenizer,
+)
 from specsuite.models.synthetic.weights import Weights
 
 N_EMBD = 64
@@ -41,6 +48,9 @@ DFLASH_BLOCK_SIZE = 4
 MARKOV_RANK = 16
 CONF_BIAS_HIGH = 8.0  # sigmoid(8) = 0.9997: the DSpark confidence head always says "draft"
 CONF_BIAS_LOW = -8.0  # sigmoid(-8) = 0.0003: with --spec-draft-p-min > 0 nothing is drafted
+# The tiny-vocabulary models' LM head, scaled down: logits of spread about 1 instead of 8, so that at
+# temperature 1 the next token is spread over several outcomes rather than nearly always the argmax.
+TINY_HEAD_SCALE = np.float32(0.15)
 
 U32 = gguf.GGUFValueType.UINT32
 
@@ -59,9 +69,9 @@ class Dims:
         return self.n_embd // self.n_head
 
 
-TINY = Dims()
-# The speed cases' target: a 4-layer llama of 32 MB (F32) whose decode step costs about 1.1 ms on one
-# thread of the 2-core CI machine (0.1 ms for the tiny shape, where a round measures the server's
+NARROW = Dims()  # every synthetic file's but one
+# The speed cases' target: a 4-layer llama of 39 MB (F32) whose decode step costs about 1.1 ms on one
+# thread of the 2-core CI machine (0.1 ms for the narrow shape, where a round measures the server's
 # overhead more than decoding). Its heads are 64 wide; the fixed weights keep token 0 first by a wide margin.
 WIDE = Dims(n_embd=512, n_head=8, n_head_kv=4, n_ff=1024)
 
@@ -75,36 +85,42 @@ class Model:
     n_layer: int
     kv: dict[str, tuple[Any, gguf.GGUFValueType]] = field(default_factory=dict)
     tensors: dict[str, Any] = field(default_factory=dict)
-    dims: Dims = TINY
+    tokens: tuple[str, ...] = TOKENS  # the shared vocabulary, or TINY_TOKENS
+    merges: tuple[str, ...] = MERGES
+    dims: Dims = NARROW  # the widths: every file's, or the wide target's
 
     def key(self, suffix: str, value: Any, vtype: gguf.GGUFValueType = U32) -> None:
         self.kv[f"{self.arch}.{suffix}"] = (value, vtype)
 
 
-def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD, d: Dims = TINY) -> None:
+def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD, d: Dims = NARROW) -> None:
     t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, d.n_head * d.head_dim)
     t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
     t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
     t[f"blk.{i}.attn_output.weight"] = w.normal(d.n_head * d.head_dim, d.n_embd)
 
 
-def _ffn(w: Weights, t: dict, i: int, d: Dims = TINY) -> None:
+def _ffn(w: Weights, t: dict, i: int, d: Dims = NARROW) -> None:
     t[f"blk.{i}.ffn_gate.weight"] = w.normal(d.n_embd, d.n_ff)
     t[f"blk.{i}.ffn_up.weight"] = w.normal(d.n_embd, d.n_ff)
     t[f"blk.{i}.ffn_down.weight"] = w.normal(d.n_ff, d.n_embd)
 
 
-def _embeddings_and_head(w: Weights, t: dict, d: Dims = TINY) -> None:
-    t["token_embd.weight"] = w.token_embd(d.n_embd, N_VOCAB)
+def _embeddings_and_head(w: Weights, t: dict, n_vocab: int = N_VOCAB, d: Dims = NARROW) -> None:
+    t["token_embd.weight"] = w.token_embd(d.n_embd, n_vocab)
     t["output_norm.weight"] = w.ones(d.n_embd)
-    t["output.weight"] = w.lm_head(d.n_embd, N_VOCAB)
+    t["output.weight"] = w.lm_head(d.n_embd, n_vocab)
 
 
-def llama(w: Weights, n_layer: int, name: str, d: Dims = TINY) -> Model:
-    """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer); ``WIDE``: the
-    speed cases' target."""
+def llama(w: Weights, n_layer: int, name: str, tiny_vocab: bool = False, d: Dims = NARROW) -> Model:
+    """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer); ``tiny_vocab``:
+    with the 12-token vocabulary (the sampling test's models); ``d=WIDE``: the speed cases' target."""
     m = Model("llama", name, n_layer, dims=d)
-    _embeddings_and_head(w, m.tensors, d)
+    if tiny_vocab:
+        m.tokens, m.merges = TINY_TOKENS, TINY_MERGES
+    _embeddings_and_head(w, m.tensors, len(m.tokens), d)
+    if tiny_vocab:
+        m.tensors["output.weight"] = m.tensors["output.weight"] * TINY_HEAD_SCALE
     for i in range(n_layer):
         m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(d.n_embd)
         _attention(w, m.tensors, i, d.n_embd, d)
@@ -226,8 +242,23 @@ def dflash(w: Weights, name: str, conf_bias: float | None = None) -> Model:
     return m
 
 
-def write_gguf(model: Model, dest: Path) -> None:
-    """Write a model with the common hyper-parameters and the shared tokenizer."""
+# Quantised copies: llama.cpp's own rule for which tensors stay F32 (src/llama-quant.cpp): 1-D tensors
+# (norms, biases) and the MoE router (ffn_gate_inp); every row of the rest is a whole number of 32-wide blocks
+# (Q8_0, Q4_0; a K-quant would need 256-wide rows, wider than these models).
+QTYPES = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
+_FILE_TYPES = {"q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}
+
+
+def _quantised(name: str, array: np.ndarray, qtype: str | None) -> tuple[np.ndarray, Any]:
+    """(data, raw dtype) of one tensor: quantised with gguf's reference quantiser, or as it is."""
+    if qtype is None or array.ndim < 2 or "ffn_gate_inp" in name:
+        return array, None
+    return gguf.quants.quantize(array, QTYPES[qtype]), QTYPES[qtype]
+
+
+def write_gguf(model: Model, dest: Path, qtype: str | None = None) -> None:
+    """Write a model with the common hyper-parameters and its tokenizer; ``qtype`` (q8_0, q4_0): its
+    matrices quantised."""
     writer = gguf.GGUFWriter(dest, model.arch)  # writes general.architecture; no timestamps, no paths
     writer.add_name(model.name)
     d = model.dims
@@ -240,13 +271,14 @@ def write_gguf(model: Model, dest: Path) -> None:
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_rope_dimension_count(d.head_dim)
-    writer.add_vocab_size(N_VOCAB)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(len(model.tokens))
+    writer.add_file_type(_FILE_TYPES[qtype] if qtype else gguf.LlamaFileType.ALL_F32)
     for key, (value, vtype) in model.kv.items():
         writer.add_key_value(key, value, vtype)
-    add_tokenizer(writer)
+    add_tokenizer(writer, model.tokens, model.merges)
     for name, array in model.tensors.items():
-        writer.add_tensor(name, array)
+        data, raw = _quantised(name, array, qtype)
+        writer.add_tensor(name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

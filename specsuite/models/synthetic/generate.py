@@ -26,6 +26,7 @@ from specsuite.models.lock import GeneratedEntry, load_lock
 from specsuite.models.synthetic.arch import (
     CONF_BIAS_HIGH,
     CONF_BIAS_LOW,
+    QTYPES,
     WIDE,
     Model,
     dflash,
@@ -46,6 +47,7 @@ class Recipe:
     mode: str
     seed: int
     build: Callable[[Weights, str], Model]
+    qtype: str | None = None  # a quantised copy (arch.QTYPES) of the recipe of the same seed
 
     @property
     def filename(self) -> str:
@@ -91,27 +93,39 @@ _KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
     ),
 }
 
-# Kinds made in fixed weights only: the speed cases' wide target (32 MB; acceptance is not what it is for).
-_FIXED_KINDS: dict[str, tuple[str, int, Callable[[Weights, str], Model]]] = {
-    "target-llama-wide": (
-        "4-layer llama target 512 wide (FFN 1024): about 1 ms a decode step on one CPU thread, for the speed "
-        "cases (draft-simple with the 1-layer llama draft)",
-        7,
-        lambda w, n: llama(w, 4, n, WIDE),
-    ),
-}
-
 RECIPES: dict[str, Recipe] = {
-    **{
-        f"{kind}-{mode}": Recipe(f"{kind}-{mode}", f"{desc}, {mode} weights", mode, seed, build)
-        for mode in MODES
-        for kind, (desc, seed, build) in _KINDS.items()
-    },
-    **{
-        f"{kind}-fixed": Recipe(f"{kind}-fixed", f"{desc}, fixed weights", "fixed", seed, build)
-        for kind, (desc, seed, build) in _FIXED_KINDS.items()
-    },
+    f"{kind}-{mode}": Recipe(f"{kind}-{mode}", f"{desc}, {mode} weights", mode, seed, build)
+    for mode in MODES
+    for kind, (desc, seed, build) in _KINDS.items()
 }
+# The speed cases' wide target, fixed weights only (39 MB; acceptance is not what it is for).
+RECIPES["target-llama-wide-fixed"] = Recipe(
+    "target-llama-wide-fixed",
+    "4-layer llama target 512 wide (FFN 1024): about 1 ms a decode step on one CPU thread, for the speed "
+    "cases (draft-simple with the 1-layer llama draft), fixed weights",
+    "fixed",
+    7,
+    lambda w, n: llama(w, 4, n, d=WIDE),
+)
+# The sampling test's pair: the llama target and draft with the tiny vocabulary (random weights only: a
+# fixed model has one outcome). Their own seeds: the vocabulary stream is drawn for 12 rows, not 261.
+RECIPES.update(
+    (r.id, r)
+    for r in (
+        Recipe("target-llama-tinyvocab-random", "4-layer llama target, 12-token vocabulary, random weights",
+               "random", 11, lambda w, n: llama(w, 4, n, tiny_vocab=True)),
+        Recipe("draft-llama-tinyvocab-random", "1-layer llama draft, 12-token vocabulary, random weights",
+               "random", 12, lambda w, n: llama(w, 1, n, tiny_vocab=True)),
+    )
+)  # fmt: skip
+# Quantised copies of the random targets (the same seed: the F32 target's weights, quantised), for the
+# quantised targets' losslessness (llama.cpp issues 25618, 23302: greedy output diverged on Q4_K_M).
+RECIPES.update(
+    (f"{base}-{q}", Recipe(f"{base}-{q}", f"{RECIPES[base].description}, {q.upper()} copy", "random",
+                            RECIPES[base].seed, RECIPES[base].build, q))
+    for base in ("target-llama-random", "target-glm4moe-mtp-random")
+    for q in QTYPES
+)  # fmt: skip
 
 
 def _recipe(recipe: str) -> Recipe:
@@ -126,7 +140,7 @@ def generate(recipe: str, dest: Path) -> None:
     r = _recipe(recipe)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    write_gguf(r.build(Weights(r.mode, r.seed), f"synth-{r.id}"), dest)
+    write_gguf(r.build(Weights(r.mode, r.seed), f"synth-{r.id}"), dest, r.qtype)
 
 
 def locked_recipes(lock: Path) -> dict[str, GeneratedEntry]:

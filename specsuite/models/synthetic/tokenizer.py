@@ -38,16 +38,25 @@ TOKEN_TYPES: tuple[int, ...] = tuple(
     int(gguf.TokenType.CONTROL if t in CONTROL else gguf.TokenType.NORMAL) for t in TOKENS
 )
 
+# The tiny vocabulary of the sampling test's models: 8 letters, one merge and the control tokens, 12 in
+# all, so that a next-token distribution has few outcomes and a chi-square test needs few samples. Text
+# made of a-h (and "ab") tokenizes; llama.cpp warns that the vocabulary has no newline token, harmlessly.
+TINY_MERGES = ("a b",)
+TINY_TOKENS: tuple[str, ...] = (*"abcdefgh", "ab", *CONTROL)
 
-def add_tokenizer(writer: gguf.GGUFWriter) -> None:
-    """Write the tokenizer keys into a GGUF file."""
+
+def add_tokenizer(writer: gguf.GGUFWriter, tokens: tuple[str, ...] = TOKENS,
+                  merges: tuple[str, ...] = MERGES) -> None:  # fmt: skip
+    """Write the tokenizer keys into a GGUF file (the shared vocabulary, or the tiny one)."""
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
-    writer.add_token_list(list(TOKENS))
-    writer.add_token_types(list(TOKEN_TYPES))
-    writer.add_token_merges(list(MERGES))
-    writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
-    writer.add_uint32(gguf.Keys.Tokenizer.MASK_ID, MASK_ID)
+    writer.add_token_list(list(tokens))
+    writer.add_token_types(
+        [int(gguf.TokenType.CONTROL if t in CONTROL else gguf.TokenType.NORMAL) for t in tokens]
+    )
+    writer.add_token_merges(list(merges))
+    writer.add_bos_token_id(tokens.index(CONTROL[0]))
+    writer.add_eos_token_id(tokens.index(CONTROL[1]))
+    writer.add_uint32(gguf.Keys.Tokenizer.MASK_ID, tokens.index(CONTROL[2]))
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)

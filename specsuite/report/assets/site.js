@@ -46,12 +46,52 @@
     };
   }
 
+  // events on a series, by kind: the line and the span's shade (a configuration change would be one more)
+  const EVENTS = { change: { line: COLOR.change, fill: "rgba(225, 111, 0, 0.13)" } };
+  const LABEL_ROWS = 3; // label rows under a chart's top edge; a label that fits none is left to the table
+
+  function drawEvents(u, d, key) {
+    // each event of this chart: a dashed line between the last run before and the first after a single
+    // change, or a shaded span between the first and the last of adjacent ones; its label on the first row
+    // where it overprints no earlier label
+    const ctx = u.ctx, px = devicePixelRatio, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height;
+    const left = u.bbox.left, right = u.bbox.left + u.bbox.width, rows = [];
+    for (const e of d.events || []) {
+      if (e.metric !== null && e.metric !== key) continue;
+      const style = EVENTS[e.kind] || EVENTS.change;
+      const x0 = u.valToPos(e.first - 0.5, "x", true), x1 = u.valToPos(e.last - 0.5, "x", true);
+      if (x1 < left || x0 > right) continue; // zoomed away
+      if (x1 > x0) {
+        ctx.fillStyle = style.fill;
+        ctx.fillRect(Math.max(x0, left), top, Math.min(x1, right) - Math.max(x0, left), bottom - top);
+      }
+      ctx.strokeStyle = style.line;
+      for (const x of x1 > x0 ? [x0, x1] : [x0]) {
+        if (x < left || x > right) continue;
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, bottom);
+        ctx.stroke();
+      }
+      const w = ctx.measureText(e.label).width, pad = 4 * px;
+      const lx = Math.max(left, x0 + pad + w <= right ? x0 + pad : x0 - pad - w);
+      const row = [...Array(LABEL_ROWS).keys()].find((r) =>
+        (rows[r] || []).every(([a, b]) => lx + w + pad <= a || lx >= b + pad));
+      if (row === undefined) continue;
+      (rows[row] = rows[row] || []).push([lx, lx + w]);
+      const y = top + (12 + 13 * row) * px;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.85)"; // legible over the lines it crosses
+      ctx.fillRect(lx - 2 * px, y - 10 * px, w + 4 * px, 13 * px);
+      ctx.fillStyle = style.line;
+      ctx.fillText(e.label, lx, y);
+    }
+  }
+
   function drawMarks(d, key, vals, floor) {
-    // floors: a dashed segment across each run's slot (a recalibrated floor steps); change points of this
-    // metric: a dashed line between the last run before and the first after, with its size and commit;
-    // failing runs without a value of this metric: a red triangle on the axis
+    // floors: a dashed segment across each run's slot (a recalibrated floor steps); events (change
+    // points) of this metric; failing runs without a value of this metric: a red triangle on the axis
     return (u) => {
-      const ctx = u.ctx, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height, px = devicePixelRatio;
+      const ctx = u.ctx, bottom = u.bbox.top + u.bbox.height, px = devicePixelRatio;
       ctx.save();
       ctx.lineWidth = 1.5 * px;
       ctx.setLineDash([6 * px, 4 * px]);
@@ -65,17 +105,10 @@
         ctx.stroke();
       });
       ctx.lineWidth = 2 * px;
-      ctx.strokeStyle = ctx.fillStyle = COLOR.change;
       ctx.font = 11 * px + "px system-ui, sans-serif";
-      for (const c of d.changes) {
-        if (c.metric !== key) continue;
-        const x = u.valToPos(c.index - 0.5, "x", true);
-        ctx.beginPath();
-        ctx.moveTo(x, top);
-        ctx.lineTo(x, bottom);
-        ctx.stroke();
-        ctx.fillText(pct(c.change) + " at " + short(c.after_commit), x + 4 * px, top + 12 * px);
-      }
+      ctx.textAlign = "left"; // uPlot leaves the y axis's alignment (right) set
+      ctx.textBaseline = "alphabetic";
+      drawEvents(u, d, key);
       ctx.setLineDash([]);
       ctx.fillStyle = COLOR.bad;
       vals.forEach((v, i) => {

@@ -53,8 +53,10 @@ def _tensors(path: Path) -> dict[str, np.ndarray]:
 def test_recipes_cover_every_kind_in_both_modes() -> None:
     kinds = {"target-llama", "draft-llama", "target-glm4moe-mtp", "draft-eagle3", "draft-dflash"}
     kinds |= {"draft-dspark", "draft-dspark-lowconf", "target-glm4moe", "draft-glm4moe-mtp"}
-    wide = {"target-llama-wide-fixed"}  # the speed cases' target: fixed weights only
-    assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")} | wide
+    extra = {"target-llama-tinyvocab-random", "draft-llama-tinyvocab-random"}  # the sampling test's pair
+    extra |= {f"{t}-random-{q}" for t in ("target-llama", "target-glm4moe-mtp") for q in ("q8_0", "q4_0")}
+    extra |= {"target-llama-wide-fixed"}  # the speed cases' target: fixed weights only
+    assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")} | extra
     assert synthetic.RECIPES["target-llama-fixed"].filename == "synth-target-llama-fixed.gguf"
 
 
@@ -85,10 +87,22 @@ def test_metadata_has_no_paths_or_times(files: dict[str, Path]) -> None:
 
 
 def test_architectures(files: dict[str, Path]) -> None:
-    expected = {"target-llama": "llama", "draft-llama": "llama", "target-glm4moe-mtp": "glm4moe",
-                "draft-eagle3": "eagle3", "draft-dflash": "dflash", "draft-dspark": "dflash",
-                "draft-dspark-lowconf": "dflash", "target-glm4moe": "glm4moe",
-                "draft-glm4moe-mtp": "glm4moe", "target-llama-wide": "llama"}  # fmt: skip
+    expected = {
+        "target-llama": "llama",
+        "draft-llama": "llama",
+        "target-glm4moe-mtp": "glm4moe",
+        "draft-eagle3": "eagle3",
+        "draft-dflash": "dflash",
+        "draft-dspark": "dflash",
+        "draft-dspark-lowconf": "dflash",
+        "target-glm4moe": "glm4moe",
+        "draft-glm4moe-mtp": "glm4moe",
+        "target-llama-tinyvocab": "llama",
+        "draft-llama-tinyvocab": "llama",
+        "target-llama-random": "llama",
+        "target-glm4moe-mtp-random": "glm4moe",
+        "target-llama-wide": "llama",
+    }  # fmt: skip  (the last two: the quantised copies)
     for recipe, path in files.items():
         kind = recipe.rsplit("-", 1)[0]
         assert _fields(path)["general.architecture"] == expected[kind], recipe
@@ -131,6 +145,8 @@ def test_drafter_has_the_mtp_only_layout(files: dict[str, Path]) -> None:
 
 def test_shared_tokenizer(files: dict[str, Path]) -> None:
     for recipe, path in files.items():
+        if "tinyvocab" in recipe:
+            continue  # test_tiny_vocabulary
         f = _fields(path)
         assert f["tokenizer.ggml.model"] == "gpt2", recipe
         tokens = f["tokenizer.ggml.tokens"]
@@ -344,3 +360,45 @@ def test_the_wide_target_is_the_tiny_llama_widened(files: dict[str, Path]) -> No
     assert shapes["blk.3.attn_k.weight"] == [512, 256] and shapes["output.weight"] == [512, N_VOCAB]
     tiny = _fields(files["draft-llama-fixed"])
     assert f["tokenizer.ggml.tokens"] == tiny["tokenizer.ggml.tokens"]
+
+
+def test_tiny_vocabulary(files: dict[str, Path]) -> None:
+    """The sampling test's pair: 12 tokens (8 letters, one merge, the control tokens), the same in both."""
+    for recipe in ("target-llama-tinyvocab-random", "draft-llama-tinyvocab-random"):
+        f = _fields(files[recipe])
+        tokens = f["tokenizer.ggml.tokens"]
+        assert (
+            tokens == [*"abcdefgh", "ab", "<|bos|>", "<|endoftext|>", "<|mask|>"]
+            and f["llama.vocab_size"] == 12
+        )
+        assert (
+            f["tokenizer.ggml.merges"] == ["a b"]
+            and tokens[f["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>"
+        )
+        assert f["tokenizer.ggml.mask_token_id"] == 11
+        shapes = {t.name: list(t.shape) for t in gguf.GGUFReader(files[recipe]).tensors}
+        assert shapes["output.weight"] == shapes["token_embd.weight"] == [64, 12]
+
+
+@pytest.mark.parametrize("q", ["q8_0", "q4_0"])
+def test_quantised_copies_are_the_f32_targets_quantised(files: dict[str, Path], q: str) -> None:
+    """Every matrix quantised (the MoE router and 1-D tensors stay F32, as llama.cpp's quantiser leaves
+    them), each the F32 target's tensor within the format's rounding."""
+    qtype = gguf.GGMLQuantizationType[q.upper()]
+    for base in ("target-llama-random", "target-glm4moe-mtp-random"):
+        f32 = {t.name: t for t in gguf.GGUFReader(files[base]).tensors}
+        copy = gguf.GGUFReader(files[f"{base}-{q}"])
+        assert _fields(files[f"{base}-{q}"])["general.file_type"] == int(
+            gguf.LlamaFileType[f"MOSTLY_{q.upper()}"]
+        )
+        for t in copy.tensors:
+            want = (
+                qtype
+                if len(f32[t.name].shape) > 1 and "ffn_gate_inp" not in t.name
+                else gguf.GGMLQuantizationType.F32
+            )
+            assert t.tensor_type == want, (base, t.name)
+            orig = np.array(f32[t.name].data)
+            back = gguf.quants.dequantize(np.array(t.data), t.tensor_type).reshape(orig.shape)
+            scale = np.abs(orig).max()
+            assert np.abs(back - orig).max() <= (0.01 if q == "q8_0" else 0.15) * scale, (base, t.name)

@@ -1,0 +1,143 @@
+"""A run a person can follow, on the real CPU build: a line per case as it starts and as it ends, an
+interrupted run that says so first and names the cases it never ran, a tier that needs none of the `test`
+extra, junit.xml named after the tier, no table of every case before the run.
+
+Eight synthetic cases on one target (one baseline server): a few seconds of real llama-server work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from fakeserver import real_binary
+
+from specsuite.common import paths
+
+CASES = [
+    f"tiny-{method}-{kind}" for kind in ("fixed", "n8") for method in ("simple", "eagle3", "dflash", "dspark")
+]
+# The `test` extra's modules: a tier must run without any of them (the noxfile's tier sessions leave the
+# extra out). A module finder that refuses them, in every Python of the run (run-tier, its pytest). The
+# extra's pyyaml is not among them: gguf depends on it, so every install of specsuite has it.
+TEST_EXTRA = ("selenium", "huggingface_hub", "uv")
+BLOCKER = f"""
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {TEST_EXTRA!r}:
+            raise ImportError(f"{{name}} is in the test extra, which a tier does not install")
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from specsuite.cases.schema import load_cases, select_cases
+    from specsuite.models.fetch import fetch_models
+
+    root = tmp_path_factory.mktemp("progress")
+    models = sorted({m for c in select_cases(load_cases(), ",".join(CASES)) for m in c.models})
+    fetch_models(models=models, model_dir=root / "models", tty=False)
+    (root / "site").mkdir()
+    (root / "site" / "sitecustomize.py").write_text(BLOCKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_")}
+    return {
+        **env,
+        "LLAMA_SERVER_BIN_PATH": str(real_binary()),
+        "SPEC_MODEL_DIR": str(root / "models"),
+        "SPEC_HISTORY": str(root / "history.sqlite"),
+        "SPEC_CACHE_DIR": str(root / "cache"),
+        "PYTHONPATH": str(root / "site"),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+
+
+def _start(env: dict[str, str], out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specsuite", "run-tier", ",".join(CASES)],
+        cwd=paths.REPO_ROOT, env={**env, "SPEC_RESULTS_DIR": str(out)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_the_blocker_refuses_the_test_extra(env: dict[str, str]) -> None:
+    """The run below proves something only if the test extra really cannot be imported there."""
+    proc = subprocess.run([sys.executable, "-c", "import selenium"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "selenium is in the test extra" in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_each_case_says_when_it_starts_and_how_it_ended(env: dict[str, str], tmp_path: Path) -> None:
+    proc = _start(env, tmp_path / "r")
+    out, _ = proc.communicate(timeout=500)
+    assert proc.returncode == 0, out
+    lines = out.splitlines()
+    for i, name in enumerate(CASES, 1):
+        start = lines.index(f"[{i}/8] {name} ...")
+        [end] = [ln for ln in lines if ln.startswith(f"[{i}/8] {name}: ")]
+        assert re.fullmatch(
+            rf"\[{i}/8\] {name}: passed in [0-9.]+ s \(accept rate [01]\.[0-9]{{4}}, speedup [0-9.]+\)", end
+        ), end
+        assert lines.index(end) > start
+    assert not any(re.fullmatch(r".*test_speculative\.py \.+.*|\.+", ln) for ln in lines), out  # no dots
+    assert any(ln.startswith("time budget per case: 60 s + 10 × its requests' time") for ln in lines), out
+    assert "why not" not in out  # no table of every case before the run
+    suite = ET.parse(tmp_path / "r" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "synthetic"
+
+
+def _lines_until(proc: subprocess.Popen[str], wanted: str, seen: list[str]) -> None:
+    timer = threading.Timer(300, proc.kill)  # a run that never gets there: the test fails, not hangs
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line.rstrip("\n"))
+            if line.startswith(wanted):
+                return
+    finally:
+        timer.cancel()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_an_interrupted_run_says_so_first_and_names_the_cases_it_never_ran(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to run-tier's process group, as a terminal sends it) while the sixth of eight cases
+    runs: the first line of the summary says INTERRUPTED, how many finished, the case it stopped in and
+    the cases it never ran; results.json records those as not run."""
+    proc = _start(env, tmp_path / "r")
+    seen: list[str] = []
+    _lines_until(proc, f"[6/8] {CASES[5]} ...", seen)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=300)
+    out = "\n".join(seen) + "\n" + rest
+    assert proc.returncode == 130, out
+    cases = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]
+    assert list(cases) == CASES  # every selected case is in the record, in order
+    never = [n for n, c in cases.items() if c["reason"] == "not_run"]
+    stopped = [n for n, c in cases.items() if c["reason"] == "interrupted"]
+    finished = [n for n, c in cases.items() if c["status"] == "passed"]
+    assert never and never == CASES[-len(never) :] and len(finished) >= 5
+    assert finished == CASES[: len(finished)]
+    assert all(cases[n]["status"] == "interrupted" for n in never + stopped)
+    head = (tmp_path / "r" / "summary.md").read_text().splitlines()[0]
+    said = [f"{len(finished)} of 8 case(s) finished"]
+    said += [f"stopped in {', '.join(stopped)}"] if stopped else []
+    said += [f"not run: {', '.join(never)}"]
+    assert head.endswith(f"run `{json.loads((tmp_path / 'r' / 'results.json').read_text())['run_id']}`: "
+                         f"INTERRUPTED: {'; '.join(said)}"), head  # fmt: skip
+    assert head in out  # run-tier prints the summary: its first line is the headline
+    if stopped:
+        assert f"[6/8] {stopped[0]}: interrupted after " in out or f"{stopped[0]}: interrupted" in out
