@@ -105,6 +105,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p_min: Unit | None = None
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
+    # Both servers of the case (and its baseline) on one CPU, the same one, where speed is measured on a CPU
+    # build: a speed case on shared cores (docs/speed.md). Its servers must run one thread (--threads 1).
+    pin_cpu: bool = False
     # A-B-B-A rounds at least (run-tier --repeat raises it): a speed case whose spread needs more rounds
     repeat: Annotated[
         int, Meta(ge=1, le=MAX_REPEAT, description=f"a whole number from 1 to {MAX_REPEAT}")
@@ -198,6 +201,10 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"min_accept_len = {self.min_accept_len:g} is outside [0, n_max + 1]")
 
     def _check_server_args(self) -> None:
+        if self.pin_cpu and not _one_thread(self.server_args):
+            raise ValueError(
+                'pin_cpu puts the servers on one CPU: give them one thread (server_args = ["--threads", "1"])'
+            )
         for arg in self.server_args:
             if (found := owned_flag(arg)) is not None:
                 flag, what = found
@@ -214,6 +221,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         rates = list(self.synth_rates or ())
         if any(b > a for a, b in itertools.pairwise(rates)):
             raise ValueError(f"synth_rates {rates} must be non-increasing (entry i = P(first i+1 accepted))")
+
+
+def _one_thread(args: tuple[str, ...]) -> bool:
+    """Whether ``server_args`` set one thread (``--threads 1``, ``-t 1`` or ``--threads=1``)."""
+    pairs = [*itertools.pairwise(args), *(tuple(a.split("=", 1)) for a in args if "=" in a)]
+    return any(flag in ("--threads", "-t") and value == "1" for flag, value in pairs)
 
 
 class Case(CaseTable, frozen=True):

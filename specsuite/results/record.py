@@ -189,6 +189,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     command: list[str] | None = None
     # the speculation-off baseline's command: the case's own without its speculative flags (like for like)
     baseline_command: list[str] | None = None
+    cpus: list[int] | None = None  # the CPU both servers were pinned to (pin_cpu); null: any
     log: str | None = None
     wall_s: float | None = None
     warnings: list[str] = []

@@ -5,8 +5,8 @@ Like with like: the baseline server of a case runs the case's own command withou
 types and every ``server_args`` entry that is not speculative are the same on both sides. Two cases whose
 non-speculative flags differ get two baselines; cases whose commands differ only in speculation share one
 (the session keeps it while consecutive cases use it). The key is the whole non-speculative command (port
-left out) and the GPUs the servers see: a flag the suite adds later (``--parallel N``) splits baselines by
-itself, with nothing to change here.
+left out), the GPUs the servers see and the CPUs they are pinned to: a flag the suite adds later
+(``--parallel N``) splits baselines by itself, with nothing to change here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _ANY_PORT = 0  # the port a key's command is built with: every server gets its o
 class Baseline:
     """What the speculation-off server of a case is: its command and the key servers are shared by."""
 
-    key: tuple[tuple[str, ...], int]  # the non-speculative argv (port 0), the GPUs the servers see
+    key: tuple[tuple[str, ...], int, tuple[int, ...]]  # the non-speculative argv (port 0), GPUs, pinned CPUs
     label: str  # results.json's baselines entry and the log's name: target, GPUs, digest of the key
     command: Command
 
@@ -35,9 +35,12 @@ class Baseline:
         return list(self.key[0])
 
 
-def baseline_of(caps: Capabilities, case_command: Command, target: Path, gpus: int = 1) -> Baseline:
-    """The baseline of a case whose server runs ``case_command``."""
+def baseline_of(
+    caps: Capabilities, case_command: Command, target: Path, gpus: int = 1, cpus: frozenset[int] | None = None
+) -> Baseline:
+    """The baseline of a case whose server runs ``case_command`` (on ``cpus``, where pinned)."""
     argv = tuple(without_speculation(caps, case_command(_ANY_PORT)))
-    digest = hashlib.sha256("\0".join([*argv, str(gpus)]).encode()).hexdigest()[:8]
+    pinned = tuple(sorted(cpus or ()))
+    digest = hashlib.sha256("\0".join([*argv, str(gpus), str(pinned)]).encode()).hexdigest()[:8]
     label = f"{target.name.replace('/', '_')}{f'-{gpus}gpus' if gpus > 1 else ''}-{digest}"
-    return Baseline((argv, gpus), label, lambda port: without_speculation(caps, case_command(port)))
+    return Baseline((argv, gpus, pinned), label, lambda port: without_speculation(caps, case_command(port)))

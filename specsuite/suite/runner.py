@@ -14,6 +14,7 @@ lands in results.json.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
 from specsuite.suite import budget, categories, expect, overhead, plausible
 from specsuite.suite.baseline import Baseline, baseline_of
-from specsuite.suite.command import server_command
+from specsuite.suite.command import runs_on_cpu, server_command
 from specsuite.suite.measure import (
     Completion,
     RequestOutcome,
@@ -66,7 +67,7 @@ class CaseEnd(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-BaselineKey = tuple[tuple[str, ...], int]
+BaselineKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 
 # The gate against history: (case, record, whether the case already failed) -> failures; the session
 # installs it when it has one.
@@ -102,9 +103,18 @@ class Session:
         return self.slot.env(case.gpus) if self.slot is not None else {}
 
     def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
-        """A server of ``case`` on this worker's GPUs and ports."""
+        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``)."""
         ports = self.slot.ports if self.slot is not None else None
-        return start_server(command, log, env=self.server_env(case), ports=ports)
+        return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
+
+    def cpus(self, case: Case) -> frozenset[int] | None:
+        """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
+        last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
+        on one CPU the speed case's run medians varied by CV 8 %, free 21 % (one server of a run kept on
+        the busier core); None: any CPU."""
+        if not (case.pin_cpu and self.speed and runs_on_cpu(self.caps)):
+            return None
+        return frozenset({max(os.sched_getaffinity(0))})
 
     def locate(self, case: Case) -> dict[str, Path]:
         """Verified local paths of the case's models from their stamps (no hashing, no network)."""
@@ -275,11 +285,10 @@ def _rounds(
     warm_up(spec.post, case.prompt_texts, case.temperature)
     snapshots = [spec.metrics()]
     speed, first_base = Speed(), None
-    ask = lambda srv: (
-        lambda pid, text: one_request(  # noqa: E731
-            srv.post, pid, text, case.n_predict, case.temperature
-        )
-    )
+
+    def ask(srv: LlamaServer) -> Callable[[str, str], Completion]:
+        return lambda pid, text: one_request(srv.post, pid, text, case.n_predict, case.temperature)
+
     for r in range(rounds_of(session, case)):
         got = interleaved_round(ask(spec), ask(base), case.prompt_texts, r * len(case.prompt_texts))
         snapshots.append(spec.metrics())
@@ -298,7 +307,7 @@ def rounds_of(session: Session, case: Case) -> int:
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
-    like = baseline_of(session.caps, command, target, case.gpus)
+    like = baseline_of(session.caps, command, target, case.gpus, session.cpus(case))
     try:
         base = session.baseline_server(like, case)
     except ServerFailed as exc:
@@ -306,6 +315,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
+    rec.cpus = sorted(base.cpus) if base.cpus else None
     limit = budget.Budget.of(case, session.options, base.log_path, rounds_of(session, case))
     with _serving(session, command, log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command

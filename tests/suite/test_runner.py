@@ -188,6 +188,24 @@ def test_an_impossible_speedup_is_recorded_not_gated_and_named_first(run, monkey
     assert slow.status == "passed" and slow.implausible_speed  # a floor above it is not judged either
 
 
+def test_a_pinned_case_runs_both_servers_on_one_cpu(run, env, monkeypatch) -> None:
+    """pin_cpu: the case's server and its baseline on the same one CPU (the last this process may use),
+    recorded; the baseline of an unpinned case runs anywhere and is another server."""
+    import os
+
+    events = env / "events.jsonl"
+    pinned = run(_case(SIMPLE + 'server_args = ["--threads", "1"]\npin_cpu = true\n'), events=str(events))
+    assert pinned.status == "passed", pinned.message
+    last = max(os.sched_getaffinity(0))
+    assert pinned.cpus == [last]
+    starts = [e for e in map(json.loads, events.read_text().splitlines()) if e["kind"] == "start"]
+    assert sorted(e["spec"] for e in starts) == [False, True] and all(e["cpus"] == [last] for e in starts)
+    events.unlink()
+    free = run(_case(SIMPLE + 'server_args = ["--threads", "1"]\n'), events=str(events))
+    starts = [e for e in map(json.loads, events.read_text().splitlines()) if e["kind"] == "start"]
+    assert free.cpus is None and all(e["cpus"] == sorted(os.sched_getaffinity(0)) for e in starts)
+
+
 def test_uncalibrated_case_reports_without_floors(run) -> None:
     body = SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.99") + "uncalibrated = true\n"
     rec = run(_case(body))
