@@ -27,13 +27,14 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
    at thousands of tokens a second, where a round measures the machine more than the method.
 Every comparison is one case of one run judged against the same case of another: A/A every later A run
 against every earlier one, A/B every B run against every A run, by the relative gate
-(``history.regress.regressions``: the speedup's drop beyond ``--rtol`` and the per-block overhead's rise
-beyond ``--block-rtol``, each with Mann–Whitney p < 0.05 over the rounds) and by the plain gate (a median
-speedup drop beyond rtol, as github-action-benchmark and compare-llama-bench judge: no noise model). The
-drift gate judges each A run as the last of a window of the A runs before it. The spread is gatecheck's
-(CV of the rounds within a run, of the run medians between runs) for the speedup and the block ratio; the
-load is the 1-minute load average before each run (min-max). Prints a markdown table and calibrate's
-gate check (tools/gatecheck.py) of the real A runs; ``--workdir`` keeps every run's results.
+(``history.regress.regressions``: the speedup's drop beyond ``--rtol``, or the case's own ``speed_rtol``,
+and the per-block overhead's rise beyond ``--block-rtol``, each with Mann–Whitney p < 0.05 over the rounds)
+and by the plain gate (a median speedup drop beyond rtol, as github-action-benchmark and compare-llama-bench
+judge: no noise model). The drift gate judges each A run as the last of a window of the A runs before it.
+The spread is gatecheck's (CV of the rounds within a run, of the run medians between runs) for the speedup
+and the block ratio; the load is the 1-minute load average before each run (min-max). Prints a markdown
+table and calibrate's gate check (tools/gatecheck.py) of the real A runs; ``--workdir`` keeps every run's
+results.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ FAKE_CASES = (
     "tiny-dspark-fixed,tiny-dspark-random"
 )  # n_max 3, floors at most accept len 3.875: the fake's counters (every draft accepted) pass them all
 SPEED = ("speedup", "block_ratio")
+SPEED_RTOLS = {c.name: c.speed_rtol for c in load_cases() if c.speed_rtol is not None}
 Pair = tuple[CaseRecord, CaseRecord]
 
 
@@ -118,10 +120,12 @@ class Judged:
 
 
 def judge(pairs: Sequence[Pair], rtol: float, block_rtol: float) -> Judged:
+    """The gate as run-tier applies it: with each case's own ``speed_rtol`` from cases.toml."""
     j = Judged(pairs=len(pairs))
     for cur, base in pairs:
-        failed = {r.metric for r in regress.regressions(cur, base, rtol=rtol, block_rtol=block_rtol,
-                                                          baseline_commit="a")}  # fmt: skip
+        regs = regress.regressions(cur, base, rtol=rtol, block_rtol=block_rtol,
+                                   speed_rtol=SPEED_RTOLS.get(cur.name), baseline_commit="a")  # fmt: skip
+        failed = {r.metric for r in regs}
         j.speedup += "speedup" in failed
         j.block += "block_ratio" in failed
         j.either += bool(failed & set(SPEED))
@@ -190,7 +194,7 @@ def _implausible(runs: Sequence[Run], names: set[str]) -> str:
 def section(setup: str, got: Measured, names: set[str], args: argparse.Namespace) -> list[list[str]]:
     """The rows of one setup and case group: A/A, then A/B per slowdown."""
     a = [r for r in got.a if names & set(r.cases)]
-    checks = gatecheck.check(a, sorted(names), args.rtol, args.window, args.block_rtol)
+    checks = gatecheck.check(a, sorted(names), args.rtol, args.window, args.block_rtol, SPEED_RTOLS)
     repeat = min((c.repeat for c in checks if c.repeat), default=0)
     load = f"{min(got.loads):.1f}-{max(got.loads):.1f}" if got.loads else "–"
     j = judge(aa_pairs(a, names), args.rtol, args.block_rtol)
@@ -308,7 +312,7 @@ def main() -> None:
               "load")  # fmt: skip
     print(table.render(header, rows, markdown=True))
     if real is not None:
-        checks = gatecheck.check(real[1].a, real[2], args.rtol, args.window, args.block_rtol)
+        checks = gatecheck.check(real[1].a, real[2], args.rtol, args.window, args.block_rtol, SPEED_RTOLS)
         print("\ncalibrate's gate check of the real A runs:\n" + gatecheck.render(checks, args.rtol))
     print(f"runs kept in {work}")
 

@@ -105,6 +105,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p_min: Unit | None = None
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
+    # The relative gate's tolerance for this case's speedup (else the run's rtol): a speed case whose runs
+    # differ by more than rtol allows (docs/speed.md)
+    speed_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
     # Both servers of the case (and its baseline) on one CPU, the same one, where speed is measured on a CPU
     # build: a speed case on shared cores (docs/speed.md). Its servers must run one thread (--threads 1).
     pin_cpu: bool = False

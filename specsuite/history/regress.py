@@ -130,14 +130,18 @@ def regressions(
     *,
     rtol: float = 0.05,
     block_rtol: float = BLOCK_RTOL,
+    speed_rtol: float | None = None,
     baseline_commit: str,
 ) -> list[Regression]:
-    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: []."""
+    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: [].
+    ``speed_rtol``: the case's own tolerance for the speedup (cases.toml), else ``rtol``."""
     _fraction("rtol", rtol)
     _fraction("block rtol", block_rtol)
+    speed = rtol if speed_rtol is None else speed_rtol
+    _fraction("speed rtol", speed)
     at = baseline_commit[:7]
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
-    found.append(_check_speed(current, baseline, rtol, at))
+    found.append(_check_speed(current, baseline, speed, at))
     found.append(_check_blocks(current, baseline, block_rtol, at))
     found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]

@@ -94,10 +94,13 @@ def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
     return history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording)
 
 
-def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failure]:
+def judge(
+    ctx: GateContext, rec: CaseRecord, failed: bool = False, speed_rtol: float | None = None
+) -> list[Failure]:
     """One case against its history: the relative gate (also after a failed floor: the baseline is where
     a bisect of it starts), the counters against the baseline's, and, when nothing else failed, the drift
-    gate. Fills ``rec.baseline`` and ``rec.drift``."""
+    gate. ``speed_rtol``: the case's own tolerance for its speedup (else rtol). Fills ``rec.baseline``
+    and ``rec.drift``."""
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
@@ -107,7 +110,12 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
         ctx.note.missing.append(rec.name)
         return []
     regs = regress.regressions(
-        rec, base.record, rtol=ctx.rtol, block_rtol=ctx.block_rtol, baseline_commit=base.commit[:12]
+        rec,
+        base.record,
+        rtol=ctx.rtol,
+        block_rtol=ctx.block_rtol,
+        speed_rtol=speed_rtol,
+        baseline_commit=base.commit[:12],
     )
     rec.baseline = BaselineRef(
         commit=base.commit,
@@ -120,10 +128,10 @@ def judge(ctx: GateContext, rec: CaseRecord, failed: bool = False) -> list[Failu
     ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
     if regs:
         return [Failure("regressed", r.message) for r in regs]
-    return [] if failed else _drift(ctx, rec)
+    return [] if failed else _drift(ctx, rec, speed_rtol)
 
 
-def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
+def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -> list[Failure]:
     try:
         rows = history.earlier_runs(
             None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
@@ -135,7 +143,8 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
     window = [*changes.drift_window(rows, ctx.drift_window), current]
     for metric in changes.DRIFT_METRICS:
         points = changes.points_of(window, metric)
-        found = changes.drift(points, metric, rtol=ctx.rtol)
+        rtol = speed_rtol if metric == "speedup" and speed_rtol is not None else ctx.rtol
+        found = changes.drift(points, metric, rtol=rtol)
         if found is None:
             continue
         before, after = points[found.index - 1], points[found.index]
@@ -150,7 +159,7 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
             p_value=found.p_value,
             runs=len(points),
         )
-        return [Failure("drifted", drift_message(rec.drift, ctx.rtol))]
+        return [Failure("drifted", drift_message(rec.drift, rtol))]
     return []
 
 
@@ -177,7 +186,7 @@ def install(session: Session) -> None:
     run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
-        failures = judge(ctx, rec, failed)
+        failures = judge(ctx, rec, failed, case.speed_rtol)
         ctx.note.line = ctx.note.render()
         return failures
 

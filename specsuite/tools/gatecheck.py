@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specsuite.common import table
@@ -109,26 +109,30 @@ def check(
     rtol: float,
     window: int,
     block_rtol: float = regress.BLOCK_RTOL,
+    speed_rtols: Mapping[str, float] | None = None,
 ) -> list[CaseCheck]:
     """Per case: false alarms of the relative gate over every (earlier, later) pair of ``runs`` (in the
-    given order), of the drift gate over every window, the speed spread and the smallest drop caught."""
+    given order), of the drift gate over every window, the speed spread and the smallest drop caught.
+    ``speed_rtols``: a case's own tolerance for its speedup (cases.toml's ``speed_rtol``)."""
     out = []
     for name in names:
+        speed_rtol = (speed_rtols or {}).get(name)
         recs = [r.cases[name] for r in runs if name in r.cases and r.cases[name].measured]
         c = CaseCheck(name, false_alarms=dict.fromkeys(GATED, 0))
         for j, cur in enumerate(recs):
             for base in recs[:j]:
                 c.pairs += 1
-                for reg in regress.regressions(
-                    cur, base, rtol=rtol, block_rtol=block_rtol, baseline_commit="a"
-                ):
+                regs = regress.regressions(
+                    cur, base, rtol=rtol, block_rtol=block_rtol, speed_rtol=speed_rtol, baseline_commit="a"
+                )
+                for reg in regs:
                     c.false_alarms[reg.metric] += 1
         c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window)
         rounds = [_samples(r) for r in recs]
         c.repeat = min((len(r) for r in rounds), default=0)
         if (found := spread(rounds)) is not None:
             c.cv_within, c.cv_between = found
-            c.mde = smallest_drop(found[0], found[1], c.repeat, rtol)
+            c.mde = smallest_drop(found[0], found[1], c.repeat, rtol if speed_rtol is None else speed_rtol)
         blocks = [[v for v in (finite(x) for x in r.block_samples or []) if v is not None] for r in recs]
         if (found := spread(blocks)) is not None:
             c.block_cv_within, c.block_cv_between = found

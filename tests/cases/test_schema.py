@@ -90,6 +90,7 @@ def test_full_vocabulary_parses() -> None:
         ("gpus = 0\n", "gpus must be a whole number from 1 to 64, got 0"),
         ("repeat = 0\n", "repeat must be a whole number from 1 to 100, got 0"),
         ("pin_cpu = true\n", "pin_cpu puts the servers on one CPU: give them one thread"),
+        ("speed_rtol = 1.0\n", "speed_rtol must be a fraction in (0, 1), got 1.0"),
         ('pin_cpu = true\nserver_args = ["-t", "2"]\n', "give them one thread"),
     ],
 )

@@ -155,6 +155,17 @@ def test_nan_speed_samples_never_pass() -> None:
     assert reg.metric == "speedup" and reg.current is None and "null/NaN" in reg.message
 
 
+def test_a_cases_own_speed_rtol_replaces_rtol_for_its_speedup_only() -> None:
+    base = _with(BASE, **_speed([1.50, 1.51, 1.52, 1.53]))
+    slower = _with(BASE, **_speed([1.38, 1.39, 1.40, 1.41]), accept_rate=0.58)  # speedup -8 %, rate -8 %
+    assert [r.metric for r in regressions(slower, base, baseline_commit=AT)] == ["accept_rate", "speedup"]
+    [reg] = regressions(slower, base, speed_rtol=0.1, baseline_commit=AT)
+    assert reg.metric == "accept_rate"  # the acceptance keeps the run's rtol
+    much = _with(BASE, **_speed([1.20, 1.21, 1.22, 1.23]))
+    [reg] = regressions(much, base, speed_rtol=0.1, baseline_commit=AT)
+    assert reg.metric == "speedup" and "rtol 10 %" in reg.message
+
+
 def _blocks(ratios: list[float], ms: float | None = None) -> dict:
     return {"blocks": {"ratios": ratios}, "block_ms": ms}
 

@@ -315,3 +315,20 @@ def test_rounds_that_disagree_mark_the_case_nondeterministic(seed: Seed, db: Pat
     assert len({(r["accepted"], tuple(r["per_position"])) for r in run.case["rounds"]}) > 1
     assert run.case["baseline"]["counters"] == "nondeterministic"
     assert "| nondeterministic |" in (run.dir / "summary.md").read_text()
+
+
+def test_a_twice_slower_speculative_path_fails_regressed_naming_speed_and_block_cost(
+    seed: Seed, tmp_path: Path
+) -> None:
+    """The counters as they were, the speculative server twice as slow (the fake's scripted timings: 10 ->
+    20 ms a token, the baseline 20): the speedup halves, a verification block costs twice the plain steps."""
+    db = tmp_path / "history.sqlite"
+    a = run_tier(tmp_path / "a", seed.models, db, A, GOOD, "--repeat", "4")
+    assert a.proc.returncode == 0, a.output
+    b = run_tier(tmp_path / "b", seed.models, db, B, {**GOOD, "spec_ms_per_token": 20.0}, "--repeat", "4")
+    assert b.proc.returncode == 1, b.output
+    assert (b.case["status"], b.case["reason"]) == ("failed", "regressed")
+    regs = b.case["baseline"]["regressions"]
+    assert [m.split()[0] for m in regs] == ["speedup", "block_ratio"], regs
+    assert "50.0 % below" in regs[0] and "100.0 % above" in regs[1]
+    assert b.case["baseline"]["counters"] == "identical"  # the same tokens, only slower
