@@ -127,7 +127,7 @@ def check(
                 )
                 for reg in regs:
                     c.false_alarms[reg.metric] += 1
-        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window)
+        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window, speed_rtol)
         rounds = [_samples(r) for r in recs]
         c.repeat = min((len(r) for r in rounds), default=0)
         if (found := spread(rounds)) is not None:
@@ -140,15 +140,21 @@ def check(
     return out
 
 
-def _drift_alarms(recs: Sequence[CaseRecord], rtol: float, window: int) -> tuple[int, int]:
-    """Each run as the last of a window of the runs before it, as if each were a new commit."""
+def _drift_alarms(
+    recs: Sequence[CaseRecord], rtol: float, window: int, speed_rtol: float | None = None
+) -> tuple[int, int]:
+    """Each run as the last of a window of the runs before it, as if each were a new commit (the speedup
+    at the case's own ``speed_rtol``, as the drift gate judges it)."""
+    tol = {"speedup": rtol if speed_rtol is None else speed_rtol}
     # each run stands for a commit of its own
     rows = [changes.record_row(r, f"run {i + 1}", f"{i:07x}", None) for i, r in enumerate(recs)]
     judged = alarms = 0
     for j in range(changes.MIN_DRIFT_RUNS - 1, len(rows)):
         part = rows[max(0, j - window + 1) : j + 1]
         judged += 1
-        alarms += any(changes.drift(changes.points_of(part, m), m, rtol=rtol) for m in changes.DRIFT_METRICS)
+        alarms += any(
+            changes.drift(changes.points_of(part, m), m, rtol=tol.get(m, rtol)) for m in changes.DRIFT_METRICS
+        )
     return judged, alarms
 
 

@@ -10,7 +10,7 @@ import histories
 import pytest
 
 from specsuite.results.document import Run
-from specsuite.results.record import BlockCost, CaseRecord
+from specsuite.results.record import BlockCost, CaseRecord, SpeedSamples
 from specsuite.tools import gatecheck
 from specsuite.tools.calibrate import main as calibrate_main
 
@@ -87,3 +87,20 @@ def test_per_block_overhead_alarms_and_spread_are_counted_at_its_own_rtol() -> N
     assert c.false_alarms["block_ratio"] == 3 and c.pairs == 6
     assert gatecheck.check(dear, ["wide"], 0.05, 10, block_rtol=0.6)[0].false_alarms["block_ratio"] == 0
     assert "false alarms (rate/len/pos0/speedup/block)" in gatecheck.render([c], 0.05)
+
+
+def test_a_cases_own_speed_rtol_is_the_tolerance_its_speedup_is_checked_at() -> None:
+    """Nine runs, then three whose rounds are 12 % slower: alarms at rtol 5 %, in the relative gate and in
+    the drift gate; none at the case's own speed_rtol of 15 % (cases.toml)."""
+
+    def run(scale: float) -> Run:
+        ups = [round(x * scale, 4) for x in (1.25, 1.26, 1.24, 1.25)]
+        rec = CaseRecord(name="wide", status="passed", accept_rate=1.0, accept_len=3.875, speedup=ups[0],
+                         speed=SpeedSamples(repeat=4, speedups=list(ups), speedup_median=ups[0]))  # fmt: skip
+        return Run(cases={"wide": rec})
+
+    runs = [run(1.0)] * 9 + [run(0.88)] * 3
+    [c] = gatecheck.check(runs, ["wide"], 0.05, 12)
+    assert c.false_alarms["speedup"] == 27 and c.drift_alarms >= 1  # each slow run against the nine
+    [c] = gatecheck.check(runs, ["wide"], 0.05, 12, speed_rtols={"wide": 0.15})
+    assert c.false_alarms["speedup"] == 0 and c.drift_alarms == 0
