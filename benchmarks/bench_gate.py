@@ -27,14 +27,14 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
    at thousands of tokens a second, where a round measures the machine more than the method.
 Every comparison is one case of one run judged against the same case of another: A/A every later A run
 against every earlier one, A/B every B run against every A run, by the relative gate
-(``history.regress.regressions``: the speedup's drop beyond ``--rtol``, or the case's own ``speed_rtol``,
-and the per-block overhead's rise beyond ``--block-rtol``, each with Mann–Whitney p < 0.05 over the rounds)
-and by the plain gate (a median speedup drop beyond rtol, as github-action-benchmark and compare-llama-bench
-judge: no noise model). The drift gate judges each A run as the last of a window of the A runs before it.
-The spread is gatecheck's (CV of the rounds within a run, of the run medians between runs) for the speedup
-and the block ratio; the load is the 1-minute load average before each run (min-max). Prints a markdown
-table and calibrate's gate check (tools/gatecheck.py) of the real A runs; ``--workdir`` keeps every run's
-results.
+(``history.regress.regressions``: a speed drop beyond ``--rtol`` (or the case's own ``speed_rtol``,
+``decode_rtol``), and the per-block overhead's rise beyond ``--block-rtol``, each with Mann–Whitney p < 0.05
+over the rounds) and by the plain gate (a median speedup drop beyond rtol, as github-action-benchmark and
+compare-llama-bench judge: no noise model). The drift gate judges each A run as the last of a window of the
+A runs before it. The spread is gatecheck's (CV of the rounds within a run, of the run medians between runs)
+for the speedup and the block ratio; the load is the 1-minute load average before each run (min-max). Prints
+a markdown table and calibrate's gate check (tools/gatecheck.py) of the real A runs; ``--workdir`` keeps
+every run's results.
 """
 
 from __future__ import annotations
@@ -68,8 +68,9 @@ FAKE_CASES = (
     "tiny-simple-random,tiny-simple-fixed,tiny-mtp-random,tiny-mtp-fixed,tiny-eagle3-fixed,tiny-dflash-fixed,"
     "tiny-dspark-fixed,tiny-dspark-random"
 )  # n_max 3, floors at most accept len 3.875: the fake's counters (every draft accepted) pass them all
-SPEED = ("speedup", "block_ratio")
+SPEED = ("speedup", "decode_tps", "block_ratio")
 SPEED_RTOLS = {c.name: c.speed_rtol for c in load_cases() if c.speed_rtol is not None}
+DECODE_RTOLS = {c.name: c.decode_rtol for c in load_cases() if c.decode_rtol is not None}
 Pair = tuple[CaseRecord, CaseRecord]
 
 
@@ -114,19 +115,22 @@ def _median_drop(cur: CaseRecord, base: CaseRecord) -> float | None:
 class Judged:
     pairs: int = 0
     speedup: int = 0  # pairs the relative gate failed on the speedup
+    decode: int = 0  # ... on the speculative server's own decode tokens/s
     block: int = 0  # ... on the per-block overhead
     either: int = 0
     plain: int = 0  # pairs a plain median-drop gate at rtol would fail
 
 
 def judge(pairs: Sequence[Pair], rtol: float, block_rtol: float) -> Judged:
-    """The gate as run-tier applies it: with each case's own ``speed_rtol`` from cases.toml."""
+    """The gate as run-tier applies it: with each case's own ``speed_rtol`` and ``decode_rtol``."""
     j = Judged(pairs=len(pairs))
     for cur, base in pairs:
         regs = regress.regressions(cur, base, rtol=rtol, block_rtol=block_rtol,
-                                   speed_rtol=SPEED_RTOLS.get(cur.name), baseline_commit="a")  # fmt: skip
+                                   speed_rtol=SPEED_RTOLS.get(cur.name),
+                                   decode_rtol=DECODE_RTOLS.get(cur.name), baseline_commit="a")  # fmt: skip
         failed = {r.metric for r in regs}
         j.speedup += "speedup" in failed
+        j.decode += "decode_tps" in failed
         j.block += "block_ratio" in failed
         j.either += bool(failed & set(SPEED))
         drop = _median_drop(cur, base)
@@ -194,22 +198,23 @@ def _implausible(runs: Sequence[Run], names: set[str]) -> str:
 def section(setup: str, got: Measured, names: set[str], args: argparse.Namespace) -> list[list[str]]:
     """The rows of one setup and case group: A/A, then A/B per slowdown."""
     a = [r for r in got.a if names & set(r.cases)]
-    checks = gatecheck.check(a, sorted(names), args.rtol, args.window, args.block_rtol, SPEED_RTOLS)
+    checks = gatecheck.check(a, sorted(names), args.rtol, args.window, args.block_rtol, SPEED_RTOLS,
+                             DECODE_RTOLS)  # fmt: skip
     repeat = min((c.repeat for c in checks if c.repeat), default=0)
     load = f"{min(got.loads):.1f}-{max(got.loads):.1f}" if got.loads else "–"
     j = judge(aa_pairs(a, names), args.rtol, args.block_rtol)
     drift = _rate(sum(c.drift_alarms for c in checks), sum(c.windows for c in checks))
     spreads = [_cv(checks, "cv_within", "cv_between"), _cv(checks, "block_cv_within", "block_cv_between")]
-    rows = [[setup, str(repeat), "A/A (no change)", str(j.pairs), _rate(j.either, j.pairs),
-             f"{j.speedup} / {j.block}", _rate(j.plain, j.pairs), drift, *spreads, _implausible(a, names),
-             load]]  # fmt: skip
+    by = f"{j.speedup} / {j.decode} / {j.block}"
+    rows = [[setup, str(repeat), "A/A (no change)", str(j.pairs), _rate(j.either, j.pairs), by,
+             _rate(j.plain, j.pairs), drift, *spreads, _implausible(a, names), load]]  # fmt: skip
     for size, runs in got.b.items():
         b = [r for r in runs if names & set(r.cases)]
         j = judge(ab_pairs(a, b, names), args.rtol, args.block_rtol)
         what = f"A/B {size} ({spec_slowdown(a, b, names)}; counters {counters_kept(a, b, names)})"
-        rows.append([setup, str(repeat), what, str(j.pairs), _rate(j.either, j.pairs),
-                     f"{j.speedup} / {j.block}", _rate(j.plain, j.pairs), "", "", "", _implausible(b, names),
-                     ""])  # fmt: skip
+        by = f"{j.speedup} / {j.decode} / {j.block}"
+        rows.append([setup, str(repeat), what, str(j.pairs), _rate(j.either, j.pairs), by,
+                     _rate(j.plain, j.pairs), "", "", "", _implausible(b, names), ""])  # fmt: skip
     return rows
 
 
@@ -306,13 +311,15 @@ def main() -> None:
         except NoQuota as exc:
             raise SystemExit(f"bench_gate: no CPU quota for the slowed runs: {exc}") from None
         rows += real[0]
-    header = ("setup", "repeat", "comparison", "pairs", "gate fails (speedup or block ratio)",
-              "… by speedup / block ratio", f"plain {args.rtol * 100:g} % gate fails", "drift gate fails",
+    header = ("setup", "repeat", "comparison", "pairs", "gate fails (a speed metric)",
+              "… by speedup / decode tps / block ratio", f"plain {args.rtol * 100:g} % gate fails",
+              "drift gate fails",
               "speedup CV in run / between", "block ratio CV in run / between", "implausible speed",
               "load")  # fmt: skip
     print(table.render(header, rows, markdown=True))
     if real is not None:
-        checks = gatecheck.check(real[1].a, real[2], args.rtol, args.window, args.block_rtol, SPEED_RTOLS)
+        checks = gatecheck.check(real[1].a, real[2], args.rtol, args.window, args.block_rtol, SPEED_RTOLS,
+                                 DECODE_RTOLS)  # fmt: skip
         print("\ncalibrate's gate check of the real A runs:\n" + gatecheck.render(checks, args.rtol))
     print(f"runs kept in {work}")
 

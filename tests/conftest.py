@@ -15,6 +15,24 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class Collected:
+    """Every test function this process collected (node ids without parameters), before -m or -k deselect
+    any: tests/test_collection.py compares them with the functions written under tests/. A plugin looked up
+    by name, since a test module importing this conftest gets a second copy of it (importlib mode)."""
+
+    NAME = "specsuite-collected"
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        self.ids.add(item.nodeid.split("[", 1)[0])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(Collected(), Collected.NAME)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests first, in their order: pytest-xdist hands tests out in this order, so the long ones
     start at once on every worker instead of one of them ending the run alone while the others idle."""

@@ -10,6 +10,7 @@ llama.cpp commits, which cannot be compiled in test time; the real pinned build 
 from __future__ import annotations
 
 import json
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -43,6 +44,17 @@ DEFAULT: dict[str, Any] = {
     "request_sleep_s": 0.0,  # each speculative /completion takes this long (a run to interrupt)
     "log_lines": [],  # printed to stderr when the server starts (e.g. llama.cpp's offload line)
     "events": None,  # a JSONL file: each start and /completion (its times), with CUDA_VISIBLE_DEVICES
+    # a server started with --parallel above 1: these replace the counters above (acceptance that
+    # collapses under concurrency, as llama.cpp issue 27117's DFlash)
+    "parallel_counters": None,
+    # {"np": N, "request": k}: on a speculative server started with --parallel N, the k-th /completion of
+    # the process (from 1) answers one token changed (one stream's output differs from np 1's)
+    "batch_variant": None,
+    # GPU memory as a fake nvidia-smi lists it (fake_nvidia_smi's apps folder): each server writes
+    # "pid, MiB" there when it starts and after each /completion; MiB = base + per_request x requests
+    "gpu_apps": None,
+    "gpu_base_mib": 1000.0,
+    "gpu_mib_per_request": 0.0,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -62,11 +74,18 @@ if args[:1] == ["--list-devices"]:
     print(CONFIG["devices"]); sys.exit(0)
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
 port = int(args[args.index("--port") + 1])
+slots = int(args[args.index("--parallel") + 1]) if "--parallel" in args else 1
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}
 state.update({k: CONFIG["counted_at_start"] for k in ("drafted", "accepted", "drafts")})
 for line in CONFIG["log_lines"]:
     print(line, file=sys.stderr)
 print("fake llama-server: listening, spec=%s argv=%s" % (spec, args), file=sys.stderr, flush=True)
+
+def gpu_memory():
+    if CONFIG["gpu_apps"]:
+        mib = CONFIG["gpu_base_mib"] + CONFIG["gpu_mib_per_request"] * state["requests"]
+        with open(os.path.join(CONFIG["gpu_apps"], str(os.getpid())), "w") as fh:
+            fh.write("%d, %d\n" % (os.getpid(), mib))
 
 def event(kind, **more):
     if not CONFIG["events"]:
@@ -125,6 +144,9 @@ class H(BaseHTTPRequestHandler):
         tokens = [(sum(map(ord, text)) + i) % 251 for i in range(n)]
         if spec and CONFIG["diverge"]:
             tokens[n // 2] = (tokens[n // 2] + 1) % 251
+        variant = CONFIG["batch_variant"]
+        if spec and variant and variant["np"] == slots and state["requests"] + 1 == variant["request"]:
+            tokens[n // 3] = (tokens[n // 3] + 1) % 251
         ms = n * (CONFIG["spec_ms_per_token"] if spec else CONFIG["base_ms_per_token"])
         if CONFIG["ms_cv"]:
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
@@ -142,12 +164,17 @@ class H(BaseHTTPRequestHandler):
                     now.update(CONFIG["first_requests"][state["requests"] - 1])
                 elif CONFIG["by_request"]:
                     now.update(CONFIG["by_request"][(state["requests"] - 1) % len(CONFIG["by_request"])])
+                if slots > 1 and CONFIG["parallel_counters"]:
+                    now.update(CONFIG["parallel_counters"])
                 for k in ("drafted", "accepted", "drafts"):
                     state[k] += now[k]
                 for i, c in enumerate(now["per_pos"] or []):
                     state["pos"][i] += c
+                if now["drafted"]:  # as llama-server: the request's own counters when it drafted
+                    timings.update(draft_n=now["drafted"], draft_n_accepted=now["accepted"])
             event("completion", t0=t0, t1=time.time())
             timing_lines(n, ms)
+            gpu_memory()
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
         if self.path == "/v1/chat/completions":
             answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
@@ -160,7 +187,9 @@ class H(BaseHTTPRequestHandler):
         self._send(404, {"error": "not found"})
 
 START = int(time.time())
+gpu_memory()
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+HTTPServer.request_queue_size = 64  # one request at a time, but concurrent streams all connect at once
 httpd = HTTPServer(("127.0.0.1", port), H)
 event("start", t=time.time())
 httpd.serve_forever()
@@ -190,16 +219,19 @@ SMI = r"""#!/bin/sh
 case "$1" in
   --query-gpu=index,name,memory.total,uuid) printf '%s' '__ROWS__' ;;
   --query-gpu=driver_version) echo "580.65.06" ;;
+  --query-compute-apps=pid,used_memory) cat __APPS__/* 2>/dev/null ;;
   *) echo "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06      CUDA Version: 13.0     |" ;;
 esac
 """
 
 
-def fake_nvidia_smi(folder: Path, names: list[str]) -> Path:
-    """An ``nvidia-smi`` on a folder to put first on PATH: these GPUs, index i named names[i]."""
+def fake_nvidia_smi(folder: Path, names: list[str], apps: Path | None = None) -> Path:
+    """An ``nvidia-smi`` on a folder to put first on PATH: these GPUs, index i named names[i]; its compute
+    apps (``--query-compute-apps=pid,used_memory``) are the rows the fake servers write into ``apps``."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = "".join(f"{i}, {n}, 143771, GPU-{i:08d}-fake\n" for i, n in enumerate(names))
     exe = folder / "nvidia-smi"
-    exe.write_text(SMI.replace("__N__", str(len(names))).replace("__ROWS__", rows))
+    text = SMI.replace("__N__", str(len(names))).replace("__ROWS__", rows)
+    exe.write_text(text.replace("__APPS__", shlex.quote(str(apps or folder / "no-apps"))))
     exe.chmod(0o755)
     return exe

@@ -31,6 +31,26 @@ STEP_CASE, STEP_AT, STEP_FACTOR = "tiny-mtp-random", 5, 0.9
 FLOOR_CASE, FLOOR_AT = "tiny-dspark-random", 7
 INACTIVE_CASE = "tiny-simple-random"
 N_COMMITS = 9
+# a sweep (docs/concurrency.md): the real record at np 1, crafted members at np 2 and 4 whose aggregate
+# speedups fall with np; from the step commit on, np 2 no longer pays (the crossover moves from 2 to 1)
+SWEEP, SWEEP_NPS = "tiny-dflash-fixed", (1, 2, 4)
+SWEEP_MEMBERS = tuple(SWEEP if n == 1 else f"{SWEEP}-np{n}" for n in SWEEP_NPS)
+
+
+def speedups(n: int) -> dict[int, float]:
+    """The sweep's aggregate speedup by np in the history's ``n``-th run."""
+    return {1: 1.6, 2: 1.2 if n < STEP_AT else 0.9, 4: 0.7}
+
+
+def sweep(cases: dict[str, Any], n: int) -> None:
+    """The sweep's members in the ``n``-th run, the np-1 member its real record."""
+    ups = speedups(n)
+    crossover = 2 if ups[2] > 1 else 1
+    for np_, name in zip(SWEEP_NPS, SWEEP_MEMBERS, strict=True):
+        rec = cases[name] = copy.deepcopy(cases[SWEEP]) if np_ > 1 else cases[SWEEP]
+        conc = {"parallel": np_, "streams": np_, "speedups": [ups[np_]], "speedup": ups[np_],
+                "crossover_np": crossover}  # fmt: skip
+        rec.update(name=name, parallel=np_, streams=np_, sweep=SWEEP, concurrency=conc)
 
 
 def git_commits(repo: Path, n: int) -> list[str]:
@@ -105,6 +125,7 @@ def story(tmp: Path) -> Story:
     for n, commit in enumerate(commits):
         doc = at(real(min(n, 2)), commit, n)
         cases = doc["cases"]
+        sweep(cases, n)
         if n >= STEP_AT:
             rec = cases[STEP_CASE]
             rec["accept_rate"] = round(rec["accept_rate"] * STEP_FACTOR, 4)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import msgspec
 
+from specsuite.common import paths
+from specsuite.common.filehash import sha256_text
 from specsuite.results.document import encode, load_run
 
 DATA_ROOT = Path(__file__).resolve().parent / "data"
@@ -27,9 +29,11 @@ def as_history_run(run: Path, commit: str, started: str) -> dict:
 def write_shards(root: Path, n: int = 3, skip: tuple[int, ...] = (), history: bool = True) -> list[str]:
     """A real smoke run (smoke-real-cal-1) cut into ``n`` shard folders under ``root`` (results.json and a
     log per case), as ``run-tier --shard`` writes them; the case names in order. ``skip``: shards that never
-    reported. ``history``: whether the shards ran with the history on (the real run did not: calibration)."""
+    reported. ``history``: whether the shards ran with the history on (the real run did not: calibration).
+    They name this checkout's cases.toml, as a run of it does (merge plans from it)."""
     run = load_run(DATA_ROOT / "results" / "smoke-real-cal-1")
     run.options = msgspec.structs.replace(run.run_options, history=history)
+    run.cases_sha256 = sha256_text(paths.CASES_FILE.read_text(encoding="utf-8"))
     names = list(run.cases)
     for k in range(n):
         if k + 1 in skip:

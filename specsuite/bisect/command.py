@@ -23,7 +23,7 @@ from filelock import FileLock, Timeout
 from specsuite.bisect import git as bisect_git
 from specsuite.bisect import night
 from specsuite.bisect.build import DEFAULT_BUILDER, load_builder, parse_build_argv, preflight
-from specsuite.bisect.judge import METRICS
+from specsuite.bisect.judge import METRICS, SPEED_METRICS
 from specsuite.bisect.report import Report, log2_bound
 from specsuite.bisect.step import STOPPED_FILE, Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
@@ -126,10 +126,10 @@ def check_options(args: argparse.Namespace) -> float:
     if not 0 < rtol < 1:
         raise UserError(f"--rtol {args.rtol!r}: give a fraction between 0 and 1 (0.05 = a 5 % drop is bad)")
     check_bounds(args)
-    if args.metric == "speedup" and (args.repeat or 1) < 4:
+    if args.metric in SPEED_METRICS and (args.repeat or 1) < 4:
         raise UserError(
-            "--metric speedup needs --repeat 4 or more: a speed drop counts only when it is significant "
-            "over the rounds (Mann–Whitney, as the history gate); or bisect an acceptance metric"
+            f"--metric {args.metric} needs --repeat 4 or more: a speed drop counts only when it is "
+            "significant over the rounds (Mann–Whitney, as the history gate); or bisect an acceptance metric"
         )
     return rtol
 

@@ -15,7 +15,8 @@ from typing import Any
 from specsuite.history import regress
 from specsuite.results.record import CaseRecord, decode_record, finite
 
-METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")
+METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps")
+SPEED_METRICS = ("speedup", "decode_tps")  # judged over A-B-B-A rounds: 4 or more for the Mann–Whitney rule
 EXIT = {"good": 0, "bad": 1, "skip": 125}  # what `git bisect run` reads
 _FLOORS = (("accept_rate", "min_accept_rate"), ("accept_len", "min_accept_len"), ("speedup", "min_speedup"))
 

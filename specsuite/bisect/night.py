@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsuite.bisect.judge import METRICS
+from specsuite.bisect.judge import METRICS, SPEED_METRICS
 from specsuite.common.errors import UserError
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord
@@ -63,7 +63,7 @@ def plan(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
                 )
                 continue
             metric = _metric(rec)
-            repeat = max(opts.repeat, SPEED_REPEAT) if metric == "speedup" else opts.repeat
+            repeat = max(opts.repeat, SPEED_REPEAT) if metric in SPEED_METRICS else opts.repeat
             entries.append(
                 {
                     "case": rec.name,

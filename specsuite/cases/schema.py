@@ -19,7 +19,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
-from specsuite.common.serverflags import USER_SPEC_CHOICES, owned_flag
+from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, server_args_problem
 from specsuite.common.settings import MAX_REPEAT
 
 LABEL = "cases.toml"
@@ -72,6 +72,14 @@ NPredict = Annotated[
 ]
 Temperature = Annotated[float, Meta(ge=0, le=2, description="a number in [0, 2]")]
 FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
+# The concurrency axis: the server's slots (--parallel) and the concurrent streams of requests. --ctx-size
+# grows with the slots (llama.cpp divides it among them), so every slot holds CTX_SIZE whatever the slots.
+MAX_PARALLEL = 64
+Slots = Annotated[int, Meta(ge=1, le=MAX_PARALLEL, description=f"a whole number from 1 to {MAX_PARALLEL}")]
+Sweep = Annotated[tuple[Slots, ...], Meta(min_length=1, description="a non-empty list")]
+SLOTS_OR_SWEEP = f"a whole number from 1 to {MAX_PARALLEL} (the slots) or a non-empty list of them (a sweep)"
+# exact counters are per request set: a sweep's members send streams x prompts requests each
+EXACT_COUNT_KEYS = ("expect_drafted", "expect_accepted", "expect_drafts")
 
 
 class CategoryFloors(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -94,6 +102,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # "unsloth/Qwen3.5-0.8B-MTP-GGUF": size and -MTP marker come from it); default the target's file name.
     model_id: Text | None = None
     spec_default: bool = False
+    # The method as users get it: only --spec-type (and the draft); every other speculative setting is the
+    # binary's default, so a default that moves (p_min, n_max: llama.cpp #25792, #22673) moves the case.
+    defaults: bool = False
     draft: str | None = None
     n_max: Count | None = None
     min_accept_rate: Unit | None = None
@@ -108,6 +119,9 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The relative gate's tolerance for this case's speedup (else the run's rtol): a speed case whose runs
     # differ by more than rtol allows (docs/speed.md)
     speed_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
+    # ... and for its speculative server's own decode tokens/s (else speed_rtol, else the run's rtol): an
+    # absolute speed moves with a shared machine's load, which a ratio to the baseline cancels
+    decode_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
     # Both servers of the case (and its baseline) on one CPU, the same one, where speed is measured on a CPU
     # build: a speed case on shared cores (docs/speed.md). Its servers must run one thread (--threads 1).
     pin_cpu: bool = False
@@ -140,10 +154,15 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # A mode case: what the resolver must pick ("draft-mtp", "ngram-mod,draft-mtp", "ngram-mod", "default",
     # "ngram-simple", or "none" when it emits no speculation).
     expect_resolved: Text | None = None
+    # The concurrency axis (docs/concurrency.md): the server's slots, or a sweep (a list: one case per
+    # value), and the concurrent streams of requests (default: one per slot).
+    parallel: Annotated[Slots | Sweep, Meta(description=SLOTS_OR_SWEEP)] | None = None
+    streams: Slots | None = None
     calibration: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
         self._check_method()
+        self._check_defaults()
         self._check_floors()
         self._check_synth()
         self._check_server_args()
@@ -152,6 +171,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 f"n_predict = {self.n_predict} is more than ctx_size = {self.ctx_size}: the server's context "
                 "holds the prompt and every generated token (raise ctx_size)"
             )
+        self._check_sweep()
         if self.n_max is not None and self.n_max > self.n_predict:
             raise ValueError(
                 f"n_max = {self.n_max} is more than n_predict = {self.n_predict}: a draft longer than the "
@@ -182,13 +202,28 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 raise ValueError(f"spec_type {alone!r} cannot be part of a chain")
         if len(set(types)) != len(types):
             raise ValueError(f"spec_type {types} names a type twice")
-        if not set(types) <= set(NO_DRAFT_LENGTH) and self.n_max is None:
+        if not set(types) <= set(NO_DRAFT_LENGTH) and self.n_max is None and not self.defaults:
             raise ValueError(
                 "missing n_max (the draft length; mode, spec_default, none and ngram-cache cases may omit it)"
             )
         if self.mode is None and (self.model_id is not None or self.expect_resolved is not None):
             raise ValueError(
                 "model_id and expect_resolved are about resolving a mode: give them only with mode"
+            )
+
+    def _check_defaults(self) -> None:
+        if not self.defaults:
+            return
+        if not self.chain:
+            raise ValueError("defaults = true runs a spec_type at the binary's defaults: give spec_type")
+        given = [
+            k for k in ("n_max", "n_min", "p_min", "synth_rates", "synth_len") if getattr(self, k) is not None
+        ]
+        given += [a for a in self.server_args if a.split("=", 1)[0].startswith(SPEC_FLAG_PREFIXES)]
+        if given:
+            raise ValueError(
+                f"defaults = true leaves every speculative setting at the binary's default; remove "
+                f"{', '.join(given)}"
             )
 
     def _check_floors(self) -> None:
@@ -204,19 +239,36 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"min_accept_len = {self.min_accept_len:g} is outside [0, n_max + 1]")
 
     def _check_server_args(self) -> None:
+        """Only the flags of serverflags.CASE_FLAGS (an allowlist: each there with its reason); a pinned
+        case's servers on one thread."""
         if self.pin_cpu and not _one_thread(self.server_args):
             raise ValueError(
                 'pin_cpu puts the servers on one CPU: give them one thread (server_args = ["--threads", "1"])'
             )
-        for arg in self.server_args:
-            if (found := owned_flag(arg)) is not None:
-                flag, what = found
-                if self.mode and what in USER_SPEC_CHOICES:
-                    continue  # the user's extra arguments to the resolver (serverflags.USER_SPEC_CHOICES)
-                raise ValueError(
-                    f"server_args: {flag!r} is a flag the harness sets ({what}) on every server it starts; "
-                    "remove it (a case may add flags, never change the model, address or measurement)"
-                )
+        if (why := server_args_problem(self.server_args, mode_case=self.mode is not None)) is not None:
+            raise ValueError(f"server_args: {why}")
+
+    @property
+    def sweep(self) -> tuple[int, ...] | None:
+        """The slot counts of a sweep (``parallel`` given as a list); None for one case."""
+        return self.parallel if isinstance(self.parallel, tuple) else None
+
+    def _check_sweep(self) -> None:
+        nps = self.sweep
+        if nps is None:
+            return
+        if list(nps) != sorted(set(nps)) or nps[0] != 1:
+            raise ValueError(
+                f"parallel = {list(nps)}: a sweep lists distinct slot counts in increasing order from 1 "
+                "(its np-1 member is the reference every other member is compared with)"
+            )
+        given = [k for k in (*EXACT_COUNT_KEYS, "min_speedup") if getattr(self, k) is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: not on a sweep (its members send streams x prompts requests each, and "
+                "speculation is expected to stop paying at some slot count: the crossover reports that); "
+                "give them on a case with one parallel value"
+            )
 
     def _check_synth(self) -> None:
         if self.synth_rates is not None and self.synth_len is not None:
@@ -233,15 +285,26 @@ def _one_thread(args: tuple[str, ...]) -> bool:
 
 
 class Case(CaseTable, frozen=True):
-    """A case ready to run: ``spec_type`` always a tuple, and the texts of its prompt set."""
+    """A case ready to run: ``spec_type`` always a tuple, ``parallel`` and ``streams`` numbers, and the
+    texts of its prompt set. A sweep's table is one Case per slot count (``sweep_member``)."""
 
     spec_type: tuple[Token, ...] = ()
+    parallel: int = 1  # a number here: a sweep is one Case per value
+    streams: int = 1
     # Not keys of the file: the texts of the prompt set named by ``prompts`` (from its [[prompt_set]]; a
     # dataset-backed set's are read from its file when the case runs: ``cases.dataset.with_prompts``), each
-    # prompt's category ("" for none), and the set's dataset, if any.
+    # prompt's category ("" for none), and the set's dataset, if any; for a sweep's member, the sweep's name
+    # (its table's) and every slot count of the sweep.
     prompt_texts: tuple[tuple[str, str], ...] = ()
     prompt_categories: tuple[str, ...] = ()
     dataset: DatasetSource | None = None
+    sweep_name: str | None = None
+    sweep_nps: tuple[int, ...] = ()
+
+    @property
+    def concurrent(self) -> bool:
+        """On the concurrency axis: several slots or streams, or a member of a sweep."""
+        return self.sweep_name is not None or self.parallel > 1 or self.streams > 1
 
     @property
     def models(self) -> list[str]:
@@ -363,8 +426,9 @@ def _ready(
     table: CaseTable,
     prompt_sets: dict[str, PromptSet],
     lock_names: set[str] | None,
-) -> Case:
-    """The table as a Case, once what it names exists: its prompt set and (given ``lock_names``) models."""
+) -> list[Case]:
+    """The table as its Cases (one, or a sweep's members), once what it names exists: its prompt set and
+    (given ``lock_names``) models."""
     if table.prompts not in prompt_sets:
         raise _bad(
             "case", index, table.name, f"prompts {table.prompts!r} is not one of {', '.join(prompt_sets)}"
@@ -386,8 +450,33 @@ def _ready(
     prompts = sorted(pset.prompts, key=lambda p: order.index(p.category) if p.category in order else 0)
     texts = tuple((p.id, p.text) for p in prompts)
     cats = tuple(p.category or "" for p in prompts)
-    return Case(**{**keys, "spec_type": table.chain, "prompt_texts": texts, "prompt_categories": cats,
-                   "dataset": pset.dataset})  # fmt: skip
+    base = Case(**{**keys, "spec_type": table.chain, "prompt_texts": texts, "prompt_categories": cats,
+                   "dataset": pset.dataset, "parallel": 1, "streams": table.streams or 1})  # fmt: skip
+    return sweep_members(base, table)
+
+
+def member_name(name: str, parallel: int) -> str:
+    """A sweep member's name: the table's for its np-1 member (the single-stream case any other case is),
+    ``<name>-np<N>`` for the others."""
+    return name if parallel == 1 else f"{name}-np{parallel}"
+
+
+def sweep_members(base: Case, table: CaseTable) -> list[Case]:
+    """The cases of one table: itself, or one per slot count of its sweep; streams default to the slots."""
+    if table.parallel is None:
+        return [base]
+    nps: tuple[int, ...] = table.parallel if isinstance(table.parallel, tuple) else (table.parallel,)
+    return [
+        msgspec.structs.replace(
+            base,
+            name=member_name(table.name, n) if table.sweep else table.name,
+            parallel=n,
+            streams=table.streams or n,
+            sweep_name=table.name if table.sweep else None,
+            sweep_nps=tuple(nps) if table.sweep else (),
+        )
+        for n in nps
+    ]
 
 
 def parse_case_file(text: str, lock_names: set[str] | None = None) -> CaseFile:
@@ -395,12 +484,15 @@ def parse_case_file(text: str, lock_names: set[str] | None = None) -> CaseFile:
     raw = tomldata.load_versioned(text, LABEL, "case", "prompt_set")
     doc = declared.convert(raw, _CasesFile, LABEL)
     prompt_sets = _prompt_sets(doc.prompt_set)
-    cases = [_ready(i, table, prompt_sets, lock_names) for i, table in enumerate(doc.case)]
+    cases: list[Case] = []
     seen: set[str] = set()
-    for i, c in enumerate(cases):
-        if c.name in seen:
-            raise _bad("case", i, c.name, "duplicate case name")
-        seen.add(c.name)
+    for i, table in enumerate(doc.case):
+        for c in _ready(i, table, prompt_sets, lock_names):
+            if c.name in seen:
+                what = f" (a member of the sweep {c.sweep_name!r})" if c.sweep_name else ""
+                raise _bad("case", i, table.name, f"duplicate case name {c.name!r}{what}")
+            seen.add(c.name)
+            cases.append(c)
     return CaseFile(cases, prompt_sets)
 
 

@@ -25,6 +25,7 @@ between commits, the scan statistic handed to scipy.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Collection, Iterable, Sequence
@@ -36,6 +37,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.ancestry import default_mirror, in_commit_order
 from specsuite.history.changecache import SplitCache, series_key
+from specsuite.results import config
 from specsuite.results.record import CaseRecord
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps", "block_ratio")
@@ -415,3 +417,58 @@ def _change_point(key: SeriesKey, metric: str, points: Sequence[Point], s: Split
         runs_before=s.runs_before,
         runs_after=s.runs_after,
     )
+
+
+# --- configuration changes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """Two consecutive runs of one device class and backend whose configuration differs (the binary's
+    --help defaults or its build options: results.config.changes)."""
+
+    device_class: str
+    backend: str
+    before_commit: str
+    before_run_id: str
+    after_commit: str
+    after_run_id: str
+    changes: tuple[str, ...]
+
+
+def config_changes(
+    path: Path | None = None,
+    *,
+    device: str | None = None,
+    mirror: Path | None = None,
+    runs: Collection[str] | None = None,
+) -> list[ConfigChange]:
+    """Every configuration change in the history, per device class and backend in commit order (as the
+    change points: ancestry where the mirror knows every commit, else time)."""
+    rows = history.config_series(path, device=device)
+    if runs is not None:
+        rows = [row for row in rows if row["run_id"] in runs]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["device_class"], row["backend"]), []).append(row)
+    where = default_mirror() if mirror is None else mirror
+    out = []
+    for (device_class, backend), group in groups.items():
+        ordered, _ = in_commit_order(group, lambda r: str(r["commit"]), where)
+        for a, b in itertools.pairwise(ordered):
+            found = config.changes((a["config"], None), (b["config"], None), (a["commit"], b["commit"]))
+            if found:
+                out.append(ConfigChange(device_class, backend, a["commit"], a["run_id"], b["commit"],
+                                        b["run_id"], tuple(found)))  # fmt: skip
+    return out
+
+
+def across(point: ChangePoint, found: Sequence[ConfigChange]) -> list[str]:
+    """The configuration changes between a change point's last commit before and its first after."""
+    return [
+        line
+        for c in found
+        if (c.device_class, c.backend, c.after_commit)
+        == (point.device_class, point.backend, point.after_commit)
+        for line in c.changes
+    ]

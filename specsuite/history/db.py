@@ -33,6 +33,8 @@ import msgspec
 
 from specsuite.common import locks, paths, settings
 from specsuite.common.errors import UserError
+from specsuite.results import checks
+from specsuite.results.config import RunConfig
 from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
@@ -119,15 +121,27 @@ _V2 = (
 # v3: whether the run's speculative rounds disagreed in a counter (the change points and the drift gate
 # treat such a case's acceptance as noisy); null in runs recorded before it was measured.
 _V3 = ("ALTER TABLE cases ADD COLUMN nondeterministic INTEGER",)
-# v4: per-block overhead (suite.overhead: ms per verification block, the baseline's ms per token, their
+# v4: the run's configuration as the binary states it (its --help defaults, its build options:
+# results.config.RunConfig), so that a change of either is named beside the change points; null before.
+_V4 = ("ALTER TABLE runs ADD COLUMN config TEXT",)
+# v5: the concurrency axis (docs/concurrency.md): slots and streams, the sweep a case is a member of, its
+# aggregate speedup and the sweep's crossover in that run; null in runs recorded before.
+_V5 = (
+    "ALTER TABLE cases ADD COLUMN parallel INTEGER",
+    "ALTER TABLE cases ADD COLUMN streams INTEGER",
+    "ALTER TABLE cases ADD COLUMN sweep TEXT",
+    "ALTER TABLE cases ADD COLUMN aggregate_speedup REAL",
+    "ALTER TABLE cases ADD COLUMN crossover_np INTEGER",
+)
+# v6: per-block overhead (suite.overhead: ms per verification block, the baseline's ms per token, their
 # ratio per round and its median, tokens per block) and whether the speed was physically impossible
 # (suite.plausible: not gated, left out of the speed change points); null in runs recorded before.
-_V4 = tuple(
+_V6 = tuple(
     f"ALTER TABLE cases ADD COLUMN {col}"
     for col in ("block_ms REAL", "token_ms REAL", "block_ratio REAL", "tokens_per_block REAL",
                 "block_ratios TEXT", "implausible_speed INTEGER")
 )  # fmt: skip
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -144,6 +158,7 @@ class Baseline:
     commit: str
     started: str  # the run's start time (its record time when the run had none)
     record: CaseRecord  # the case record at that run
+    config: RunConfig | None = None  # that run's configuration (None: recorded before it was)
 
 
 def default_path() -> Path:
@@ -347,6 +362,7 @@ def _run_row(run: Run, commit: str) -> dict[str, Any]:
         "recorded": now,
         "models": _json(run.models),
         "options": _json(run.options),
+        "config": _json(run.config),
     }
 
 
@@ -386,6 +402,18 @@ def _case_row(rec: CaseRecord) -> dict[str, Any]:
         "tokens_per_block": finite(rec.tokens_per_block),
         "block_ratios": _json(rec.block_samples),
         "implausible_speed": int(rec.implausible_speed is not None) if rec.speed else None,
+        **_concurrency_columns(rec),
+    }
+
+
+def _concurrency_columns(rec: CaseRecord) -> dict[str, Any]:
+    conc = rec.concurrency
+    return {
+        "parallel": rec.parallel,
+        "streams": rec.streams,
+        "sweep": rec.sweep,
+        "aggregate_speedup": finite(conc.speedup) if conc is not None else None,
+        "crossover_np": conc.crossover_np if conc is not None else None,
     }
 
 
@@ -399,11 +427,13 @@ def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
 def insert_run(conn: sqlite3.Connection, run: Run) -> int:
     """Write one run and its cases inside the caller's transaction; the run's row id.
 
-    The same run recorded again (same run_id and start time) replaces the earlier record."""
+    The same run recorded again (same run_id and start time) replaces the earlier record; another run under
+    the same id (another start) is RunIdTaken: a history never holds two runs with one id."""
     commit, why = _commit(run)
     if commit is None:
         raise ValueError(why)
     row = _run_row(run, commit)
+    _check_id(conn, row["run_id"], row["started"])
     conn.execute("DELETE FROM runs WHERE run_id = ? AND started = ?", (row["run_id"], row["started"]))
     run_pk = _insert(conn, "runs", row)
     for rec in run.cases.values():
@@ -437,7 +467,7 @@ def try_record(
     except UserError as exc:  # a bad SPEC_HISTORY_TIMEOUT_S: its own message says what to do
         return None, _problem(str(exc), target)
     except Exception as exc:  # history is auxiliary: whatever went wrong, the run itself must go on
-        kind = "" if isinstance(exc, (sqlite3.Error, OSError)) else f"{type(exc).__name__}: "
+        kind = "" if isinstance(exc, (sqlite3.Error, OSError, RunIdTaken)) else f"{type(exc).__name__}: "
         return None, _problem(f"{kind}{exc}", target)
 
 
@@ -452,17 +482,35 @@ def record_run(run: Run, path: Path | None = None, *, timeout_s: float | None = 
 # --- importing finished runs -----------------------------------------------------------------------------
 
 
-def _importable(file: Path) -> Run:
-    """A finished run's document, checked as a live run's record is; UserError naming the file."""
+def importable(file: Path) -> Run:
+    """A finished run's document, checked as strictly as a live run's record: read as results.json (a
+    regular file, bounded), every case record in range and keeping the server's counter relations
+    (``results.checks``), a llama.cpp commit, some cases. UserError: one line naming the file and the
+    first problem (and how many more there are)."""
     run = load_run(file)
     commit, why = _commit(run)
-    if commit is None:
-        raise UserError(f"{file}: {why}")
-    if not run.run_id:
-        raise UserError(f"{file}: no run_id: a run is entered once by its id, and this one has none")
+    problems = checks.run_problems(run) + ([str(why)] if commit is None else [])
     if not run.cases:
-        raise UserError(f"{file}: no cases: nothing to enter")
+        problems.append("no cases: nothing to enter")
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise UserError(f"{file}: {problems[0]}{more}; not a run the suite wrote, nothing of it entered")
     return run
+
+
+class RunIdTaken(ValueError):
+    """The history holds another run (another start) under this run id: a run id names one run."""
+
+
+def _check_id(conn: sqlite3.Connection, run_id: str, started: str) -> None:
+    """RunIdTaken when the history holds another run (another start) under ``run_id``."""
+    for (other,) in conn.execute("SELECT COALESCE(started, '') FROM runs WHERE run_id = ?", (run_id,)):
+        if other != started:
+            raise RunIdTaken(
+                f"run id {run_id!r} already names another run in the history (started {other or '?'}, "
+                f"this one {started or '?'}); a run id names one run: give each run a results folder of its "
+                "own (with SPEC_RESULTS_DIR unset every run gets a new results/<run-id>)"
+            )
 
 
 def import_runs(files: Sequence[str | Path], db_path: Path | None = None) -> list[str]:
@@ -470,27 +518,55 @@ def import_runs(files: Sequence[str | Path], db_path: Path | None = None) -> lis
     ids entered, in order. The one way a run from elsewhere (an artifact, another machine, an older cache,
     the shards of ``merge``) reaches the history.
 
-    Idempotent by run id: a run whose id the history already holds is left as it is (and not returned),
-    so importing the same runs twice enters each once. Every document is read and checked first, as a live
-    run's record is (its schema, a llama.cpp commit, a run id, some cases): one malformed document is one
-    UserError naming it, and nothing is entered. All runs go in one transaction."""
-    runs = [_importable(Path(f)) for f in files]
+    Idempotent by run id: a run the history already holds (same id, same start) is left as it is (and not
+    returned), so importing the same runs twice enters each once. Every document is read and checked first,
+    as strictly as a live run's record (``importable``), and the call is all or nothing, as its one
+    transaction is: any refused document enters nothing, and ``Refused`` holds one line per refused file. A
+    run whose id the history (or another document of the call) holds for another run is refused too: a
+    history never holds two runs under one id."""
+    runs: list[tuple[Path, Run]] = []
+    refused: list[str] = []
+    for f in files:
+        try:
+            runs.append((Path(f), importable(Path(f))))
+        except UserError as exc:
+            refused.append(str(exc))
+    if refused:
+        raise Refused(refused, len(files))
     target = Path(db_path) if db_path is not None else default_path()
     entered: list[str] = []
     try:
         with contextlib.closing(connect(target)) as conn, transaction(conn):
-            for run in runs:
-                if (
-                    run.run_id in entered
-                    or conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
-                ):
+            for file, run in runs:
+                try:
+                    _check_id(conn, run.run_id, str(run.started))
+                except RunIdTaken as exc:
+                    refused.append(f"{file}: {exc}")
                     continue
+                if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
+                    continue  # entered before (by an earlier call, or as an earlier file of this one)
                 insert_run(conn, run)
                 entered.append(run.run_id)
+            if refused:
+                raise Refused(refused, len(files))  # rolls the transaction back: nothing entered
     except (sqlite3.Error, OSError) as exc:  # nothing was entered: the transaction rolled back
         fix = "upgrade specsuite" if isinstance(exc, SchemaTooNew) else "check the file and try again"
         raise UserError(f"history {target}: nothing entered ({' '.join(str(exc).split())}); {fix}") from None
     return entered
+
+
+class Refused(UserError):
+    """The documents ``import_runs`` refused, one line each (``lines``); nothing of the call was entered."""
+
+    def __init__(self, lines: list[str], given: int) -> None:
+        others = given - len(lines)
+        tail = (
+            f"; nothing entered: all or nothing, so the other {others} file(s) were not entered either"
+            if others
+            else ""
+        )
+        self.lines = [*lines[:-1], lines[-1] + tail]
+        super().__init__("\n".join(self.lines))
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -504,9 +580,9 @@ _CASE_COLS = (
 
 
 def overhead_columns(conn: sqlite3.Connection) -> str:
-    """The per-block overhead's columns; a history older than v4 (read as it is, never migrated by a
+    """The per-block overhead's columns; a history older than v6 (read as it is, never migrated by a
     reader) has none: nulls."""
-    if _version(conn) >= 4:
+    if _version(conn) >= 6:
         return "c.block_ratio, c.block_ms, c.implausible_speed"
     return "NULL AS block_ratio, NULL AS block_ms, NULL AS implausible_speed"
 
@@ -606,8 +682,9 @@ def runs(
             conn.execute(f"SELECT r.* FROM runs r WHERE r.id IN ({sel}) ORDER BY {_TIME}, r.id", args)
         )
     for row in rows:
-        for key in ("models", "options"):
-            row[key] = _parsed(row, key)
+        for key in ("models", "options", "config"):
+            if key in row:  # config: from schema v4 on
+                row[key] = _parsed(row, key)
     return rows
 
 
@@ -725,9 +802,12 @@ def _by_ancestry(rows: list[sqlite3.Row], ancestors: list[str]) -> list[sqlite3.
     return out
 
 
-def _stored_record(conn: sqlite3.Connection, row: sqlite3.Row, case: str) -> CaseRecord | None:
-    """The case's stored record at ``row``'s run; None (and a warning naming the run) when it is broken.
-    (Schema v1, read as it is by a reader that never migrates, kept it in the cases table.)"""
+def _stored_record(
+    conn: sqlite3.Connection, row: sqlite3.Row, case: str, skipped: list[str] | None = None
+) -> CaseRecord | None:
+    """The case's stored record at ``row``'s run; None (a warning naming the run, which ``skipped`` also
+    gets) when it is broken. (Schema v1, read as it is by a reader that never migrates, kept it in the
+    cases table.)"""
     table = "case_texts" if _version(conn) >= 2 else "cases"
     found = conn.execute(f"SELECT record FROM {table} WHERE run = ? AND name = ?", (row["run"], case))
     (text,) = found.fetchone() or ("null",)
@@ -737,6 +817,8 @@ def _stored_record(conn: sqlite3.Connection, row: sqlite3.Row, case: str) -> Cas
         why = " ".join(str(exc).split())[:300]
         print(f"warning: skipping a broken history record of {case!r} in run {row['run_id']}: {why}",
               file=sys.stderr)  # fmt: skip
+        if skipped is not None:
+            skipped.append(str(row["run_id"]))
         return None
 
 
@@ -757,6 +839,7 @@ def find_baseline(
     ancestors: list[str] | None,
     before: str | None = None,
     recording: bool = False,
+    skipped: list[str] | None = None,
 ) -> Baseline | None:
     """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
 
@@ -773,7 +856,8 @@ def find_baseline(
     A run of ``commit`` itself is never its baseline: a rerun of a bad commit would otherwise compare
     with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
     prefix, so a short recorded sha equals its full spelling. A candidate whose stored record is broken
-    (not JSON, the wrong shape) is skipped with a warning: the next one is the baseline. None when there is
+    (not JSON, the wrong shape) is skipped with a warning, and its run id goes into ``skipped`` (for the
+    run's summary: pytest keeps a passing case's stderr): the next one is the baseline. None when there is
     no candidate (or no history yet); a history that cannot be read is a UserError. ``recording``: the
     lookup of a run that records itself (see ``reading``); otherwise the file is opened read-only.
     """
@@ -782,9 +866,56 @@ def find_baseline(
             return None
         rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
         for row in rows:
-            if (record := _stored_record(conn, row, case)) is not None:  # a broken row: the next one
-                return Baseline(row["run_id"], row["llama_commit"], row["t"], record)
+            if (record := _stored_record(conn, row, case, skipped)) is not None:  # a broken row: the next
+                config = _configs(conn, [row["run_id"]]).get(row["run_id"])
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record, config)
     return None
+
+
+def _configs(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, RunConfig | None]:
+    """The stored configuration of each run (None: none recorded, or it does not decode)."""
+    if _version(conn) < 4 or not run_ids:
+        return {}
+    marks = ", ".join("?" for _ in run_ids)
+    found = conn.execute(f"SELECT run_id, config FROM runs WHERE run_id IN ({marks})", list(run_ids))
+    return {str(run_id): _decoded_config(run_id, text) for run_id, text in found}
+
+
+def _decoded_config(run_id: str, text: str | None) -> RunConfig | None:
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text, type=RunConfig)
+    except msgspec.DecodeError as exc:  # not JSON, or not a configuration (ValidationError is one)
+        print(f"warning: history run {run_id}: its configuration does not decode ({exc})", file=sys.stderr)
+    return None
+
+
+def run_configs(
+    path: Path | None, run_ids: Sequence[str], *, recording: bool = False
+) -> dict[str, RunConfig | None]:
+    """The recorded configuration of each of ``run_ids`` (absent or None: not recorded)."""
+    with reading(path, recording=recording) as conn:
+        return {} if conn is None else _configs(conn, run_ids)
+
+
+def config_series(path: Path | None = None, *, device: str | None = None) -> list[dict[str, Any]]:
+    """Every run with a recorded configuration, oldest first: run_id, commit, started, device_class,
+    backend and its ``config`` (a RunConfig); a run whose configuration does not decode is left out."""
+    where, args = _run_filter(None, device)
+    with reading(path) as conn:
+        if conn is None or _version(conn) < 4:
+            return []
+        sql = (
+            f"SELECT r.run_id, r.llama_commit AS 'commit', {_TIME} AS started, r.device_class, r.backend, "
+            f"r.config FROM runs r WHERE r.config IS NOT NULL AND {where} ORDER BY {_TIME}, r.id"
+        )
+        rows = _dicts(conn.execute(sql, args))
+    out = []
+    for row in rows:
+        if (config := _decoded_config(row["run_id"], row.pop("config"))) is not None:
+            out.append({**row, "config": config})
+    return out
 
 
 def _series_cols(conn: sqlite3.Connection) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsuite.common.errors import UserError
+from specsuite.results.crossover import Point, pays_up_to, speedup
 from specsuite.results.record import CaseRecord, CategoryStats, finite, is_number
 
 METRICS = ("accept_rate", "accept_len", "pos0_rate")
@@ -75,15 +76,30 @@ def _samples_of(raw: list[float | None] | None) -> list[float]:
 def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
     if current.implausible_speed or baseline.implausible_speed:
         return None  # one side's speed was measured wrong: nothing to compare
-    base_raw, cur_raw = baseline.speed_samples, current.speed_samples
+    return _check_samples("speedup", current.speed_samples, baseline.speed_samples, rtol, at)
+
+
+def _check_decode(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
+    """The speculative server's own decode tokens/s, not only its ratio to plain decoding: a commit that
+    slows both sides alike leaves the speedup where it was (a build option, llama.cpp #28633)."""
+    if current.implausible_speed or baseline.implausible_speed:
+        return None
+    cur, base = (r.speed.spec_tps if r.speed is not None else None for r in (current, baseline))
+    return _check_samples("decode_tps", cur, base, rtol, at)
+
+
+def _check_samples(
+    metric: str, cur_raw: list[float | None] | None, base_raw: list[float | None] | None, rtol: float, at: str
+) -> Regression | None:
+    """A drop of the median beyond rtol that is significant (one-sided Mann–Whitney over the rounds)."""
     base = [v for v in (finite(x) for x in base_raw or []) if v is not None]
     if len(base) < MIN_SAMPLES or cur_raw is None or len(cur_raw) < MIN_SAMPLES:
         return None  # speed is gated only where both runs repeated it enough to judge noise
     base_med = statistics.median(base)
     cur = [finite(x) for x in cur_raw]
     if any(v is None for v in cur):
-        message = f"speedup samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
-        return Regression("speedup", None, base_med, math.nan, message)
+        message = f"{metric} samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
+        return Regression(metric, None, base_med, math.nan, message)
     samples = [v for v in cur if v is not None]
     cur_med = statistics.median(samples)
     change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
@@ -91,10 +107,10 @@ def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str
     if p >= ALPHA or -change <= rtol + EPS:
         return None
     message = (
-        f"speedup median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
+        f"{metric} median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
         f"(Mann–Whitney p = {p:.3g}, n = {len(samples)}/{len(base)}; rtol {rtol * 100:g} %)"
     )
-    return Regression("speedup", cur_med, base_med, change, message)
+    return Regression(metric, cur_med, base_med, change, message)
 
 
 def _check_blocks(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
@@ -131,17 +147,21 @@ def regressions(
     rtol: float = 0.05,
     block_rtol: float = BLOCK_RTOL,
     speed_rtol: float | None = None,
+    decode_rtol: float | None = None,
     baseline_commit: str,
 ) -> list[Regression]:
     """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: [].
-    ``speed_rtol``: the case's own tolerance for the speedup (cases.toml), else ``rtol``."""
+    ``speed_rtol``: the case's own tolerance for its speedup, else ``rtol``; ``decode_rtol``: for its
+    speculative server's decode tokens/s, else ``speed_rtol``, else ``rtol`` (cases.toml)."""
     _fraction("rtol", rtol)
     _fraction("block rtol", block_rtol)
     speed = rtol if speed_rtol is None else speed_rtol
+    decode = speed if decode_rtol is None else decode_rtol
     _fraction("speed rtol", speed)
+    _fraction("decode rtol", decode)
     at = baseline_commit[:7]
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
-    found.append(_check_speed(current, baseline, speed, at))
+    found += [_check_speed(current, baseline, speed, at), _check_decode(current, baseline, decode, at)]
     found.append(_check_blocks(current, baseline, block_rtol, at))
     found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]
@@ -164,6 +184,52 @@ def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at
             change = math.nan if cur is None else (cur - base) / base
             out.append(Regression(f"{name}/{metric}", cur, base, change, message))
     return out
+
+
+# --- the crossover of a sweep ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moved:
+    gated: bool  # significant: the case fails with reason crossover_moved; else a warning
+    message: str
+
+
+def crossover_moved(
+    current: CaseRecord, baseline: CaseRecord, earlier: Sequence[CaseRecord], *, baseline_commit: str
+) -> Moved | None:
+    """A sweep's member at np k where speculation stopped paying in this run (every smaller np of the sweep
+    paid: ``earlier``, this run's members before it), while the baseline's sweep still paid at k
+    (its recorded crossover, results.crossover). Gated as a speed drop is: only where this member's
+    per-round aggregate speedups are significantly below the baseline's at k (one-sided Mann–Whitney,
+    p < ALPHA, MIN_SAMPLES rounds or more a side); a move that is not is a warning."""
+    was = baseline.concurrency.crossover_np if baseline.concurrency is not None else None
+    if current.sweep is None or current.concurrency is None or was is None or was < current.parallel:
+        return None
+    lower = [r for r in earlier if r.sweep == current.sweep and r.parallel < current.parallel]
+    points = [Point(r.parallel, speedup(r)) for r in [*lower, current]]
+    now = pays_up_to(points)
+    if now is None or now != max((p.parallel for p in points[:-1]), default=0):
+        return None  # it still pays here, or it stopped paying at a smaller np (judged there)
+    assert baseline.concurrency is not None  # it recorded a crossover
+    cur = [v for v in map(finite, current.concurrency.speedups) if v is not None]
+    base = [v for v in map(finite, baseline.concurrency.speedups) if v is not None]
+    head = (
+        f"{current.sweep}: speculation paid up to np {was} at baseline {baseline_commit[:7]}, now up to np "
+        f"{now}: at np {current.parallel} {_x(speedup(current))} against {_x(speedup(baseline))}"
+    )
+    if len(cur) < MIN_SAMPLES or len(base) < MIN_SAMPLES:
+        n = f"{len(cur)}/{len(base)}"
+        return Moved(False, f"{head}; not gated: {n} rounds (the gate needs {MIN_SAMPLES + 1} a side)")
+    p = mann_whitney_less(cur, base)
+    rounds = f"aggregate speedup per round {[round(x, 3) for x in cur]} against {[round(x, 3) for x in base]}"
+    if p >= ALPHA:
+        return Moved(False, f"{head}; not significant ({rounds}, Mann–Whitney p = {p:.3g})")
+    return Moved(True, f"{head} ({rounds}, Mann–Whitney p = {p:.3g})")
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 # --- the counters, exactly ------------------------------------------------------------------------------

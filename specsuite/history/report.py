@@ -100,7 +100,8 @@ def main(argv: list[str]) -> int:
 def import_parser() -> CommandParser:
     p = CommandParser(
         "history import",
-        "Enter finished runs into the history, once each (by run id), checked as a live run's record is.",
+        "Enter finished runs into the history, once each (by run id), checked as strictly as a live run's "
+        "record; all or nothing: one refused file (one error line each) enters none of them.",
     )
     p.add_argument(
         "files",
@@ -292,25 +293,58 @@ def changes_command(
     if device is not None and devices and device.lower() not in {d.lower() for d in devices}:
         raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
     found = changes.find_changes(target, case=case, metric=metric, device=device, mirror=mirror)
+    configs = changes.config_changes(target, device=device, mirror=mirror)
     if as_json:
-        print(as_json_lines([c.as_dict() for c in found]) if found else "[]")
+        rows = [{**c.as_dict(), "config_changes": changes.across(c, configs)} for c in found]
+        print(as_json_lines(rows) if rows else "[]")
         return 0
     if not devices:
         print(f"no runs recorded yet in {target}: every suite run records itself there when it ends")
     elif not found:
         print(f"no change point in {target}" + (f" for case {case!r}" if case else ""))
-    groups: dict[str, list[list[str]]] = {}
+    groups: dict[str, list[changes.ChangePoint]] = {}
     for c in found:
-        groups.setdefault(c.case, []).append(_change_cells(c))
+        groups.setdefault(c.case, []).append(c)
     if groups:
-        print("\n\n".join(f"{name}\n{table.render(CHANGE_HEADER, body)}" for name, body in groups.items()))
+        print("\n\n".join(f"{name}\n{_change_table(points, configs)}" for name, points in groups.items()))
+    if configs:
+        print(f"\nconfiguration changes\n{table.render(CONFIG_HEADER, [_config_cells(c) for c in configs])}")
     return 0
+
+
+CONFIG_HEADER = ("device", "before", "after (first run)", "what changed")
+
+
+def _config_cells(c: changes.ConfigChange) -> list[str]:
+    between = f" between {c.before_commit[:7]} and {c.after_commit[:7]}"
+    what = "; ".join(line.removesuffix(between) for line in c.changes)
+    return [
+        f"{c.device_class}/{c.backend}",
+        c.before_commit[:10],
+        f"{c.after_commit[:10]} ({c.after_run_id})",
+        what,
+    ]
+
+
+def _change_table(points: list[changes.ChangePoint], configs: list[changes.ConfigChange]) -> str:
+    """The change points of one case; under a row, the configuration changes across it (beside it)."""
+    lines = table.render(CHANGE_HEADER, [_change_cells(c) for c in points]).splitlines()
+    out = lines[:2]
+    for line, point in zip(lines[2:], points, strict=True):
+        out.append(line)
+        out += [f"  configuration across it: {what}" for what in changes.across(point, configs)]
+    return "\n".join(out)
 
 
 def import_command(files: Sequence[Path], path: Path | None) -> int:
     """``history import``: enter finished runs; one line per run entered, one for the total."""
     target = Path(path) if path is not None else history.default_path()
-    entered = history.import_runs(files, target)
+    try:
+        entered = history.import_runs(files, target)
+    except history.Refused as exc:  # one error line for each refused file, the last one raised
+        for line in exc.lines[:-1]:
+            print(f"error: {line}", file=sys.stderr)
+        raise UserError(exc.lines[-1]) from None
     for run_id in entered:
         print(f"entered {run_id}")
     left = len(files) - len(entered)

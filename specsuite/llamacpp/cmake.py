@@ -26,8 +26,8 @@ from specsuite.common import locks, paths, procs
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp import buildopts, source, toolchain
 from specsuite.llamacpp import info as buildinfo
-from specsuite.llamacpp import source, toolchain
 from specsuite.llamacpp.toolchain import Cublas, Nvcc
 from specsuite.server.probe import Capabilities, probe
 
@@ -431,6 +431,8 @@ def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
         "devices": list(caps.gpus),  # what --list-devices showed when the binary was published
         "cpu_fallback": cpu_fallback(caps),
         "build_dir": str(plan.build_dir),
+        # what the CMake cache settled on (defaults included): GGML_CUDA_FA_QUANTS, GGML_NATIVE, VMM, ...
+        "build_options": buildopts.read_cache(plan.build_dir) or buildopts.parse_flags(plan.flags),
     }
 
 

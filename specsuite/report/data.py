@@ -26,7 +26,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import db as history
 from specsuite.history.ancestry import in_commit_order
 from specsuite.history.changecache import SplitCache
-from specsuite.history.changes import ChangePoint, find_changes
+from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
 
@@ -85,7 +85,7 @@ METRICS = (
     # per-block overhead: what a verification block costs in plain decode steps (none from a run whose
     # speed was physically impossible)
     Metric("block_ratio", "block cost (plain decode steps)", None, 3,
-           "CASE WHEN c.implausible_speed = 1 THEN NULL ELSE c.block_ratio END", since=4),
+           "CASE WHEN c.implausible_speed = 1 THEN NULL ELSE c.block_ratio END", since=6),
 )  # fmt: skip
 
 
@@ -268,6 +268,39 @@ def baselines(path: Path, wanted: Iterable[Point]) -> None:
                 p.baseline_run = _fields(conn, p)[2]
 
 
+# --- sweeps: each run's members of each sweep, by np ------------------------------------------------------
+
+_SWEEPS_SQL = """
+SELECT c.run, c.sweep, c.parallel, c.name, c.aggregate_speedup FROM cases c
+WHERE c.sweep IS NOT NULL AND c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.parallel
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A sweep's member at one run: its np, case and aggregate speedup over its baseline at that np."""
+
+    parallel: int
+    case: str
+    speedup: float | None
+
+
+def sweeps(path: Path, runs: Sequence[RunRow]) -> dict[int, dict[str, list[Member]]]:
+    """For each run (by id), its sweeps' members by np; none in a history from before sweeps (schema v3)."""
+    with history.reading(path) as conn:
+        if conn is None or not runs:
+            return {}
+        if "sweep" not in {row[1] for row in conn.execute("PRAGMA table_info(cases)")}:
+            return {}
+        _temp_runs(conn, runs)
+        out: dict[int, dict[str, list[Member]]] = {}
+        for pk, sweep, parallel, name, speedup in conn.execute(_SWEEPS_SQL):
+            if isinstance(sweep, str) and isinstance(parallel, int):
+                member = Member(parallel, str(name), _finite(speedup))
+                out.setdefault(int(pk), {}).setdefault(sweep, []).append(member)
+        return out
+
+
 # --- case records, run by run ----------------------------------------------------------------------------
 
 _CASES_SQL = """
@@ -404,3 +437,10 @@ def change_points(
     same mirror and rule as the site's series (``ancestry.in_commit_order``); ``cache``: the splits of
     series the last builds computed."""
     return find_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs}, cache=cache)
+
+
+def configuration_changes(
+    path: Path, device: str | None, mirror: Path | None, runs: Sequence[RunRow]
+) -> list[ConfigChange]:
+    """The configuration changes (``history.changes.config_changes``) among the runs the site shows."""
+    return config_changes(path, device=device, mirror=mirror, runs={run.run_id for run in runs})

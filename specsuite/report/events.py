@@ -1,12 +1,13 @@
 """Events on a case's series: what its charts mark, at one run or over a stretch of runs, as plain data that
 the page's script draws (a line, or a shaded span between two lines, with one label) and its tables list.
 
-Change points are the one kind so far. Each is placed at the first run after it; adjacent ones of one
-metric (each starting at the commit where the previous one ended: a drift over consecutive commits) are
-one span with one label that says the whole drift, ``-7.2 % over 4 commits, 555c3f9..68ee74f``: the change
-from the mean before the first step to the mean after the last, and the commits as git writes a range
-(``git log 555c3f9..68ee74f`` lists the commits of the drift). Another kind (a configuration change, say)
-is another producer of ``Event``: the script draws any kind the same way, in the kind's colour.
+Two kinds: change points, and configuration changes (a changed ``--help`` default or build option between
+two runs, ``history.changes.config_changes``: a dotted line on every chart of the case). Each is placed at
+the first run after it; adjacent change points of one metric (each starting at the commit where the
+previous one ended: a drift over consecutive commits) are one span with one label that says the whole
+drift, ``-7.2 % over 4 commits, 555c3f9..68ee74f``: the change from the mean before the first step to the
+mean after the last, and the commits as git writes a range (``git log 555c3f9..68ee74f`` lists the commits
+of the drift). The script draws every kind the same way, in the kind's colour and dash.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from specsuite.history.changes import ChangePoint, relative
+from specsuite.history.changes import ChangePoint, ConfigChange, relative
 from specsuite.report.data import Point
 from specsuite.report.render import percent
 from specsuite.results.record import finite
@@ -26,7 +27,7 @@ STEPS_LISTED = 12  # a span's steps listed one by one on its page up to this man
 
 @dataclass(frozen=True)
 class Event:
-    kind: str  # "change": a CSS class and the script's colour
+    kind: str  # "change", "config": a CSS class and the script's colour
     metric: str | None  # the chart it marks; None: every chart of the case
     first: int  # the index of the run it marks (a span: the first run after its first step)
     last: int  # a span: the first run after its last step; == first: one line
@@ -36,8 +37,12 @@ class Event:
         return dict(self.__dict__)
 
 
-def located(series: Sequence[Point], cps: Sequence[ChangePoint]) -> list[tuple[int, ChangePoint]]:
-    """Each change point at the index of its first run after the change (by run id, else by commit)."""
+_After = TypeVar("_After", ChangePoint, ConfigChange)
+
+
+def located(series: Sequence[Point], cps: Sequence[_After]) -> list[tuple[int, _After]]:
+    """Each change point (or configuration change) at the index of its first run after the change (by run
+    id, else by commit)."""
     at_run = {p.run.run_id: i for i, p in reversed(list(enumerate(series)))}
     out = []
     for cp in cps:
@@ -113,3 +118,16 @@ def latest(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, An
     the first metric in ``order``."""
     rank = {m: i for i, m in enumerate(order)}
     return max(rows, key=lambda r: (r["last"], -rank.get(r["metric"], len(rank))), default=None)
+
+
+def config_row(index: int, c: ConfigChange) -> dict[str, Any]:
+    """A configuration change on a case page: the table's row and the charts' marker (its first line)."""
+    between = f" between {c.before_commit[:7]} and {c.after_commit[:7]}"
+    what = [line.removesuffix(between) for line in c.changes]
+    label = what[0] + (f" (+{len(what) - 1})" if len(what) > 1 else "")
+    return {"index": index, "before_commit": c.before_commit, "after_commit": c.after_commit, "what": what,
+            "label": label}  # fmt: skip
+
+
+def config_event(row: dict[str, Any]) -> Event:
+    return Event("config", None, row["index"], row["index"], row["label"])

@@ -1,10 +1,13 @@
 """A run's results folder, where the site finds it, and what the site copies from it: results.json,
-summary.md and the server logs (regular files only, never through a link, each up to a size), and the
-bisects that ran on a run's commit (``bisect-*/bisect.json`` beside the runs).
+summary.md and the server logs (regular files only, never through a link, each up to a size; logs as text
+only: ``.log`` and ``.txt`` files, published under a ``.txt`` name so that any web server sends them as
+text/plain), and the bisects that ran on a run's commit (``bisect-*/bisect.json`` beside the runs).
 
 Everything here comes from files a run (or anyone) wrote: a folder whose results.json is not that run's is
-not its folder, a log that is a symlink is not copied (it could point at any file of the machine), and a
-bisect.json of the wrong shape is left out with one warning line.
+not its folder, a log that is a symlink is not copied (it could point at any file of the machine), any
+other file of ``logs/`` (an HTML page, a script, an image) is not published (the site would serve it from
+its own origin, outside the pages' content-security policy), and a bisect.json of the wrong shape is left
+out with one warning line.
 """
 
 from __future__ import annotations
@@ -20,13 +23,28 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.report.data import RunRow, slug
-from specsuite.results.document import Run, load_run
+from specsuite.results.document import Run, load_run, run_id_problem
 
 MAX_COPY_BYTES = 16 << 20  # one log or document: a bigger one stays in the run's artifact
 MAX_BISECT_BYTES = 4 << 20
-_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HEX = re.compile(r"[0-9a-f]{7,40}")
 COPIED = ("results.json", "summary.md")
+LOG_SUFFIXES = (".log", ".txt")  # what a server log is; nothing else of a run's logs/ is published
+
+
+def published_log(name: str) -> str | None:
+    """The name a log of ``logs/`` is published under (safe characters, ending in ``.txt``: a text type on
+    every web server), or None for a file that is not a text log."""
+    suffix = Path(name).suffix.lower()
+    if suffix not in LOG_SUFFIXES:
+        return None
+    stem = slug(name[: -len(suffix)])
+    return f"{stem}{suffix}" if suffix == ".txt" else f"{stem}{suffix}.txt"
+
+
+def _plain(run_id: str) -> bool:
+    """A run id that names a folder (the live runs' shape): never a path, bounded."""
+    return run_id_problem(run_id) is None
 
 
 @dataclass
@@ -42,13 +60,15 @@ class Folder:
 
 def find_folder(root: Path | None, run: RunRow) -> Folder | None:
     """``root/<run_id>`` when its results.json is this run's (same run id and start); else None."""
-    if root is None or not _PLAIN_ID.fullmatch(run.run_id):  # a run id is never a path
+    if root is None or not _plain(run.run_id):  # a run id is never a path
         return None
     path = root / run.run_id
-    if path.is_symlink() or not (path / "results.json").is_file():
-        return None
     try:
+        if path.is_symlink() or not (path / "results.json").is_file():
+            return None
         doc = load_run(path)
+    except OSError:
+        return None
     except UserError as exc:
         print(f"warning: report: {exc}; the run page shows the history's record", file=sys.stderr)
         return None
@@ -60,31 +80,33 @@ def find_folder(root: Path | None, run: RunRow) -> Folder | None:
 def folder_stat(root: Path | None, run: RunRow) -> list[Any] | None:
     """What a run's page takes from its results folder, as sizes and times (a page is rendered again when
     they change); None when there is no folder of that name."""
-    if root is None or not _PLAIN_ID.fullmatch(run.run_id):
+    if root is None or not _plain(run.run_id):
         return None
     path = root / run.run_id
+    found: list[Any] = [str(path)]
     try:
         if path.is_symlink():
             return None
-        found: list[Any] = [str(path)]
         for name in COPIED:
-            st = (path / name).stat()
-            found.append([name, st.st_size, st.st_mtime_ns])
-    except OSError:
+            if (path / name).is_file():
+                st = (path / name).stat()
+                found.append([name, st.st_size, st.st_mtime_ns])
         if len(found) < 2:  # no results.json
             return None
-    logs = path / "logs"
-    if logs.is_dir() and not logs.is_symlink():
-        for e in sorted(os.scandir(logs), key=lambda e: e.name):
-            st = e.stat(follow_symlinks=False)
-            found.append([e.name, st.st_size, st.st_mtime_ns])
+        logs = path / "logs"
+        if logs.is_dir() and not logs.is_symlink():
+            for e in sorted(os.scandir(logs), key=lambda e: e.name):
+                st = e.stat(follow_symlinks=False)
+                found.append([e.name, st.st_size, st.st_mtime_ns])
+    except OSError:  # a folder that went away or cannot be read: the page shows the history's record
+        return None
     return found
 
 
 def copy_file(src: Path, dst: Path, limit: int = MAX_COPY_BYTES) -> str | None:
     """Copy a regular file, not through a link, up to ``limit`` bytes; None, or why it was not copied."""
-    try:
-        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # O_NONBLOCK: a FIFO's open returns at once (and is refused below) instead of waiting for a writer
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         return f"{src.name}: {exc.strerror or exc}"
     with os.fdopen(fd, "rb") as fh:
@@ -115,7 +137,13 @@ def copy_folder(folder: Folder, dest: Path, href: str) -> None:
             continue
         if entry.is_dir():
             continue
-        safe = slug(entry.name)
+        safe = published_log(entry.name)
+        if safe is None:  # served from the site's origin, an HTML file's script would run there
+            folder.skipped.append(f"logs/{entry.name}: not a text log (only .log and .txt are published)")
+            continue
+        if f"{href}/logs/{safe}" in folder.logs.values():  # x.log and x.log.txt both publish as x.log.txt
+            folder.skipped.append(f"logs/{entry.name}: its published name is another log's ({safe})")
+            continue
         _copy(
             folder,
             Path(entry.path),

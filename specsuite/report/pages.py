@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from specsuite.report import events
-from specsuite.report.data import METRICS, Group, Point, slug
+from specsuite.report.data import METRICS, Group, Member, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
+from specsuite.results.summary import config_lines
 from specsuite.results.verdict import verdict
 
 SPARK_RUNS = 30
@@ -128,12 +129,51 @@ def per_position(series: Series) -> dict[str, Any]:
     return {"latest": _rates(latest), "baseline": _rates(base) if base else None, "note": note}
 
 
+def by_np(series: Series, sweeps: dict[int, dict[str, list[Member]]]) -> dict[str, Any] | None:
+    """A sweep member's page: the aggregate speedup over plain decoding by np of its sweep, at the latest
+    run and at the run its gate compared it with, else the nearest earlier commit in this order that ran
+    the sweep (None for a case of no sweep)."""
+    latest = series[-1]
+    found = next(
+        ((s, m) for s, m in sweeps.get(latest.run.pk, {}).items() if any(x.case == latest.case for x in m)),
+        None,
+    )
+    if found is None:
+        return None
+    sweep, members = found
+    ran = [p for p in series[:-1] if sweep in sweeps.get(p.run.pk, {}) and p.run.commit != latest.run.commit]
+    base = next((p for p in series if p.run.run_id == latest.baseline_run), ran[-1] if ran else None)
+    was = sweeps.get(base.run.pk, {}).get(sweep) if base is not None else None
+    return {
+        "sweep": sweep,
+        "latest": _members(latest, members),
+        "baseline": _members(base, was) if base is not None and was else None,
+    }
+
+
+def _members(p: Point, members: list[Member]) -> dict[str, Any]:
+    return {
+        "run": p.run.run_id,
+        "commit": p.run.commit,
+        "nps": [m.parallel for m in members],
+        "speedups": [m.speedup for m in members],
+    }
+
+
 def _rates(p: Point) -> dict[str, Any]:
     return {"run": p.run.run_id, "slug": p.run.slug, "commit": p.run.commit, "rates": p.rates()}
 
 
-def case_data(group: Group, case: str, series: Series, changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The columns of a case's charts and runs table: one entry per run, in commit order."""
+def case_data(
+    group: Group,
+    case: str,
+    series: Series,
+    changes: list[dict[str, Any]],
+    configs: list[dict[str, Any]] | None = None,
+    sweeps: dict[int, dict[str, list[Member]]] | None = None,
+) -> dict[str, Any]:
+    """The columns of a case's charts and runs table: one entry per run, in commit order; a sweep's member
+    also its sweep's speedup by np."""
     kinds = [point_status(p) for p in series]
     lows_highs = [spread(p) for p in series]
     return {
@@ -151,8 +191,11 @@ def case_data(group: Group, case: str, series: Series, changes: list[dict[str, A
         "speed_lo": [lo for lo, _ in lows_highs],
         "speed_hi": [hi for _, hi in lows_highs],
         "changes": changes,
-        "events": [events.change_event(row).as_dict() for row in changes],
+        "events": [events.change_event(row).as_dict() for row in changes]
+        + [events.config_event(row).as_dict() for row in configs or []],
+        "config": configs or [],  # configuration changes: the table's rows
         "per_position": per_position(series),
+        "by_np": by_np(series, sweeps or {}),
         "ordered_by": group.ordered_by,
     }
 
@@ -165,7 +208,7 @@ def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[s
     return {
         "headline": run.verdict or v.headline,
         "green": v.green,
-        "attention": v.attention,
+        "attention": [*config_lines(run, True), *v.attention],
         "history_line": run.history.line if run.history is not None else None,
         "files": folder.files if folder else {},
         "logs": folder.logs if folder else {},

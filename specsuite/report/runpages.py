@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,17 +21,21 @@ from typing import Any
 import msgspec
 
 from specsuite import __version__
+from specsuite.common.errors import UserError
 from specsuite.report import data, folders, pages
 from specsuite.report.data import Group, RunRow
 from specsuite.results.record import CaseRecord
 
 MANIFEST = ".specsuite-site"
+# What a run page copies from a results folder, by version: an older site's pages and copies (its HTML
+# "logs" among them, before issue 35) are never carried into a site built under newer rules.
+PUBLISHING = "2: logs as text only"
 _VOLATILE = ("nth", "of_runs", "t")  # the window's columns, not the run's
 
 
 def generator() -> str:
     """What every page depends on besides its data: this version, the templates and the assets."""
-    h = hashlib.sha256(__version__.encode())
+    h = hashlib.sha256(f"{__version__}\0{PUBLISHING}".encode())
     base = resources.files("specsuite.report")
     for part in ("templates", "assets"):
         with resources.as_file(base / part) as folder:
@@ -106,6 +111,27 @@ class RunPages:
         self.with_folder += int(bool(old.get("folder")))
         return True
 
+    def _one(
+        self,
+        run: RunRow,
+        records: list[CaseRecord],
+        stamp: str,
+        render: Callable[[RunRow, list[CaseRecord], folders.Folder | None, list[folders.Bisect]], None],
+    ) -> None:
+        folder = folders.find_folder(self.results, run)
+        if folder is not None:
+            folders.copy_folder(folder, self.root / "runs" / run.slug, run.slug)
+        bis = folders.bisects_of(run, {r.name for r in records}, self.bisects)
+        render(run, records, folder, bis)
+        bases = {r.baseline.run_id for r in records if r.baseline is not None and r.baseline.run_id}
+        self.manifest[run.slug] = {
+            "stamp": stamp,
+            "baselines": {b: self.slugs.get(b) for b in bases},
+            "folder": folder is not None,
+        }
+        self.rendered += 1
+        self.with_folder += int(folder is not None)
+
     def write(
         self,
         runs: Iterable[RunRow],
@@ -122,20 +148,15 @@ class RunPages:
             if not self._carried(run, stamps[run.pk]):
                 todo.append(run)
         for run, records in data.case_records(db, todo):
-            folder = folders.find_folder(self.results, run)
-            if folder is not None:
-                folders.copy_folder(folder, self.root / "runs" / run.slug, run.slug)
-            bis = folders.bisects_of(run, {r.name for r in records}, self.bisects)
-            render(run, records, folder, bis)
-            bases = {r.baseline.run_id for r in records if r.baseline is not None and r.baseline.run_id}
-            links = {b: self.slugs.get(b) for b in bases}
-            self.manifest[run.slug] = {
-                "stamp": stamps[run.pk],
-                "baselines": links,
-                "folder": folder is not None,
-            }
-            self.rendered += 1
-            self.with_folder += int(folder is not None)
+            try:
+                self._one(run, records, stamps[run.pk], render)
+            except (OSError, ValueError, UserError) as exc:  # one run's data or folder: not the whole site
+                why = " ".join(str(exc).split())[:300]
+                print(
+                    f"warning: report: run {run.run_id[:80]!r} left out of the site: {why}", file=sys.stderr
+                )
+                (self.root / "runs" / f"{run.slug}.html").unlink(missing_ok=True)
+                shutil.rmtree(self.root / "runs" / run.slug, ignore_errors=True)
 
 
 def render_run(w: Any, group: Group, run: RunRow, records: list[CaseRecord], folder: folders.Folder | None,

@@ -23,7 +23,7 @@ from jinja2 import Environment
 from specsuite.common.errors import UserError
 from specsuite.history.ancestry import default_mirror
 from specsuite.history.changecache import SplitCache
-from specsuite.history.changes import ChangePoint
+from specsuite.history.changes import ChangePoint, ConfigChange
 from specsuite.report import data, events, folders, pages, runpages
 from specsuite.report.data import Group, RunRow
 from specsuite.report.render import environment
@@ -90,6 +90,7 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
         changes = data.change_points(src.db, src.device, mirror, runs, cache) if runs else []
         if cache is not None:
             cache.save()
+    configs = data.configuration_changes(src.db, src.device, mirror, runs) if runs else []
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}")
@@ -98,7 +99,9 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
         raise UserError(f"--out {out}: cannot create the site there ({exc.strerror or exc})") from None
     try:
         previous = out if (out / MARKER).is_file() else None
-        built = _write(_Writer(src, staging, runs), changes, previous)
+        writer = _Writer(src, staging, runs)
+        writer.configs = configs
+        built = _write(writer, changes, previous)
         _publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -120,6 +123,8 @@ class _Writer:
         self.groups = data.groups(runs, src.mirror)
         self.group_of = {run.pk: g for g in self.groups.values() for run in g.runs}
         self.slugs = {run.run_id: run.slug for run in runs}
+        self.configs: Sequence[ConfigChange] = []  # the configuration changes to mark on case pages
+        self.sweeps: dict[int, dict[str, list[data.Member]]] = {}  # each run's sweeps, by np
 
     def page(self, rel: str, template: str, root: str, **context: Any) -> None:
         path = self.root / rel
@@ -155,6 +160,7 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
         for s in g.series.values()
     ]
     data.baselines(w.src.db, latest)  # the per-position chart compares the latest run with its baseline
+    w.sweeps = data.sweeps(w.src.db, w.runs)
     n_pages = 0
     index = []
     by_case: dict[tuple[str, str, str], list[ChangePoint]] = {}
@@ -182,8 +188,11 @@ def _case_order(group: Group) -> list[str]:
 def _case_page(w: _Writer, group: Group, case: str, mine: Sequence[ChangePoint]) -> dict[str, Any]:
     series = group.series[case]
     rows = [events.change_row(span, series) for span in events.spans(events.located(series, mine))]
+    ours = [c for c in w.configs if (c.device_class, c.backend) == (group.device_class, group.backend)]
+    configs = [events.config_row(i, c) for i, c in events.located(series, ours)]
     kind, words = pages.point_status(series[-1])
     note = "none in this history"
+    found = pages.case_data(group, case, series, rows, configs, w.sweeps)
     context = {
         "page": "case",
         "title": case,
@@ -200,7 +209,9 @@ def _case_page(w: _Writer, group: Group, case: str, mine: Sequence[ChangePoint])
         },
         "changes": rows,
         "changes_note": note,
-        "data": pages.case_data(group, case, series, rows),
+        "configs": configs,
+        "data": found,
+        "by_np": found["by_np"] is not None,  # a sweep's member: its speedup-by-np chart
     }
     w.page(pages.case_href(group, case), "case.html", "../../", **context)
     return pages.index_row(group, case, series, rows)

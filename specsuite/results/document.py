@@ -13,7 +13,9 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -22,23 +24,77 @@ import msgspec
 
 from specsuite.common import atomic, declared, paths
 from specsuite.common.errors import UserError
+from specsuite.results.config import RunConfig
 from specsuite.results.record import CaseRecord, decode_record
 
 SCHEMA = 2
+KNOWN_SCHEMAS = (1, 2)
 _MAX_RESULTS_BYTES = 64 << 20
+# A run id names a results folder and a page of the site: a plain file name, as the suite makes them
+# (``<UTC time>-<selector>``, ``-<random>`` when that was taken): no path, no control character, bounded.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` is not a run id the suite would make (None: it is one)."""
+    if not run_id:
+        return "no run_id: a run is entered once by its id, and this one has none"
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        shown = run_id if len(run_id) <= 60 else f"{run_id[:60]}... ({len(run_id)} characters)"
+        return (
+            f"run_id {shown!r} is not a plain name (letters, digits, '.', '_', '-', no '..', at most 128 "
+            "characters, as the suite names its runs)"
+        )
+    return None
 
 
 def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
 def new_run_id(selector: str) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{re.sub(r'[^a-z0-9_-]+', '_', selector.lower()).strip('_') or 'run'}"
+    return f"{_stamp()}-{re.sub(r'[^a-z0-9_-]+', '_', selector.lower()).strip('_') or 'run'}"
 
 
-def default_results_dir(selector: str) -> Path:
-    return paths.RESULTS_DIR / new_run_id(selector)
+_STAMPED = re.compile(r"\d{8}T\d{6}Z-")
+
+
+def run_id_for(folder: Path) -> str:
+    """The id of a run that writes into ``folder``: its name when the suite named it (``claim_results_dir``:
+    unique by its mkdir), else the time and the name: a folder the user gives (SPEC_RESULTS_DIR), perhaps
+    to every run, must not give every run one id (a history holds one run per id). Always a plain name."""
+    name = folder.name
+    if _STAMPED.match(name) and run_id_problem(name) is None:
+        return name
+    plain = re.sub(r"[^A-Za-z0-9._-]+", "_", name).replace("..", "_").strip("._-")[:100]
+    return f"{_stamp()}-{plain or 'run'}"
+
+
+def claim_results_dir(selector: str, fix: str = "set SPEC_RESULTS_DIR to a writable folder") -> Path:
+    """A new results folder ``results/<run-id>`` that is this run's alone: its name (the run id) is made
+    with ``mkdir`` without ``exist_ok``, which one process wins, so two runs started in the same second
+    never share a folder or an id; the one that lost takes the name with a random part added."""
+    try:
+        paths.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {paths.RESULTS_DIR}: {exc.strerror or exc}; {fix}") from None
+    base = new_run_id(selector)
+    for attempt in range(100):
+        folder = paths.RESULTS_DIR / (base if attempt == 0 else f"{base}-{secrets.token_hex(3)}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(
+                f"cannot create the results folder {folder}: {exc.strerror or exc}; {fix}"
+            ) from None
+        return folder
+    raise UserError(f"cannot claim a results folder {base}-* in {paths.RESULTS_DIR}: 100 names taken; {fix}")
 
 
 def check_results_dir(folder: Path, fix: str, other: str) -> None:
@@ -142,13 +198,17 @@ class HistoryNote(msgspec.Struct, kw_only=True):
     used: dict[str, list[str]] = {}  # baseline "commit (run id)" -> the cases judged against it
     missing: list[str] = []  # cases no earlier commit measured
     problem: str | None = None  # the history could not be read: no relative gate
+    broken: list[str] = []  # "<case> at run <id>": a baseline candidate whose stored record was unreadable
 
     def render(self) -> str:
         if self.problem:
             return f"history unreadable, no relative gate: {self.problem}"
         parts = [f"{base} for {', '.join(names)}" for base, names in self.used.items()]
-        if self.missing and self.used:
-            parts.append(f"no earlier commit measured for {', '.join(self.missing)}")
+        if self.missing and (self.used or self.broken):
+            gap = "no usable earlier record for" if self.broken else "no earlier commit measured for"
+            parts.append(f"{gap} {', '.join(self.missing)}")
+        if self.broken:
+            parts.append(f"broken history record(s) skipped: {', '.join(self.broken)}")
         body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
         return f"baseline ({self.basis}): {body}"
 
@@ -160,7 +220,8 @@ class HistoryNote(msgspec.Struct, kw_only=True):
         for base, names in other.used.items():
             used.setdefault(base, []).extend(names)
         note = HistoryNote(basis=self.basis, used=used, missing=[*self.missing, *other.missing],
-                           problem=self.problem or other.problem)  # fmt: skip
+                           problem=self.problem or other.problem,
+                           broken=[*self.broken, *other.broken])  # fmt: skip
         note.line = note.render()
         return note
 
@@ -180,6 +241,7 @@ class Run(msgspec.Struct, kw_only=True):
     harness: Harness | None = None
     cases_sha256: str | None = None
     binary: Binary = msgspec.field(default_factory=Binary)
+    config: RunConfig | None = None  # the binary's defaults and build options (results.config)
     device: Device | None = None
     gpu: Any = None  # schema 1: null, a name, a list of names, or {name}
     options: RunOptions | None = None
@@ -226,7 +288,7 @@ class RunResults:
         make_results_dir(self.logs)
         self._t0 = time.monotonic()
         self.run = run
-        run.run_id = run.run_id or self.dir.name
+        run.run_id = run.run_id or run_id_for(self.dir)
         run.started = run.started or utc_now()
         run.host = run.host or socket.gethostname()
 
@@ -286,19 +348,40 @@ def decode_run(data: Any, label: str) -> Run:
     return run
 
 
+def read_document(file: Path, limit: int | None = None) -> bytes:
+    """A results document's bytes: a regular file only, at most ``limit`` bytes (64 MiB) read. A device
+    (/dev/zero, whose size reads 0) or a FIFO (which blocks the open until a writer comes) is refused at
+    once."""
+    limit = _MAX_RESULTS_BYTES if limit is None else limit
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open returns, never blocks
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UserError(
+                f"{file}: not a regular file (a device, FIFO or socket); give a results.json file"
+            )
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UserError(f"{file}: more than {limit} bytes is too big for a results.json")
+    return data
+
+
 def load_run(path: str | Path) -> Run:
     """Read one run's results.json; UserError naming the file when it is missing or not a suite result."""
     file = results_file(path)
     try:
-        if file.stat().st_size > _MAX_RESULTS_BYTES:
-            raise UserError(f"{file}: {file.stat().st_size} bytes is too big for a results.json")
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_document(file).decode("utf-8"))
     except FileNotFoundError:
         raise UserError(
             f"{path}: no results.json there (give a results/<run> folder or its results.json)"
         ) from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON and bad UTF-8 alike
         raise UserError(f"{file}: cannot read it as a JSON results file ({exc})") from None
+    try:
+        msgspec.json.encode(data)  # JSON may escape half a character (\ud800); no file can store that text
+    except UnicodeEncodeError:
+        raise UserError(
+            f"{file}: holds text that is not Unicode (an unpaired \\ud800-\\udfff escape)"
+        ) from None
     try:
         return decode_run(data, str(file))
     except UserError as exc:

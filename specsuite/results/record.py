@@ -17,11 +17,14 @@ import msgspec
 
 from specsuite.common import declared
 from specsuite.common.errors import UserError
+from specsuite.results.config import CaseConfig
 
 STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
-MEASURED_FAIL_REASONS = frozenset({"floor", "regressed", "drifted", "speed"})
+MEASURED_FAIL_REASONS = frozenset(
+    {"floor", "regressed", "drifted", "speed", "memory_growth", "concurrency_collapse", "crossover_moved"}
+)
 
 
 def is_number(value: Any) -> bool:
@@ -79,6 +82,7 @@ class PromptCheck(msgspec.Struct, kw_only=True):
     identical: bool | None = None
     first_diff: int | None = None
     prefix_fraction: float | None = None
+    stream: int | None = None  # which of several concurrent streams sent the request
 
 
 class Counters(msgspec.Struct, kw_only=True):
@@ -108,6 +112,54 @@ class CategoryStats(msgspec.Struct, kw_only=True):
     baseline_decode_tps: float | None = None  # the first baseline round's, the same prompts without
 
 
+class Spread(msgspec.Struct, kw_only=True):
+    """One number over the requests of a concurrent case: its median and its worst."""
+
+    median: float | None = None
+    worst: float | None = None
+
+
+class RequestCounters(msgspec.Struct, kw_only=True):
+    """One request's own speculative counters (``timings.draft_n`` and ``draft_n_accepted``)."""
+
+    stream: int | None = None
+    prompt: str
+    drafted: int
+    accepted: int
+
+
+class Np1(msgspec.Struct, kw_only=True):
+    """The np-1 output a concurrent case is compared with: where it came from, its acceptance, and how
+    this case's requests compare with it."""
+
+    source: str  # "tiny-mtp-random (this run)" or "measured for this case"
+    accept_rate: float | None = None
+    accept_len: float | None = None
+    identical_fraction: float | None = None  # requests whose tokens equal np 1's for their prompt
+    counters: str | None = None  # "identical per request", or the requests whose counters differ
+
+
+class Concurrency(msgspec.Struct, kw_only=True):
+    """A case on the concurrency axis: slots and streams, the speed a client sees (aggregate tokens/s on
+    the client's clock per round, per-request decode speed and time to first token), each request's own
+    counters, the np-1 comparison, and the crossover of its sweep in this run."""
+
+    parallel: int = 1
+    streams: int = 1
+    requests: int | None = None  # per pass: streams x prompts
+    spec_tps: list[float | None] = []
+    base_tps: list[float | None] = []
+    speedups: list[float | None] = []
+    speedup: float | None = None  # median of the rounds' aggregate speedups
+    request_tps: Spread | None = None
+    base_request_tps: Spread | None = None
+    ttft_ms: Spread | None = None
+    base_ttft_ms: Spread | None = None
+    per_request: list[RequestCounters] = []
+    np1: Np1 | None = None
+    crossover_np: int | None = None  # the largest np at which its sweep paid in this run (0: not at 1)
+
+
 class BaselineRef(msgspec.Struct, kw_only=True):
     """The history baseline a case was judged against, what regressed, and how the counters compare."""
 
@@ -119,6 +171,8 @@ class BaselineRef(msgspec.Struct, kw_only=True):
     # the acceptance counters against the baseline's, exactly: "identical", the changes ("accepted 36 -> 33
     # (-3); position 2: 12 -> 9 (-3)"), or why they were not compared (nondeterministic, not recorded)
     counters: str | None = None
+    # how this run's configuration differs from the baseline run's (results.config.changes)
+    config_changes: list[str] = []
 
 
 class DriftRef(msgspec.Struct, kw_only=True):
@@ -133,6 +187,38 @@ class DriftRef(msgspec.Struct, kw_only=True):
     change: float  # (mean_after - mean_before) / mean_before
     p_value: float | None  # None: a deterministic counter changed (no statistics needed)
     runs: int  # the runs judged together, this one included
+    config_changes: list[str] = []  # the configuration across the change point (results.config.changes)
+
+
+class Memory(msgspec.Struct, kw_only=True):
+    """The case server's memory and, beside it, the baseline server's (server.memory): peaks, a sample
+    after each pass of the prompts (the cold pass, the warm-up, each round), and the growth from the
+    first warmed sample to the last."""
+
+    peak_rss_mib: float | None = None  # VmHWM of the case's server
+    base_peak_rss_mib: float | None = None  # ... of the baseline server (shared by its target's cases)
+    rss_mib: list[float | None] = []
+    requests: list[int] = []  # the requests the server had answered at each sample
+    growth_mib: float | None = None
+    growth_requests: int | None = None
+    gpu_peak_mib: float | None = None  # the largest nvidia-smi sample (no GPU: None)
+    base_gpu_peak_mib: float | None = None
+    gpu_mib: list[float | None] = []
+    gpu_growth_mib: float | None = None
+    limit_mib: float | None = None  # growth above this failed the case (memory_growth)
+
+
+class Prefill(msgspec.Struct, kw_only=True):
+    """Prompt processing, from the servers' own timings (prompt_n, prompt_ms), speculative against the
+    baseline: the time to first token of a non-streamed request is its prompt_ms."""
+
+    ttft_ms: float | None = None  # median prompt_ms of the rounds' requests
+    base_ttft_ms: float | None = None
+    prompt_tps: float | None = None  # median over rounds of sum(prompt_n) / sum(prompt_ms)
+    base_prompt_tps: float | None = None
+    ratio: float | None = None  # prompt_tps / base_prompt_tps (below 1: speculation slows the prefill)
+    prompt_tps_rounds: list[float | None] = []
+    base_prompt_tps_rounds: list[float | None] = []
 
 
 class CaseRecord(msgspec.Struct, kw_only=True):
@@ -150,6 +236,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     n_max: int | None = None
     target: str = ""
     draft: str | None = None
+    parallel: int = 1  # the server's slots
+    streams: int = 1  # concurrent streams of requests
+    sweep: str | None = None  # the sweep (its table's name) this case is a member of
     floors: dict[str, float | None] = {}
     uncalibrated: bool = False
     drafted: int | None = None
@@ -178,6 +267,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     # per prompt category (a categorised prompt set; empty otherwise), in the order they ran
     categories: dict[str, CategoryStats] = {}
     temperature: float = 0.0  # 0: greedy; above: sampled from the request's seed
+    concurrency: Concurrency | None = None
     baseline: BaselineRef | None = None
     drift: DriftRef | None = None
     # each warmed speculative round's counters (the reported ones are the cold pass's, before the rounds;
@@ -193,6 +283,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     log: str | None = None
     wall_s: float | None = None
     warnings: list[str] = []
+    config: CaseConfig | None = None  # the flags the case's server was given, what /props said
+    memory: Memory | None = None
+    prefill: Prefill | None = None
 
     @property
     def pos0(self) -> float | None:
@@ -238,6 +331,10 @@ def decode_record(name: str, data: Any, label: str = "") -> CaseRecord:
     where = ": ".join(p for p in (label, f"case {name!r}") if p)
     if not isinstance(data, dict):
         raise UserError(f"{where}: its record must be an object, not {type(data).__name__}")
+    if "name" in data and data["name"] != name:  # one case's record filed under another's name
+        raise UserError(
+            f"{where}: its record names another case ({str(data['name'])[:60]!r}); a case key is its name"
+        )
     raw = {k: v for k, v in data.items() if k in _FIELDS and not (v is None and not _admits_none(_FIELDS[k]))}
     if isinstance(raw.get("spec_type"), list) and all(isinstance(t, str) for t in raw["spec_type"]):
         raw["spec_type"] = ",".join(raw["spec_type"])  # schema 1 stored a chain as a list

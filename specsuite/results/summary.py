@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic, table
+from specsuite.results import config
+from specsuite.results.crossover import crossovers
 from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import Verdict
@@ -71,6 +73,26 @@ def drift_lines(run: Run) -> list[str]:
     return out
 
 
+def _config_changes(r: CaseRecord) -> list[str]:
+    return [*(r.baseline.config_changes if r.baseline else []), *(r.drift.config_changes if r.drift else [])]
+
+
+def config_lines(run: Run, failed: bool) -> list[str]:
+    """The configuration changes since the baseline, one line per set of changes with the cases that
+    share it: those of failed cases (``failed``; their likely cause, named first), or of the others."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for r in run.cases.values():
+        if (r.status == "failed") == failed and (found := _config_changes(r)):
+            groups.setdefault(tuple(dict.fromkeys(found)), []).append(
+                f"{r.name} ({r.reason})" if failed else r.name
+            )
+    head = "CONFIGURATION CHANGED under" if failed else "configuration differs from the baseline under"
+    return [
+        f"{head} {', '.join(names)}: {config.summary_line(list(changes))}"
+        for changes, names in groups.items()
+    ]
+
+
 def _spread(r: CaseRecord, metric: str) -> str:
     got = [(name, v) for name, c in r.categories.items() if is_finite(v := getattr(c, metric))]
     if not got:
@@ -86,12 +108,22 @@ def category_lines(run: Run) -> list[str]:
     return [f"categories of {name} ({n}): {rate}; {length}" for name, (n, rate, length) in spreads.items()]
 
 
+def crossover_lines(run: Run) -> list[str]:
+    """One line per sweep: up to which np speculation beats plain decoding on aggregate tokens/s."""
+    found = crossovers(run.cases.values())
+    if found and not run.run_options.speed:
+        return ["crossover: not measured (acceptance only: cases shared the cores)"]
+    return [f"crossover {c.line()}" for c in found]
+
+
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
-    lines += [f"- **{a}**" for a in [*drift_lines(run), *v.attention]]
+    lines += [f"- **{a}**" for a in [*config_lines(run, True), *drift_lines(run), *v.attention]]
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
+    lines += [f"- {line}" for line in config_lines(run, False)]
+    lines += [f"- {c}" for c in crossover_lines(run)]
     if run.parts:
         lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [
@@ -101,9 +133,38 @@ def summary_markdown(run: Run, v: Verdict) -> str:
         "",
         table.render(SUMMARY_COLUMNS, [_row(r) for r in run.cases.values()], markdown=True),
     ]
+    if rows := [_resource_row(r) for r in run.cases.values() if r.memory or r.prefill]:
+        lines += ["", table.render(RESOURCE_COLUMNS, rows, markdown=True)]
     if cats := category_lines(run):
         lines += ["", *[f"- {c}" for c in cats]]
     return "\n".join(lines) + "\n"
+
+
+RESOURCE_COLUMNS = (
+    "case", "peak RSS MiB (baseline)", "growth MiB / requests", "GPU MiB (baseline)", "TTFT ms (baseline)",
+    "prompt tok/s (baseline)", "decode tok/s (baseline)",
+)  # fmt: skip
+
+
+def _pair(value: Any, base: Any, fmt: str) -> str:
+    if not is_finite(value):
+        return "–"
+    return f"{value:{fmt}}" + (f" ({base:{fmt}})" if is_finite(base) else "")
+
+
+def _resource_row(r: CaseRecord) -> list[str]:
+    """Memory and prefill beside decode speed: the case's server, the baseline's in parentheses."""
+    m, p = r.memory, r.prefill
+    growth = f"{m.growth_mib:+.2f} / {m.growth_requests}" if m and is_finite(m.growth_mib) else "–"
+    return [
+        r.name,
+        _pair(m.peak_rss_mib, m.base_peak_rss_mib, ".1f") if m else "–",
+        growth,
+        _pair(m.gpu_peak_mib, m.base_gpu_peak_mib, ".0f") if m else "–",
+        _pair(p.ttft_ms, p.base_ttft_ms, ".2f") if p else "–",
+        _pair(p.prompt_tps, p.base_prompt_tps, ".1f") if p else "–",
+        _pair(r.decode_tps, r.baseline_decode_tps, ".1f"),
+    ]
 
 
 def write_summary(run: Run, v: Verdict, results_dir: Path) -> Path:

@@ -152,6 +152,9 @@ def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
             f"SHARD {run.shard} of the {run.tier} run: `specsuite merge` judges the whole run and records it"
         )
         out.append((f"SHARD {run.shard}", [line]))
+    if run.history is not None and run.history.broken:  # the gate judged against an older run, or none
+        line = f"BROKEN BASELINE RECORD(S) in the history, skipped: {', '.join(run.history.broken)}"
+        out.append((None, [line]))
     if run.history is not None and run.history.recorded is False:
         out.append((None, ["HISTORY NOT RECORDED: the database could not be written (see the run's log)"]))
     return out

@@ -24,10 +24,15 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.common.procs import child_env, stop_group
-from specsuite.common.serverflags import FLAG_SPELLINGS, speculative_option, speculative_spelling
+from specsuite.common.serverflags import (
+    FLAG_SPELLINGS,
+    config_key,
+    speculative_option,
+    speculative_spelling,
+)
 from specsuite.common.statcache import StatCache
 
-SCHEMA = 3  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 4  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -67,6 +72,9 @@ class Capabilities:
     removed: frozenset[str] = frozenset()  # option names whose description says they were removed
     backend: str | None = None  # "cpu", "cuda", "vulkan", … from --list-devices; None if unknown
     devices: tuple[str, ...] = field(default=())
+    # the default --help states for each speculative, batching and KV-cache flag (parse_defaults):
+    # canonical key -> (the binary's spellings of it, the default's text or None when the help states none)
+    defaults: dict[str, tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
     # every spelling of every speculative option the help lists (serverflags.speculative_option), removed
     # ones too, and those of them that take no value (--spec-default, --spec-draft-cpu-moe)
     speculative: frozenset[str] = frozenset()
@@ -177,6 +185,28 @@ def parse_speculative(help_text: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(spellings), frozenset(switches)
 
 
+_DEFAULT_RE = re.compile(r"\bdefault:\s*([^)]*?)\s*\)")
+
+
+def parse_defaults(help_text: str) -> dict[str, tuple[tuple[str, ...], str | None]]:
+    """Each speculative, batching and KV-cache flag's default as the ``--help`` text states it, with the
+    binary's spellings of it: ``--spec-draft-p-min, --draft-p-min P ... (default: 0.00)`` ->
+    ``{"--spec-draft-p-min": (("--spec-draft-p-min", "--draft-p-min"), "0.00")}``.
+
+    The text after ``default:`` up to the closing parenthesis, quotes dropped (``'auto'`` -> ``auto``), kept
+    as the binary words it (``-1, -1 = auto``): a change of wording is a change a reader should see. Keys
+    are ``serverflags.config_key``'s, so a renamed flag keeps its key; removed flags are left out."""
+    out: dict[str, tuple[tuple[str, ...], str | None]] = {}
+    for head, desc in _split_entries(help_text):
+        names = _names(head)
+        key = config_key(names)
+        if key is None or REMOVED_MARKER in desc.lower():
+            continue
+        m = _DEFAULT_RE.search(desc)
+        out[key] = (tuple(names), m.group(1).strip("'\"") if m else None)
+    return out
+
+
 def parse_commit(version_text: str) -> str | None:
     """Short hash: ``version: 0.5.0-dev (build 1, commit 0c1e570)``, older ``version: 4000 (0c1e570)``."""
     m = re.search(r"\bcommit ([0-9a-f]{6,40})\b", version_text) or re.search(
@@ -250,9 +280,9 @@ def _probe_uncached(binary: Path) -> Capabilities:
     if rc != 0 or "--help" not in out + err:
         tail = "\n".join((out + err).strip().splitlines()[-5:])
         raise UserError(f"{binary} --help failed (exit {rc}); is it a llama-server?\n{tail}")
-    help_text = out if "--help" in out else err
-    options, removed, types = parse_help(help_text)
-    speculative, switches = parse_speculative(help_text)
+    text = out if "--help" in out else err
+    options, removed, types = parse_help(text)
+    speculative, switches = parse_speculative(text)
     _, vout, verr = _run(binary, "--version")
     version_text = (vout + verr).strip()
     if problem := _identity_problem(options, version_text):
@@ -266,9 +296,18 @@ def _probe_uncached(binary: Path) -> Capabilities:
         _, dout, derr = _run(binary, "--list-devices")
         backend, devices = parse_devices(dout + derr)
     return Capabilities(
-        str(binary), version_text, parse_commit(version_text), types, options, removed, backend, devices,
-        speculative, switches,
-    )  # fmt: skip
+        str(binary),
+        version_text,
+        parse_commit(version_text),
+        types,
+        options,
+        removed,
+        backend,
+        devices,
+        parse_defaults(text),
+        speculative,
+        switches,
+    )
 
 
 # --- cache ---------------------------------------------------------------------------------------------
@@ -294,6 +333,7 @@ def _from_json(data: dict[str, Any]) -> Capabilities:
         removed=frozenset(data["removed"]),
         backend=data["backend"],
         devices=tuple(data["devices"]),
+        defaults={k: (tuple(v[0]), v[1]) for k, v in data["defaults"].items()},
         speculative=frozenset(data["speculative"]),
         spec_switches=frozenset(data["spec_switches"]),
     )

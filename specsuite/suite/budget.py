@@ -86,13 +86,15 @@ class Work:
 
 
 def case_work(case: Case, rounds: int) -> Work:
-    """The cold pass, the warm-up, each speed round on both servers, the chat request."""
-    passes = 1 + 2 * rounds
+    """The cold pass, the warm-up, each speed round on both servers, the chat request. With several
+    streams each pass is the prompt set once per stream (suite.streams), and the warm-up a request per
+    stream: counted as if one after another (at the baseline's rate a batch of them takes no longer)."""
+    passes = (1 + 2 * rounds) * case.streams
     prompt_bytes = sum(len(text.encode()) + _SPECIAL for _, text in case.prompt_texts)
     first = len(case.prompt_texts[0][1].encode()) + _SPECIAL if case.prompt_texts else 0
     chat = chat_body("")["max_tokens"]
-    return Work(len(case.prompt_texts) * case.n_predict * passes + WARMUP_N_PREDICT + chat,
-                prompt_bytes * passes + 2 * first)  # fmt: skip
+    return Work(len(case.prompt_texts) * case.n_predict * passes + WARMUP_N_PREDICT * case.streams + chat,
+                prompt_bytes * passes + (1 + case.streams) * first)  # fmt: skip
 
 
 def _shown(seconds: float) -> str:

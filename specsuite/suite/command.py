@@ -76,18 +76,19 @@ def server_command(
     draft: Path | None = None,
     resolved: Sequence[str] | None = None,
     ctx_size: int | None = None,
+    parallel: int | None = None,
 ) -> list[str]:
     """The full argv. ``case=None`` is the baseline: the same server with speculation off (``ctx_size``:
-    its context, the case's; default upstream's). ``resolved``: the flags the mode resolver chose for a
-    ``mode`` case (instead of the case's fixed configuration).
+    a slot's context, the case's; default upstream's). ``resolved``: the flags the mode resolver chose for
+    a ``mode`` case (instead of the case's fixed configuration). ``parallel``: the slots (default the
+    case's, else 1).
 
     A case's ``server_args`` come first: llama.cpp takes the last of a repeated flag, so the harness's own
     flags (cases.toml refuses them in server_args anyway) always win."""
     ngl = gpu_layers(caps)
     extra = list(case.server_args) if case is not None else []
     ctx = ctx_size or (case.ctx_size if case is not None else CTX_SIZE)
-    cmd = [caps.binary, *extra, "-m", str(target), caps.require_flag("ctx_size"), str(ctx)]
-    cmd += [caps.require_flag("parallel"), "1"]
+    cmd = [caps.binary, *extra, "-m", str(target), *slot_args(caps, _slots(case, parallel), ctx)]
     if ngl is not None:
         cmd += [caps.require_flag("n_gpu_layers"), ngl]
         if case is not None:  # as upstream: the draft (or MTP head) is offloaded like the target
@@ -108,6 +109,22 @@ def server_command(
     elif case is not None:
         cmd += spec_args(caps, case, draft)
     return cmd
+
+
+def _slots(case: Case | None, parallel: int | None) -> int:
+    return parallel if parallel is not None else case.parallel if case is not None else 1
+
+
+def slot_args(caps: Capabilities, parallel: int, per_slot: int = CTX_SIZE) -> list[str]:
+    """``--ctx-size`` and ``--parallel``: llama-server divides the context among its slots (without a
+    unified KV cache, which the harness never turns on: tools/server/server-context.cpp n_ctx_slot), so
+    the context grows with the slots and each slot holds ``per_slot``, as the np-1 case's one slot does."""
+    return [
+        caps.require_flag("ctx_size"),
+        str(per_slot * parallel),
+        caps.require_flag("parallel"),
+        str(parallel),
+    ]
 
 
 def _known(caps: Capabilities, flags: Sequence[str]) -> list[str]:

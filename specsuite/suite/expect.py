@@ -5,15 +5,19 @@ own self-test expectations. Every failure message carries the measured number ne
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from specsuite.cases.schema import Case
+from specsuite.results.record import CaseRecord, finite
 from specsuite.server.failure import spec_inactive_reason
 from specsuite.suite.measure import Completion
 
 # Rounding in the report must never turn a pass into a fail: compare the exact ratios with this slack.
-_EPS = 1e-9
+EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
     if (
         rate is not None
         and case.min_accept_rate is not None
-        and n["accepted"] / n["drafted"] < case.min_accept_rate - _EPS
+        and n["accepted"] / n["drafted"] < case.min_accept_rate - EPS
     ):
         out.append(
             Failure(
@@ -57,7 +61,7 @@ def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
     if (
         alen is not None
         and case.min_accept_len is not None
-        and 1 + n["accepted"] / n["drafts"] < case.min_accept_len - _EPS
+        and 1 + n["accepted"] / n["drafts"] < case.min_accept_len - EPS
     ):
         out.append(
             Failure(
@@ -66,7 +70,7 @@ def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
                 f"(1 + accepted={n['accepted']} / steps={n['drafts']})",
             )
         )
-    if case.min_identical_fraction is not None and (ident or 0.0) < case.min_identical_fraction - _EPS:
+    if case.min_identical_fraction is not None and (ident or 0.0) < case.min_identical_fraction - EPS:
         diffs = ", ".join(f"{p['id']}@{p['first_diff']}" for p in n["prompts"] if not p["identical"])
         out.append(
             Failure(
@@ -92,7 +96,7 @@ def _category_floors(case: Case, n: dict[str, Any]) -> list[Failure]:
             continue
         for key, value, floor in (("accept_rate", c["accept_rate"], floors.min_accept_rate),
                                   ("accept_len", c["accept_len"], floors.min_accept_len)):  # fmt: skip
-            if floor is not None and (value is None or value < floor - _EPS):
+            if floor is not None and (value is None or value < floor - EPS):
                 counts = f"accepted={c['accepted']} drafted={c['drafted']} steps={c['drafts']}"
                 out.append(
                     Failure("floor", f"category {name!r}: {key} {value} < floor {floor:.4f} ({counts})")
@@ -109,7 +113,7 @@ def _speed(case: Case, n: dict[str, Any]) -> list[Failure]:
     up, rounds = n.get("speedup"), (n.get("speed") or {}).get("speedups") or []
     if up is None or not math.isfinite(up):
         return [Failure("speed", f"no speedup measured, but the case requires >= {case.min_speedup:.3f}")]
-    if up < case.min_speedup - _EPS:
+    if up < case.min_speedup - EPS:
         per_round = ", ".join(f"{x:.3f}" for x in rounds)
         return [
             Failure(
@@ -133,7 +137,7 @@ def _self_tests(case: Case, n: dict[str, Any]) -> list[Failure]:
         out.append(f"accepted={acc} != drafted={drafted} (synthetic rates all 1 accept every draft token)")
     if case.expect_accept_len is not None and case.accept_len_tolerance is not None and drafts:
         alen = 1 + acc / drafts
-        if abs(alen - case.expect_accept_len) > case.accept_len_tolerance + _EPS:
+        if abs(alen - case.expect_accept_len) > case.accept_len_tolerance + EPS:
             out.append(
                 f"accept_len {alen:.4f} not within {case.expect_accept_len} ± {case.accept_len_tolerance}"
             )
@@ -158,16 +162,43 @@ def _log(case: Case, log_text: str) -> list[Failure]:
 
 
 def check(
-    case: Case, n: dict[str, Any], completions: list[Completion], sanity: list[str], log_text: str
+    case: Case,
+    n: dict[str, Any],
+    completions: list[Completion],
+    sanity: list[str],
+    log_text: str,
+    concurrency: Sequence[Failure] = (),
 ) -> list[Failure]:
-    """All failures of one case (empty = pass); the first one's reason is the case's reason."""
-    empty = [c.id for c in completions if not c.tokens]
+    """All failures of one case (empty = pass); the first one's reason is the case's reason.
+
+    ``concurrency``: a case with several slots against its np-1 output (suite.concurrency), before the
+    floors: a floor missed at np 4 because acceptance collapsed there is said as the collapse."""
+    empty = list(dict.fromkeys(c.id for c in completions if not c.tokens))
     out = [Failure("no_tokens", f"no tokens returned for prompt(s) {', '.join(empty)}")] if empty else []
     out += _drafting(case, n, log_text)
     out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
+    out += concurrency
     out += _floors(case, n)
     out += _category_floors(case, n)
     out += _speed(case, n)
     out += _self_tests(case, n)
     out += _log(case, log_text)
     return out
+
+
+def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
+    """A passed record from elsewhere (a shard) judged again by ``case`` as cases.toml has it: counters
+    recorded, drafting, the floors (a rate that is null, NaN or below its floor fails), the speed floor
+    (``speed``: the run measured speed) and the self-tests, from the record's own numbers. The checks on
+    what the record does not hold (the tokens, the server log) stay the shard's."""
+    n = msgspec.to_builtins(rec)
+    if any(not isinstance(n[k], int) for k in ("drafted", "accepted", "drafts")):
+        return [Failure("metrics", "the record holds no acceptance counters: nothing to judge it by")]
+    if out := _drafting(case, n, ""):
+        return out
+    floors = not case.expect_no_drafts and not case.uncalibrated
+    missing = [k for k in ("accept_rate", "accept_len") if floors and finite(n[k]) is None]
+    out = [Failure("floor", f"{k} is {n[k]}, not a number: no floor can pass on it") for k in missing]
+    out += _floors(case, n) if not missing else []
+    out += _speed(case, n) if speed else []
+    return out + _self_tests(case, n)

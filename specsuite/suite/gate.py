@@ -15,6 +15,7 @@ run: it is one warning, and the summary says so.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from specsuite.common.errors import UserError
 from specsuite.history import changes, regress
 from specsuite.history import db as history
 from specsuite.history.ancestry import ancestors
+from specsuite.results import config
+from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
 from specsuite.results.record import BaselineRef, CaseRecord, DriftRef
 from specsuite.suite.expect import Failure
@@ -46,6 +49,7 @@ class GateContext:
     run_id: str = ""
     drift_window: int = 10  # the runs the drift gate judges together, this one included
     note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
+    config: RunConfig | None = None  # the judged run's configuration (its binary's defaults and build)
 
     def __post_init__(self) -> None:
         how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
@@ -75,6 +79,7 @@ def context(
         started=run.started,
         run_id=run.run_id,
         drift_window=drift_window,
+        config=run.config,
     )
 
 
@@ -91,16 +96,27 @@ def _setup(ctx: GateContext, name: str) -> dict[str, Any]:
 
 
 def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
-    return history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording)
+    skipped: list[str] = []
+    found = history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording, skipped=skipped)
+    ctx.note.broken += [
+        f"{name} at run {run_id}" for run_id in skipped
+    ]  # said in the summary, not only stderr
+    return found
 
 
 def judge(
-    ctx: GateContext, rec: CaseRecord, failed: bool = False, speed_rtol: float | None = None
+    ctx: GateContext,
+    rec: CaseRecord,
+    failed: bool = False,
+    earlier: Sequence[CaseRecord] = (),
+    speed_rtol: float | None = None,
+    decode_rtol: float | None = None,
 ) -> list[Failure]:
     """One case against its history: the relative gate (also after a failed floor: the baseline is where
-    a bisect of it starts), the counters against the baseline's, and, when nothing else failed, the drift
-    gate. ``speed_rtol``: the case's own tolerance for its speedup (else rtol). Fills ``rec.baseline``
-    and ``rec.drift``."""
+    a bisect of it starts), a sweep's crossover (``earlier``: this run's cases before it), the counters
+    against the baseline's, and, when nothing else failed, the drift gate. ``speed_rtol``,
+    ``decode_rtol``: the case's own tolerances for its speedup and decode tokens/s (else rtol). Fills
+    ``rec.baseline`` and ``rec.drift``."""
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
@@ -115,6 +131,7 @@ def judge(
         rtol=ctx.rtol,
         block_rtol=ctx.block_rtol,
         speed_rtol=speed_rtol,
+        decode_rtol=decode_rtol,
         baseline_commit=base.commit[:12],
     )
     rec.baseline = BaselineRef(
@@ -124,10 +141,19 @@ def judge(
         rtol=ctx.rtol,
         regressions=[r.message for r in regs],
         counters=regress.counter_changes(rec, base.record),
+        config_changes=config.changes(
+            (base.config, base.record.config), (ctx.config, rec.config), (base.commit, ctx.commit)
+        ),
     )
     ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
-    if regs:
-        return [Failure("regressed", r.message) for r in regs]
+    found = [Failure("regressed", r.message) for r in regs]
+    moved = regress.crossover_moved(rec, base.record, earlier, baseline_commit=base.commit)
+    if moved is not None and moved.gated:  # first: it says what the speed drop at this np means
+        found.insert(0, Failure("crossover_moved", moved.message))
+    elif moved is not None:
+        rec.warnings.append(f"crossover moved: {moved.message}")
+    if found:
+        return found
     return [] if failed else _drift(ctx, rec, speed_rtol)
 
 
@@ -149,6 +175,9 @@ def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -
             continue
         before, after = points[found.index - 1], points[found.index]
         rec.drift = DriftRef(
+            config_changes=_config_across(
+                ctx, rec, before.run_id, after.run_id, (before.commit, after.commit)
+            ),
             metric=metric,
             before_commit=before.commit,
             after_commit=after.commit,
@@ -161,6 +190,20 @@ def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -
         )
         return [Failure("drifted", drift_message(rec.drift, rtol))]
     return []
+
+
+def _config_across(
+    ctx: GateContext, rec: CaseRecord, before: str, after: str, commits: tuple[str, str]
+) -> list[str]:
+    """The configuration changes across a drift's change point (the judged run's own when it is the run
+    after it). A history that cannot be read leaves them out: the drift itself was read from it."""
+    try:
+        stored = history.run_configs(None, [before, after], recording=ctx.recording)
+    except UserError:
+        return []
+    cfg_after = ctx.config if after == ctx.run_id else stored.get(after)
+    case_after = rec.config if after == ctx.run_id else None
+    return config.changes((stored.get(before), None), (cfg_after, case_after), commits)
 
 
 def drift_message(d: DriftRef, rtol: float) -> str:
@@ -186,7 +229,7 @@ def install(session: Session) -> None:
     run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
-        failures = judge(ctx, rec, failed, case.speed_rtol)
+        failures = judge(ctx, rec, failed, list(run.cases.values()), case.speed_rtol, case.decode_rtol)
         ctx.note.line = ctx.note.render()
         return failures
 

@@ -51,9 +51,14 @@ class Completion:
     draft_n: int = 0  # timings carry draft_n / draft_n_accepted only when something was drafted
     draft_n_accepted: int = 0
     prompt_n: int = 0  # the prompt's tokens the server processed (what a long-input bucket is)
+    prompt_ms: float = 0.0  # how long that took: a non-streamed request's time to its first token
+    stream: int | None = None  # which of several concurrent streams sent it (None: the only one)
+    wall_ms: float = 0.0  # from sending the request to reading its answer, on the client
 
     @classmethod
-    def from_response(cls, prompt_id: str, body: dict[str, Any]) -> Completion:
+    def from_response(
+        cls, prompt_id: str, body: dict[str, Any], stream: int | None = None, wall_ms: float = 0.0
+    ) -> Completion:
         t = body.get("timings") or {}
         return cls(
             prompt_id,
@@ -63,16 +68,35 @@ class Completion:
             int(t.get("draft_n", 0)),
             int(t.get("draft_n_accepted", 0)),
             int(t.get("prompt_n", 0)),
+            float(t.get("prompt_ms", 0.0)),
+            stream,
+            wall_ms,
         )
+
+    @property
+    def key(self) -> tuple[int | None, str]:
+        """Which request it answers: a stream sends each prompt once, so (stream, prompt) names it."""
+        return (self.stream, self.id)
+
+    @property
+    def tps(self) -> float | None:
+        """This request's decode tokens/s, from the server's own timings."""
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else None
+
+    @property
+    def ttft_ms(self) -> float:
+        """Time to first token: the client's wall time less the server's decode time, which starts at the
+        first token (``timings.predicted_ms``: server_slot_stats::t_gen_ms, from the end of the prompt):
+        queueing for a slot, the prompt and the HTTP round trip, without streaming the answer."""
+        return max(0.0, self.wall_ms - self.predicted_ms)
 
 
 def run_prompts(post: Post, prompts: Prompts, n_predict: int, temperature: float = 0.0) -> list[Completion]:
     """Send every prompt through ``post(path, body) -> dict`` (LlamaServer.post)."""
-    return [one_request(post, pid, text, n_predict, temperature) for pid, text in prompts]
-
-
-def one_request(post: Post, pid: str, text: str, n_predict: int, temperature: float = 0.0) -> Completion:
-    return Completion.from_response(pid, post("/completion", request_body(text, n_predict, temperature)))
+    return [
+        Completion.from_response(pid, post("/completion", request_body(text, n_predict, temperature)))
+        for pid, text in prompts
+    ]
 
 
 def warm_up(post: Post, prompts: Prompts, temperature: float = 0.0) -> None:
@@ -166,25 +190,29 @@ class PromptDivergence:
     identical: bool
     first_diff: int | None
     prefix_fraction: float  # share of the baseline's tokens reproduced before the first difference
+    stream: int | None = None  # of several concurrent streams
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "n_tokens": self.n_tokens,
             "identical": self.identical,
             "first_diff": self.first_diff,
             "prefix_fraction": round(self.prefix_fraction, 4),
         }
+        return out if self.stream is None else {**out, "stream": self.stream}
 
 
 def divergence(baseline: list[Completion], spec: list[Completion]) -> list[PromptDivergence]:
-    ref = {c.id: c.tokens for c in baseline}
+    """Each request's tokens against the baseline's answer to the same request (stream and prompt)."""
+    ref = {c.key: c.tokens for c in baseline}
     out = []
     for c in spec:
-        r = ref[c.id]
+        r = ref[c.key]
         d = first_diff(r, c.tokens)
         prefix = len(r) if d is None else d
-        out.append(PromptDivergence(c.id, len(c.tokens), d is None, d, prefix / len(r) if r else 1.0))
+        share = prefix / len(r) if r else 1.0
+        out.append(PromptDivergence(c.id, len(c.tokens), d is None, d, share, c.stream))
     return out
 
 

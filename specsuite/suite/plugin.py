@@ -40,7 +40,7 @@ from specsuite.cases.schema import Case, load_cases, select_cases
 from specsuite.common import paths, procs, settings
 from specsuite.common.errors import UserError
 from specsuite.models.lock import load_lock
-from specsuite.results.document import RunResults, default_results_dir, load_run, utc_now
+from specsuite.results.document import RunResults, claim_results_dir, load_run, utc_now
 from specsuite.results.merge import check_parts, merge_runs, not_run
 from specsuite.results.verdict import Verdict
 from specsuite.suite import plan
@@ -113,9 +113,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_CASES], config.stash[_SELECTOR], config.stash[_SHAPE] = cases, selector, shape
-    if cases and not options.results_dir and not shape.part:
-        # one folder for the run, whoever writes into it: the workers xdist starts inherit it
-        os.environ["SPEC_RESULTS_DIR"] = str(default_results_dir(selector))
+    runs = not (config.option.collectonly or config.option.help)  # only a run gets (and makes) a folder
+    if cases and runs and not options.results_dir and not shape.part:
+        # one folder for the run, whoever writes into it: the workers xdist starts inherit it; claimed, so
+        # that a run started in the same second never shares it (nor its run id)
+        os.environ["SPEC_RESULTS_DIR"] = str(claim_results_dir(selector))
     if cases:
         # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
         # servers are stopped, results.json and summary.md are written.

@@ -5,7 +5,8 @@ the models (stamp-verified paths), the GGUF checks, then a server with the case'
 speculation-off baseline server (the case's own command without its speculative flags: suite.baseline). The
 acceptance numbers come from a cold pass as upstream measures: the prompts on the fresh speculative server
 before any other request, counted by ``/metrics``; then a discarded warm-up and the A-B-B-A speed rounds
-(their counters are kept, not reported). Then the
+(their counters are kept, not reported), with the per-block overhead and the physical bound on the speedup
+(suite.overhead, suite.plausible). Then the
 floors, the sanity relations, divergence from the baseline's tokens, the self-tests, the speed floor, the
 usage check and the relative gate against the history baseline. Every outcome, also an interruption,
 lands in results.json.
@@ -13,7 +14,9 @@ lands in results.json.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -33,23 +36,31 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import budget, categories, expect, overhead, plausible
+from specsuite.suite import budget, categories, concurrency, expect, observe, overhead, plausible
 from specsuite.suite.baseline import Baseline, baseline_of
 from specsuite.suite.command import runs_on_cpu, server_command
+from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
     Completion,
+    Prompts,
     RequestOutcome,
     Speed,
+    abba,
     chat_body,
     divergence,
     interleaved_round,
-    one_request,
-    run_prompts,
     spec_result_line,
     usage_problem,
-    warm_up,
 )
 from specsuite.suite.slots import Slot
+from specsuite.suite.streams import Pass, Throughput, run_streams, warm_up
+
+# The case's server command at a number of slots (its own, or 1 for its np-1 reference).
+Slots = Callable[[int], Command]
+# What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
+Np1Key = tuple[tuple[str, ...], str, int]
+# A baseline server: the non-speculative argv (port 0), the GPUs, the pinned CPUs (suite.baseline).
+BaselineKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 
 
 @dataclass
@@ -57,6 +68,8 @@ class Measured:
     outcome: RequestOutcome
     log_text: str
     usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
+    throughput: Throughput = field(default_factory=Throughput)  # the rounds as a client sees them
+    np1: Reference | None = None  # a case with several slots: the np-1 output it is compared with
 
 
 class CaseEnd(Exception):
@@ -66,8 +79,6 @@ class CaseEnd(Exception):
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
 
-
-BaselineKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 
 # The gate against history: (case, record, whether the case already failed) -> failures; the session
 # installs it when it has one.
@@ -87,7 +98,15 @@ class Session:
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
     _base: tuple[BaselineKey, LlamaServer] | None = None
-    _base_tokens: dict[tuple[BaselineKey, str, int, float], list[Completion]] = field(default_factory=dict)
+    _base_tokens: dict[tuple[BaselineKey, str, int, float, int], list[Completion]] = field(
+        default_factory=dict
+    )
+    np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
+
+    @property
+    def flag_keys(self) -> dict[str, str]:
+        """Every spelling of a configuration flag -> its key (a case's config.passed)."""
+        return observe.spellings(self.caps.defaults)
 
     @property
     def gpu(self) -> bool:
@@ -129,8 +148,9 @@ class Session:
         return {name: m.path for name, m in found.items()}
 
     def baseline_server(self, base: Baseline, case: Case) -> LlamaServer:
-        """The speculation-off server of ``base`` (the case's command without its speculative flags, on as
-        many GPUs as the case): started once, kept while consecutive cases share it.
+        """The speculation-off server of ``base`` (the case's command without its speculative flags, slots
+        and context included, on as many GPUs as the case): started once, kept while consecutive cases
+        share it.
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
@@ -141,16 +161,16 @@ class Session:
         self._base = (base.key, srv)
         self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
         try:
-            warm_up(srv.post, case.prompt_texts)
+            warm_up(srv.connection, case.prompt_texts, case.streams)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
             self.close()
             raise
         return srv
 
     def baseline_tokens(self, base: Baseline, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (baseline, prompt set, n_predict, temperature): the first baseline round
-        that ran."""
-        key = (base.key, case.prompts, case.n_predict, case.temperature)
+        """The reference tokens of (baseline, prompt set, n_predict, temperature, streams): the first
+        baseline round that ran."""
+        key = (base.key, case.prompts, case.n_predict, case.temperature, case.streams)
         return self._base_tokens.setdefault(key, got)
 
     def close(self) -> None:
@@ -169,6 +189,9 @@ def new_record(case: Case) -> CaseRecord:
         n_max=case.n_max,
         target=case.target,
         draft=case.draft,
+        parallel=case.parallel,
+        streams=case.streams,
+        sweep=case.sweep_name,
         floors=case.floors,
         uncalibrated=case.uncalibrated,
         temperature=case.temperature,
@@ -216,13 +239,19 @@ def _resolve(
     return tuple(res.flags)
 
 
-def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Command:
+def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
     resolved = _resolve(session, case, rec, target, draft) if case.mode else None
     try:
         server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
     except MissingFlag as exc:
         raise _missing(session, exc.what, exc.reason) from None
-    return lambda port: server_command(session.caps, target, port, case, draft, resolved)
+
+    def at(parallel: int) -> Command:
+        return lambda port: server_command(
+            session.caps, target, port, case, draft, resolved, parallel=parallel
+        )
+
+    return at
 
 
 def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: int) -> None:
@@ -246,8 +275,8 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
 
 
 def _cold_pass(
-    spec: LlamaServer, case: Case
-) -> tuple[metrics.Delta, list[Completion], list[str], list[categories.CategoryPass]]:
+    spec: LlamaServer, case: Case, streams: int | None = None
+) -> tuple[metrics.Delta, Pass, list[str], list[categories.CategoryPass]]:
     """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
 
     A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
@@ -256,12 +285,15 @@ def _cold_pass(
     which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
     would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
     empty state as upstream's, which no warm-up before it may change. A categorised prompt set is sent one
-    category after another, with a snapshot after each: each category's counters are exact too."""
+    category after another, with a snapshot after each: each category's counters are exact too.
+    ``streams``: the case's unless given (its np-1 reference's: 1); each category is one pass of them."""
     ready = spec.metrics()
-    comps: list[Completion] = []
+    done = Pass([], 0.0)
     marks, passes = [ready], []
     for cat, prompts in categories.groups(case):
-        comps += run_prompts(spec.post, prompts, case.n_predict, case.temperature)
+        done += run_streams(
+            spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature
+        )
         marks.append(spec.metrics())
         if cat:
             delta = metrics.delta(marks[-2], marks[-1])
@@ -272,42 +304,95 @@ def _cold_pass(
             f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
-    return metrics.delta(ready, marks[-1]), comps, warn, passes
+    return metrics.delta(ready, marks[-1]), done, warn, passes
+
+
+def _round_count(session: Session, case: Case) -> int:
+    """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
+    anything there, the round is for tokens and counters); with several slots at least two, so that
+    counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
+    suite.concurrency)."""
+    n = max(session.options.repeat, case.repeat) if session.speed else 1  # a case's own repeat raises it
+    return max(n, 2) if case.parallel > 1 else n
 
 
 def _rounds(
-    session: Session, case: Case, spec: LlamaServer, base: LlamaServer
-) -> tuple[list[metrics.Delta], list[Completion], Speed]:
-    """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds, each the
-    prompt set on both servers, request pair by request pair in A-B-B-A order (measure.interleaved_round);
-    each round's counters are the speculative server's ``/metrics`` delta over it (kept to show whether
-    they repeat, never reported: the cold pass's are)."""
-    warm_up(spec.post, case.prompt_texts, case.temperature)
+    session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
+) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
+    """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds
+    (``_round``); each speculative round's counters are the ``/metrics`` delta over it (kept to show whether
+    they repeat, never reported: the cold pass's are). ``watch`` samples memory after each and keeps the
+    timings."""
+    warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
+    watch.sample(case.streams)
     snapshots = [spec.metrics()]
-    speed, first_base = Speed(), None
-
-    def ask(srv: LlamaServer) -> Callable[[str, str], Completion]:
-        return lambda pid, text: one_request(srv.post, pid, text, case.n_predict, case.temperature)
-
-    for r in range(rounds_of(session, case)):
-        got = interleaved_round(ask(spec), ask(base), case.prompt_texts, r * len(case.prompt_texts))
+    speed, seen, first_base = Speed(), Throughput(), None
+    for r in range(_round_count(session, case)):
+        got = _round(case, spec, base, r)
+        for side in ("spec", "base"):
+            watch.round(side, got[side].completions)
+        watch.sample(len(got["spec"].completions))
         snapshots.append(spec.metrics())
-        first_base = first_base or got["base"]
+        first_base = first_base or got["base"].completions
         if session.speed:
-            speed.add(got["spec"], got["base"])
+            speed.add(got["spec"].completions, got["base"].completions)
+            seen.add("spec", got["spec"])
+            seen.add("base", got["base"])
     assert first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
-    return deltas, first_base, speed
+    return deltas, first_base, speed, seen
 
 
-def rounds_of(session: Session, case: Case) -> int:
-    """A-B-B-A rounds of a case: ``--repeat``, raised to the case's own ``repeat`` (a speed case on noisy
-    cores); one where cases run side by side on shared cores (no timing means anything there)."""
-    return max(session.options.repeat, case.repeat) if session.speed else 1
+def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str, Pass]:
+    """Round ``r``: the prompt set on both servers. One stream: the two requests of a prompt back to back,
+    A-B, B-A, … (measure.interleaved_round: another process's burst on shared cores lands on both sides
+    of a pair); several streams: each side's pass in A-B-B-A order."""
+
+    def side(srv: LlamaServer, prompts: Prompts) -> Pass:
+        return run_streams(srv.connection, prompts, case.n_predict, case.streams, case.temperature)
+
+    if case.streams > 1:
+        return {s: side(spec if s == "spec" else base, case.prompt_texts) for s in abba(r + 1)[r]}
+    passes: dict[str, list[Pass]] = {"spec": [], "base": []}
+
+    def one(srv: LlamaServer, name: str) -> Callable[[str, str], Completion]:
+        def ask(pid: str, text: str) -> Completion:
+            passes[name].append(side(srv, ((pid, text),)))
+            return passes[name][-1].completions[0]
+
+        return ask
+
+    interleaved_round(one(spec, "spec"), one(base, "base"), case.prompt_texts, r * len(case.prompt_texts))
+    return {k: functools.reduce(operator.add, v) for k, v in passes.items()}
 
 
-def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, target: Path) -> Measured:
-    like = baseline_of(session.caps, command, target, case.gpus, session.cpus(case))
+def _np1(
+    session: Session, case: Case, at: Slots, cold: metrics.Delta, comps: list[Completion]
+) -> Reference | None:
+    """A case with several slots: the np-1 output of its command (this run's, else measured now). A case
+    with one slot is such an output: kept for the cases after it."""
+    key: Np1Key = (tuple(at(1)(0)), case.prompts, case.n_predict)
+    if case.parallel == 1:
+        session.np1.setdefault(key, Reference(f"{case.name} (this run)", comps, cold))
+        return None
+    if key not in session.np1:
+        session.np1[key] = _measure_np1(session, case, at(1))
+    return session.np1[key]
+
+
+def _measure_np1(session: Session, case: Case, command: Command) -> Reference:
+    """The cold pass of the case's command with one slot and one stream, on a fresh server."""
+    log = session.results.logs / f"{case.name}-np1.log"
+    with _serving(session, command, log, case) as srv:
+        try:
+            cold, done, _, _ = _cold_pass(srv, case, streams=1)
+        except ServerFailed as exc:
+            raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
+    return Reference(f"measured for {case.name}: {session.results.rel(log)}", done.completions, cold)
+
+
+def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
+    like = baseline_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
         base = session.baseline_server(like, case)
     except ServerFailed as exc:
@@ -316,14 +401,17 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
     rec.cpus = sorted(base.cpus) if base.cpus else None
-    limit = budget.Budget.of(case, session.options, base.log_path, rounds_of(session, case))
-    with _serving(session, command, log, case) as spec, budget.armed(limit, log):
+    limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
+    with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
+        watch = observe.Watch(spec, base, session.gpu)
         try:
-            cold, comps, warned, passes = _cold_pass(spec, case)  # before any other request to this server
+            cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
+            watch.sample(len(done.completions))
             rec.warnings += warned
-            deltas, base_comps, speed = _rounds(session, case, spec, base)
+            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+            rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
                 session.close()
@@ -333,43 +421,72 @@ def _measure(session: Session, case: Case, rec: CaseRecord, command: Command, ta
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
+        finally:  # read while the servers still run
+            rec.memory, rec.prefill = watch.memory(), watch.prefill()
     ref = session.baseline_tokens(like, case, base_comps)
+    comps = done.completions
     divs = divergence(ref, comps)
     outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
                              categories=categories.numbers(passes, comps, base_comps, divs))  # fmt: skip
-    return Measured(outcome, spec.log_text(), usage)
+    np1 = _np1(session, case, at, cold, comps)  # after the case's server stopped: one at a time
+    return Measured(outcome, spec.log_text(), usage, seen, np1)
 
 
-def _fill(rec: CaseRecord, outcome: RequestOutcome) -> None:
-    """The record's numbers: the counters and speed, the per-block overhead, whether the speed is possible."""
+def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
+    """The record's numbers: the counters and speed, the per-block overhead (one stream: with several the
+    requests' decode times overlap), whether the speed is possible."""
     outcome.fill(rec)
-    overhead.fill(rec, outcome.speed, outcome.rounds)
+    if case.streams == 1:
+        overhead.fill(rec, outcome.speed, outcome.rounds)
     rec.implausible_speed = plausible.check(rec)
     rec.warnings += outcome.delta.warnings() + ([rec.implausible_speed] if rec.implausible_speed else [])
 
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     n = m.outcome.numbers()
-    _fill(rec, m.outcome)
+    _fill(rec, m.outcome, case)
     line = spec_result_line(case.name, n)
     print(line, flush=True)
     session.result_lines.append(line)
-    failures = expect.check(case, n, m.outcome.completions, m.outcome.delta.sanity_errors(), m.log_text)
+    sanity, against_np1 = m.outcome.delta.sanity_errors(), _concurrency(session, case, rec, m)
+    if case.concurrent:
+        sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
+    failures = expect.check(case, n, m.outcome.completions, sanity, m.log_text, against_np1)
     if not session.speed or rec.implausible_speed:  # no speed measured, or none possible: no speed floor
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))
+    failures += observe.memory_failures(rec.memory)
     if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
         failures += session.gate(case, rec, bool(failures))
     if failures:
         per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
+        if changed := [*(rec.baseline.config_changes if rec.baseline else []),
+                       *(rec.drift.config_changes if rec.drift else [])]:  # fmt: skip
+            body = f"configuration changed since the baseline: {'; '.join(changed)}\n{body}"
         raise CaseEnd(
             "failed",
             failures[0].reason,
             f"{case.name}: {len(failures)} check(s) failed\n{body}\n{line}\n"
             f"per-position rates: [{per_pos}]\n--- last server log lines ---\n{log_tail(m.log_text)}",
         )
+
+
+def _concurrency(session: Session, case: Case, rec: CaseRecord, m: Measured) -> list[expect.Failure]:
+    """A case on the concurrency axis: its record's block; with several slots, its requests against the
+    np-1 output (tokens exactly, acceptance within rtol)."""
+    if not case.concurrent:
+        return []
+    delta, comps, ref = m.outcome.delta, m.outcome.completions, m.np1
+    np1 = concurrency.np1_block(ref, delta, comps) if ref is not None else None
+    rec.concurrency = concurrency.block(case.parallel, case.streams, comps, m.throughput, np1)
+    if ref is None:
+        return []
+    rtol = session.options.rtol
+    return concurrency.batch_variant(ref, comps, case.parallel) + concurrency.collapse(
+        ref, delta, case.parallel, rtol
+    )
 
 
 def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
@@ -402,9 +519,9 @@ def _run(session: Session, case: Case, rec: CaseRecord) -> None:
     found = session.locate(case)
     case = _with_dataset(case, found)
     target, draft = found[case.target], found[case.draft] if case.draft else None
-    command = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
+    at = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
     _check_models(rec, target, draft, case.ctx_size)
-    _judge(session, case, rec, _measure(session, case, rec, command, target))
+    _judge(session, case, rec, _measure(session, case, rec, at, target))
 
 
 def run_case(case: Case, session: Session) -> CaseRecord:

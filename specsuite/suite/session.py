@@ -23,6 +23,7 @@ from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp import source
+from specsuite.results import crossover
 from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import (
     Binary,
@@ -32,7 +33,7 @@ from specsuite.results.document import (
     Run,
     RunOptions,
     RunResults,
-    default_results_dir,
+    claim_results_dir,
 )
 from specsuite.results.merge import not_run
 from specsuite.results.summary import write_summary
@@ -40,7 +41,7 @@ from specsuite.results.verdict import Verdict, verdict
 from specsuite.server import gpus
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite import gate, slots
+from specsuite.suite import gate, observe, slots
 from specsuite.suite.runner import Session
 from specsuite.suite.slots import Slot
 
@@ -96,12 +97,14 @@ def binary_info(caps: Capabilities) -> Binary:
 
 def new_run(caps: Capabilities, options: settings.Settings, *, tier: str, selector: str) -> Run:
     """The run's header: what was measured, with what, on what, and how it is judged."""
+    binary = binary_info(caps)
     return Run(
         tier=tier,
         selector=selector,
         harness=msgspec.convert(harness_info(paths.REPO_ROOT), Harness),
         cases_sha256=sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
-        binary=binary_info(caps),
+        binary=binary,
+        config=observe.run_config(caps.binary, binary.sha256, binary.backend, caps.defaults),
         device=msgspec.convert(device_info(caps), Device),
         options=msgspec.convert(options.run_options(), RunOptions),
     )
@@ -135,7 +138,7 @@ def open_session(
     caps = probe(paths.server_binary())
     check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
-    out = Path(results_dir or options.results_dir or default_results_dir(selector))
+    out = Path(results_dir or options.results_dir or claim_results_dir(selector))
     run = new_run(caps, options, tier=tier, selector=selector)
     run.shard, run.planned = shape.shard, list(shape.planned)
     file = f"parts/{shape.part}.json" if shape.part else "results.json"
@@ -174,6 +177,7 @@ def recordable(run: Run) -> bool:
 def finish_run(results: RunResults, options: settings.Settings) -> Verdict:
     """Judge a finished run once: the history record, the verdict, results.json, bench.json, summary.md."""
     run = results.run
+    crossover.annotate(run.cases.values())  # before the record: the history keeps each sweep's crossover
     if not options.no_history and recordable(run):
         gate.record(run)  # first: whether it was recorded is part of the verdict's attention lines
     found = verdict(run)

@@ -5,11 +5,15 @@ Each DIR is a shard's results folder, or a folder holding them (an artifact down
 ``merge-multiple``). The merged ``results/<run-id>/`` has what a run of the whole tier on one machine has:
 results.json, summary.md, junit.xml (from the records: no one pytest session saw every case), bench.json
 and every shard's logs. Shards of different commits, tiers, cases files, device classes, run options or
-plans are refused with one line (``results.merge``); a case two shards ran keeps its worst outcome; a
-planned case no shard ran is a ``not_run`` failure, so a runner that died before uploading anything turns
-the merged run red. The merged run's id comes from its shards (the earliest start and the tier), so a
-merge done again replaces its history record instead of adding one. Exit 0 when the merged run is green,
-1 when it is not, 2 when the shards cannot be merged.
+plans are refused with one line (``results.merge``), and so is a shard from elsewhere that no live run
+could have written (``results.checks``: impossible numbers, an unknown status). The plan is this
+checkout's: the cases cases.toml selects for the shards' selector (their cases.toml must be this one), not
+what each shard says it planned; a shard case outside it is refused. A case two shards ran keeps its worst
+outcome; a planned case no shard ran is a ``not_run`` failure, so a runner that died before uploading
+anything turns the merged run red; and every passed case is judged again by cases.toml's floors
+(``expect.recheck``): a shard's own "passed" is not believed. The merged run's id comes from its shards
+(the earliest start and the tier), so a merge done again replaces its history record instead of adding
+one. Exit 0 when the merged run is green, 1 when it is not, 2 when the shards cannot be merged.
 """
 
 from __future__ import annotations
@@ -22,13 +26,18 @@ from pathlib import Path
 
 import msgspec
 
+from specsuite.cases.schema import Case, load_cases, select_cases
 from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_text
+from specsuite.results.checks import run_problems
 from specsuite.results.document import Run, RunResults, load_run, make_results_dir
 from specsuite.results.junit import junit_xml
 from specsuite.results.merge import check_parts, merge_runs
 from specsuite.results.summary import append_step_summary
+from specsuite.suite import expect
+from specsuite.suite.plan import parse_shard
 from specsuite.suite.session import finish_run
 
 
@@ -83,11 +92,66 @@ def copy_logs(shard: Path, run: Run, out: Path, taken: set[str]) -> None:
         ref.log = moved.get(ref.log or "", ref.log)
 
 
+def the_plan(parts: list[tuple[str, Run]]) -> list[Case]:
+    """The cases the shards are parts of, from this checkout's cases.toml (never from a shard's own
+    ``planned``); UserError naming the shard that does not fit it."""
+    mine = sha256_text(paths.CASES_FILE.read_text(encoding="utf-8"))
+    selectors = {r.selector or r.tier or "" for _, r in parts}
+    if len(selectors) > 1:
+        raise UserError(f"cannot merge: the shards ran different selections ({', '.join(sorted(selectors))})")
+    selector = selectors.pop()
+    for label, run in parts:
+        if not run.shard:
+            raise UserError(
+                f"cannot merge: {label} is not a shard (no 'shard': run-tier --shard K/N writes one)"
+            )
+        try:
+            parse_shard(run.shard)
+        except UserError:
+            raise UserError(
+                f"cannot merge: {label}: shard {run.shard[:20]!r} is not K/N with 1 <= K <= N"
+            ) from None
+        if run.cases_sha256 != mine:
+            raise UserError(
+                f"cannot merge: {label} ran another cases.toml (sha256 {str(run.cases_sha256)[:12]}…, this "
+                f"checkout's is {mine[:12]}…): merge the shards in a checkout of the commit they ran"
+            )
+    cases = select_cases(load_cases(), selector)
+    names = {c.name for c in cases}
+    for label, run in parts:
+        if stray := [n for n in run.cases if n not in names]:
+            raise UserError(
+                f"cannot merge: {label}: case {stray[0][:60]!r} is not one of cases.toml's {selector!r}"
+            )
+        if set(run.planned) != names:
+            raise UserError(
+                f"cannot merge: {label} says its run planned {len(run.planned)} case(s); cases.toml's "
+                f"{selector!r} has {len(names)}: not a shard of this plan"
+            )
+    return cases
+
+
+def recheck_cases(run: Run, cases: list[Case]) -> None:
+    """Every passed case judged again by cases.toml (``expect.recheck``); one that fails is failed here."""
+    by_name = {c.name: c for c in cases}
+    for name, rec in run.cases.items():
+        if rec.status != "passed" or name not in by_name:
+            continue
+        if failures := expect.recheck(by_name[name], rec, speed=run.run_options.speed):
+            body = "; ".join(f"[{f.reason}] {f.message}" for f in failures)
+            rec.status, rec.reason = "failed", failures[0].reason
+            rec.message = f"{name}: the shard said passed; judged again at merge by cases.toml: {body}"
+
+
 def merge_shards(dirs: list[Path], out: Path | None, *, no_history: bool = False) -> tuple[Path, bool]:
     """Merge, judge once, record once, write the run's files; (the merged folder, green)."""
     found = find_shards(dirs)
     parts = [(str(d), load_run(d)) for d in found]
+    for label, part in parts:  # a shard from elsewhere, checked as strictly as `history import` checks one
+        if problems := run_problems(part):
+            raise UserError(f"cannot merge: {label}: {problems[0]}; not a shard the suite wrote")
     check_parts(parts)
+    cases = the_plan(parts)
     runs = [r for _, r in parts]
     run_id = merged_id(runs)
     out = (out or paths.RESULTS_DIR / run_id).resolve()
@@ -97,8 +161,10 @@ def merge_shards(dirs: list[Path], out: Path | None, *, no_history: bool = False
     taken: set[str] = set()
     for d, r in zip(found, runs, strict=True):
         copy_logs(d, r, out, taken)
-    run = merge_runs(runs, run_id=run_id, shard=None)
+    run = merge_runs(runs, run_id=run_id, shard=None, expected=[c.name for c in cases])
+    run.planned = [c.name for c in cases]
     run.parts = [r.run_id for r in runs]
+    recheck_cases(run, cases)
     options = settings.load()
     skip = no_history or options.no_history or not run.run_options.history
     judged = finish_run(RunResults(out, run, timed=False), msgspec.structs.replace(options, no_history=skip))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.results.document import default_results_dir, make_results_dir
+from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus
 from specsuite.server.probe import Capabilities
@@ -113,7 +115,7 @@ def window(text: str) -> int:
     return value
 
 
-def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -> dict[str, str]:
+def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
     """The pytest child's environment: ours, with the run's settings (the command line's over SPEC_*)."""
     given = {
         "strict": False if args.allow_missing else None,
@@ -131,7 +133,7 @@ def _env(args: argparse.Namespace, tier: str, results_dir: Path, binary: Path) -
     }
     options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
     env = {**os.environ, **options.to_env()}
-    env.update(SPEC_METHODS=tier, SPEC_RESULTS_DIR=str(results_dir), LLAMA_SERVER_BIN_PATH=str(binary))
+    env.update(SPEC_METHODS=tier, LLAMA_SERVER_BIN_PATH=str(binary))
     return env
 
 
@@ -221,10 +223,23 @@ def _parallel(lay: slots.Layout) -> list[str]:
     return ["-n", str(lay.workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
-def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]) -> int:
-    """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code."""
-    results_dir = Path(results_dir).resolve()
-    env = _env(args, args.tier, results_dir, paths.server_binary())
+@dataclass
+class RunFolder:
+    """Where a run writes: the folder given (SPEC_RESULTS_DIR), or ``results/<run-id>`` claimed for this run
+    alone once it is past its checks (``claim``: a refused run leaves no folder; of two runs started in
+    the same second each gets its own, and so its own run id)."""
+
+    path: Path | None
+
+    def claim(self, label: str) -> Path:
+        self.path = Path(self.path or claim_results_dir(label)).resolve()
+        return self.path
+
+
+def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str], label: str) -> int:
+    """Probe and gate, fetch and verify the tier's models, then run the suite on it; pytest's exit code.
+    The results go to ``folder`` (claimed here, named from ``label``, when none was given)."""
+    env = _env(args, args.tier, paths.server_binary())
     caps = preflight(args.tier, env)
     options = settings.load(env)
     chosen = shard_cases(args.tier, options, caps)
@@ -233,8 +248,10 @@ def run_tier(args: argparse.Namespace, results_dir: Path, pytest_args: list[str]
         names = set(chosen[0]["cases"].split(","))
         cases = [c for c in cases if c.name in names]
     lay = spread(caps, cases, options)
+    results_dir = folder.claim(label)
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
+    env["SPEC_RESULTS_DIR"] = str(results_dir)
     from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
 
     if args.tier in TIERS and not chosen:
@@ -276,18 +293,30 @@ def main(argv: list[str]) -> int:
         print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
-    results_dir = Path(settings.load().results_dir or default_results_dir(name))
+    given = settings.load().results_dir
+    folder = RunFolder(Path(given) if given else None)
+    started = time.time()
     try:
-        code = run_tier(args, results_dir, pytest_args)
+        code = run_tier(args, folder, pytest_args, name)
     except KeyboardInterrupt:  # what was measured before Ctrl-C, its first line saying INTERRUPTED
-        if report(results_dir):
-            print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+        if folder.path is not None and report(folder.path):
+            print(f"results: {folder.path} (results.json, summary.md, junit.xml, bench.json, logs/)")
         raise
+    results_dir = folder.claim(name)  # claimed by run_tier: this returns it
     if not report(results_dir) and code in (errors.OK, errors.FAILED):
         missing = results_dir / "summary.md"
         print(f"error: the suite ended without a verdict (no {missing}); see pytest's output above")
-    print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+    if _written_since(results_dir / "results.json", started):  # a pytest usage error ran nothing
+        print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
     return exit_code(code, (results_dir / "summary.md").is_file())
+
+
+def _written_since(file: Path, since: float) -> bool:
+    """Whether this run wrote ``file`` (a reused SPEC_RESULTS_DIR may hold an earlier run's)."""
+    try:
+        return file.stat().st_mtime >= since - 2  # coarse file system clocks
+    except OSError:
+        return False
 
 
 def report(results_dir: Path) -> bool:

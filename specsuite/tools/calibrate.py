@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +29,7 @@ from specsuite.cases.schema import GPU_TIERS, Case
 from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
+from specsuite.results import checks
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
 from specsuite.suite.posargs import split_posargs
@@ -60,7 +62,8 @@ class CaseCalibration:
 
     @property
     def runs(self) -> int:
-        return len(self.rates)
+        """The runs observed (a sweep's table: each run once, however many of its members it holds)."""
+        return len(self.run_ids)
 
     def spread(self, values: list[float]) -> float:
         return max(values) - min(values)
@@ -108,6 +111,24 @@ class CaseCalibration:
         if self.spread(self.lens) > LEN_MARGIN + 1e-12:
             why.append(f"accept len spread {self.spread(self.lens):.4f} > margin {LEN_MARGIN}")
         return why
+
+
+def by_table(cals: dict[str, CaseCalibration], sweeps: dict[str, str]) -> dict[str, CaseCalibration]:
+    """A sweep's members as the one table they come from (``sweeps``: member -> sweep name): every member's
+    runs together, so that the floors written hold at every np of the sweep."""
+    out: dict[str, CaseCalibration] = {}
+    for name, cal in cals.items():
+        table = sweeps.get(name, name)
+        into = out.setdefault(table, CaseCalibration(table, tier=cal.tier))
+        into.rates += cal.rates
+        into.lens += cal.lens
+        into.speedups += cal.speedups
+        # each run once however many members it holds (the most any member saw of a run id: two machines'
+        # runs may share one)
+        times = Counter(into.run_ids) | Counter(cal.run_ids)
+        into.run_ids = [i for i in dict.fromkeys([*into.run_ids, *cal.run_ids]) for _ in range(times[i])]
+        into.excluded += [f"{name}: {why}" if table != name else why for why in cal.excluded]
+    return out
 
 
 def _floor4(x: float) -> float:
@@ -174,8 +195,8 @@ def check_runs(runs: list[Run], names: list[str], selector: str | None, cases: d
         for name in names:
             if (rec := run.cases.get(name)) is None:
                 continue
-            if why := _out_of_range(rec):
-                raise UserError(f"calibrate: run {run.run_id}: case {name!r}: {why}; not a measurement")
+            if whys := checks.record_problems(rec):  # the same checks as `history import`
+                raise UserError(f"calibrate: run {run.run_id}: case {name!r}: {whys[0]}; not a measurement")
             if name in cases and (why := _measured_otherwise(rec, cases[name])):
                 raise UserError(
                     f"calibrate: run {run.run_id}: case {name!r} was measured with {why}: a run of another "
@@ -216,18 +237,6 @@ def _check_tiers(runs: list[Run], names: list[str], selector: str | None, tiers:
                     f"calibrate: run {run.run_id}: case {name!r} ran in the {rec.tier} tier; cases.toml has "
                     f"it in {tiers[name]}"
                 )
-
-
-def _out_of_range(rec: CaseRecord) -> str | None:
-    rate, length, speedup = finite(rec.accept_rate), finite(rec.accept_len), finite(rec.speedup)
-    if rate is not None and not 0 <= rate <= 1:
-        return f"accept_rate {rate:g} is outside [0, 1]"
-    top = rec.n_max + 1 if rec.n_max is not None else math.inf
-    if length is not None and not 1 <= length <= top:
-        return f"accept_len {length:g} is outside [1, n_max + 1 = {top:g}]"
-    if speedup is not None and speedup <= 0:
-        return f"speedup {speedup:g} is not a speed ratio > 0"
-    return None
 
 
 def provenance(runs: list[Run], across_machines: bool = False) -> dict[str, str]:
@@ -397,17 +406,19 @@ def _speed_line(cal: CaseCalibration, was: Any) -> str:
 
 def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
     # the suite's runner; imported late so --from-results needs no suite
+    from specsuite.suite.tier import RunFolder, run_tier
     from specsuite.suite.tier import parser as tier_parser
-    from specsuite.suite.tier import run_tier
 
     # Calibration runs are not history: a floor must not be judged against the run that sets it.
     args, pytest_args = tier_parser().parse_known_args([tier, "--no-history", *tier_args])
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = []
     for i in range(1, runs + 1):
-        run_dir = paths.RESULTS_DIR / f"{stamp}-calibrate-{tier}-{i}"
-        print(f"calibration run {i}/{runs}: tier {tier} -> {run_dir}", flush=True)
-        code = run_tier(args, run_dir, pytest_args)
+        print(f"calibration run {i}/{runs}: tier {tier}", flush=True)
+        # results/<time>-calibrate-<tier>-<i>, claimed for this run alone (a calibration started in the same
+        # second elsewhere gets another folder)
+        folder = RunFolder(None)
+        code = run_tier(args, folder, pytest_args, f"calibrate-{tier}-{i}")
+        run_dir = folder.claim("")  # the folder run_tier claimed
         if not (run_dir / "results.json").is_file():
             raise UserError(
                 f"calibration run {i} (exit {code}) wrote no {run_dir / 'results.json'}; see its log"
@@ -464,11 +475,13 @@ def _validated(
             cals = {n: c for n, c in cals.items() if n != bad}
 
 
-def _gate_check(runs: list[Run], names: list[str], speed_rtols: dict[str, float]) -> None:
+def _gate_check(runs: list[Run], names: list[str], cases: list[Any]) -> None:
     """The gates' error rates on these runs of one commit, at the configured rtol and drift window (and a
-    case's own speed_rtol)."""
+    case's own speed_rtol and decode_rtol)."""
     opts = settings.load()
-    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol, speed_rtols)
+    speed = {c.name: c.speed_rtol for c in cases if c.speed_rtol is not None}
+    decode = {c.name: c.decode_rtol for c in cases if c.decode_rtol is not None}
+    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol, speed, decode)
     print(gatecheck.render(checks, opts.rtol), flush=True)
 
 
@@ -509,11 +522,12 @@ def main(argv: list[str]) -> int:
     groups = machine_groups(runs) if args.across_machines else [runs]
     per_machine = [collect(g, names, tiers) for g in groups] if len(groups) > 1 else [cals]
     unstable = _report(cals, old, per_machine)
-    _gate_check(runs, names, {c.name: c.speed_rtol for c in cases if c.speed_rtol is not None})
+    _gate_check(runs, names, cases)
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    new, rejected = _validated(text, cals, prov, date)
+    sweeps = {c.name: c.sweep_name for c in cases if c.sweep_name}
+    new, rejected = _validated(text, by_table(cals, sweeps), prov, date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"
     )

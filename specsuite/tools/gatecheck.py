@@ -26,6 +26,8 @@ POWER = 0.95
 SIMULATIONS = 2000
 _SEED = 17
 
+GATED = (*regress.METRICS, "speedup", "decode_tps", "block_ratio")  # every metric the relative gate judges
+
 
 @dataclass
 class CaseCheck:
@@ -100,9 +102,6 @@ def smallest_drop(
     return hi / 200
 
 
-GATED = (*regress.METRICS, "speedup", "block_ratio")
-
-
 def check(
     runs: Sequence[Run],
     names: Sequence[str],
@@ -110,20 +109,28 @@ def check(
     window: int,
     block_rtol: float = regress.BLOCK_RTOL,
     speed_rtols: Mapping[str, float] | None = None,
+    decode_rtols: Mapping[str, float] | None = None,
 ) -> list[CaseCheck]:
     """Per case: false alarms of the relative gate over every (earlier, later) pair of ``runs`` (in the
     given order), of the drift gate over every window, the speed spread and the smallest drop caught.
-    ``speed_rtols``: a case's own tolerance for its speedup (cases.toml's ``speed_rtol``)."""
+    ``speed_rtols``, ``decode_rtols``: a case's own tolerances (cases.toml's ``speed_rtol``,
+    ``decode_rtol``)."""
     out = []
     for name in names:
-        speed_rtol = (speed_rtols or {}).get(name)
+        speed_rtol, decode_rtol = (speed_rtols or {}).get(name), (decode_rtols or {}).get(name)
         recs = [r.cases[name] for r in runs if name in r.cases and r.cases[name].measured]
         c = CaseCheck(name, false_alarms=dict.fromkeys(GATED, 0))
         for j, cur in enumerate(recs):
             for base in recs[:j]:
                 c.pairs += 1
                 regs = regress.regressions(
-                    cur, base, rtol=rtol, block_rtol=block_rtol, speed_rtol=speed_rtol, baseline_commit="a"
+                    cur,
+                    base,
+                    rtol=rtol,
+                    block_rtol=block_rtol,
+                    speed_rtol=speed_rtol,
+                    decode_rtol=decode_rtol,
+                    baseline_commit="a",
                 )
                 for reg in regs:
                     c.false_alarms[reg.metric] += 1
@@ -158,8 +165,9 @@ def _drift_alarms(
     return judged, alarms
 
 
-HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/block)", "drift alarms", "speed CV in run",
-          "between runs", "drop caught 95 %", "block ratio CV in run / between")  # fmt: skip
+HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/tps/block)", "drift alarms",
+          "speed CV in run", "between runs", "drop caught 95 %",
+          "block ratio CV in run / between")  # fmt: skip
 
 
 def _pct(x: float | None) -> str:

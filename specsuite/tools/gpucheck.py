@@ -6,6 +6,8 @@ CUDA binary offloads every layer: the suite's ``-ngl 99``, checked in each serve
 per case the counters on the GPU beside the CPU's, decode tokens/s on each and the GPU's speedup over the
 CPU, then the verdict. The table also goes to ``<out>/gpu-check.md``; every run keeps its own results
 folder under ``<out>``; the time of each phase is listed (the goal: 10 minutes on one H200, warm pip cache).
+The synthetic tier holds every drafter at np 2 and 4 as well (docs/concurrency.md): on the GPU they check the
+CUDA build's batched kernels against its own np-1 output.
 
 Green: every run green (each enforces its own floors), every GPU run on a GPU (not ggml's CPU fallback), and
 every layer of every GPU case offloaded. Counters that differ between the GPU and the CPU are listed, not
@@ -30,7 +32,7 @@ from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.llamacpp import cmake, toolchain
 from specsuite.results.document import Run as RunDocument
-from specsuite.results.document import default_results_dir, load_run, make_results_dir
+from specsuite.results.document import claim_results_dir, load_run, make_results_dir
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import verdict
 
@@ -120,7 +122,7 @@ def main(argv: list[str]) -> int:
             "gpu-check needs a GPU: nvidia-smi lists none here (or is not installed). Without one, "
             "`nox -s build -- --cuda` then `specsuite run-tier synthetic` check the CUDA build on the CPU."
         )
-    out = Path(a.out or default_results_dir("gpu-check")).resolve()
+    out = Path(a.out or claim_results_dir("gpu-check")).resolve()
     make_results_dir(out)
     phases: list[tuple[str, float]] = []
     binaries = build_both(phases)

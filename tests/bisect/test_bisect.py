@@ -282,6 +282,7 @@ BAD_INPUT = {  # name: (options changed in a valid command line; GOOD and BAD st
     "rtol": ({"--rtol": "1.5"}, r"--rtol '1.5': give a fraction between 0 and 1"),
     "rtol-text": ({"--rtol": "x"}, r"--rtol 'x': give a fraction"),
     "speedup-repeat": ({"--metric": "speedup"}, r"--metric speedup needs --repeat 4 or more"),
+    "decode-tps-repeat": ({"--metric": "decode_tps"}, r"--metric decode_tps needs --repeat 4 or more"),
     "unknown-option": ({"--bogus": "1"}, r"unknown arguments --bogus 1: bisect takes --good"),
     "out-in-use": ({"--out": "USED"}, r"--out .*/used exists and is not an empty folder; give a new one"),
 }
@@ -591,6 +592,19 @@ def test_the_plan_names_each_case_its_commits_and_metric(tmp_path: Path) -> None
         ("tiny-dspark-random", "aa" * 20, "accept_rate", "floor", 4),
     ]
     assert {e["bad"] for e in entries} == {BAD_COMMIT} and notes == []
+
+
+def test_an_absolute_decode_speed_drop_is_bisected_by_it_with_enough_rounds(tmp_path: Path) -> None:
+    from specsuite.results.document import load_run
+
+    path = _red_run(tmp_path)
+    doc = json.loads(path.read_text())
+    dropped = ["decode_tps median 100.000 is 33.3 % below 150.000 at baseline aaaaaaa (...)"]
+    doc["cases"]["tiny-simple-random"]["baseline"]["regressions"] = dropped
+    doc["options"]["repeat"] = 1
+    path.write_text(json.dumps(doc))
+    [entry, *_] = night.plan([load_run(path)])[0]
+    assert (entry["case"], entry["metric"], entry["repeat"]) == ("tiny-simple-random", "decode_tps", 4)
 
 
 def test_a_failed_case_without_a_baseline_is_said_not_bisected(tmp_path: Path) -> None:

@@ -60,14 +60,14 @@ def test_models_lists_target_then_draft_once() -> None:
 
 def test_full_vocabulary_parses() -> None:
     (c,) = _one(
-        'n_min = 1\np_min = 0.5\nsynth_rates = [1.0, 0.5, 0]\nserver_args = ["--x", "1"]\nn_predict = 32\n'
+        'n_min = 1\np_min = 0.5\nsynth_rates = [1.0, 0.5, 0]\nserver_args = ["-ub", "64"]\nn_predict = 32\n'
         'prompts = "synthetic"\nexpect_accepted = 0\nexpect_all_accepted = true\nexpect_accept_len = 2.5\n'
         "accept_len_tolerance = 0.25\nexpect_full_positions = true\nexpect_draft_len = 3\n"
         'expect_log = ["clamping"]\nmin_identical_fraction = 1.0\ngpus = 2\n'
         '[case.calibration]\ndate = "2026-11-30"\nruns = 3\n'
     )
     assert c.synth_rates == (1.0, 0.5, 0.0)
-    assert c.server_args == ("--x", "1")
+    assert c.server_args == ("-ub", "64")
     assert c.calibration == {"date": "2026-11-30", "runs": 3}
     assert (c.n_predict, c.prompts, c.expect_draft_len, c.gpus) == (32, "synthetic", 3, 2)
     assert _one("")[0].gpus == 1  # one GPU unless the case says more
@@ -91,6 +91,7 @@ def test_full_vocabulary_parses() -> None:
         ("repeat = 0\n", "repeat must be a whole number from 1 to 100, got 0"),
         ("pin_cpu = true\n", "pin_cpu puts the servers on one CPU: give them one thread"),
         ("speed_rtol = 1.0\n", "speed_rtol must be a fraction in (0, 1), got 1.0"),
+        ("decode_rtol = 0\n", "decode_rtol must be a fraction in (0, 1), got 0"),
         ('pin_cpu = true\nserver_args = ["-t", "2"]\n', "give them one thread"),
     ],
 )
@@ -252,11 +253,18 @@ def test_select_by_tier_names_and_all() -> None:
         *("mtp", "dflash", "dspark", "eagle3", "mtp-n2", "auto-qwen35-4b-mtp", "auto-qwen3-4b"),
         "mtp-ngram-qwen35-4b-mtp",
         "self-draft-qwen3-4b",
+        *("mtp-defaults", "eagle3-defaults", "dflash-defaults", "dspark-defaults"),
     ]
     every = [c.name for c in select_cases(cases, "all")]
+    sweeps = [
+        f"sweep-{m}{'' if n == 1 else f'-np{n}'}"
+        for m in ("mtp", "dflash", "dspark", "eagle3", "dflash2")
+        for n in (1, 2, 4, 8, 16)
+    ]
     workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
                                                                        "isl8k", "isl32k")]  # fmt: skip
-    assert every == [*compact, "dflash2", "lilicorr", *workloads]
+    mine = ["dflash2-defaults", "mtp-kv-q8_0", "dflash2-kv-q8_0", "eagle3-kv-q4_0"]  # cases.toml's order
+    assert every == [*compact[:9], "dflash2", "lilicorr", *sweeps, *workloads, *compact[9:], *mine]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))
     assert "all" in TIERS
@@ -322,6 +330,88 @@ def test_server_args_keep_what_the_harness_leaves_alone() -> None:
     assert c.server_args == ("--threads", "1", "--spec-ngram-simple-size-n", "4", "-sm", "none")
 
 
+# --- server_args: an allowlist (issue 35): what a case may add, each with its reason; nothing else ---------
+
+# What the round found a case could still add: flags that load other files, serve files or reach the
+# network (with the real binary, --path DIR served a planted secret.txt during a green run); and spellings
+# around the list: llama.cpp reads --a_b as --a-b, and takes no --flag=value.
+UNSAFE = [
+    ["--rpc", "127.0.0.1:50052"],
+    ["--path", "/etc"],
+    ["--slot-save-path", "/tmp/slots"],
+    ["--media-path", "/home"],
+    ["--webui"],
+    ["-mm", "p.gguf"],
+    ["--mmproj", "p.gguf"],
+    ["--mmproj-url", "http://x/p.gguf"],
+    ["--lora", "l.gguf"],
+    ["--lora-scaled", "l.gguf:0.5"],
+    ["--control-vector", "c.gguf"],
+    ["-mv", "v.gguf"],
+    ["--override-kv", "general.name=str:x"],
+    ["--chat-template-file", "/etc/passwd"],
+    ["--hf-repo-v", "someone/voc"],
+    ["--threads", "1", "--slot_save_path", "/tmp/slots"],  # llama.cpp's own spelling of --slot-save-path
+    ["--log-prompts-dir", "/tmp/p"],
+    ["--api-key-file", "/tmp/k"],
+    ["--props"],
+    ["-ot", "x=CPU"],
+]
+
+
+@pytest.mark.parametrize("args", UNSAFE, ids=lambda a: next(x for x in a if x not in ("--threads", "1")))
+def test_server_args_refuse_every_flag_not_allowed(args: list[str]) -> None:
+    flag = next(a for a in args if a not in ("--threads", "1"))
+    with pytest.raises(UserError) as exc:
+        _one(f"server_args = {args!r}\n".replace("'", '"'))
+    message = str(exc.value)
+    assert message.startswith(f"cases.toml: [[case]] 'a': server_args: {flag!r} is ") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--threads=1"], "'--threads=1' is not a flag a case may add"),  # llama.cpp has no --flag=value
+        (["--threads"], "'--threads' takes 1 value(s) as the next item(s) of the list (it is the last item)"),
+        (
+            ["--threads", "--path", "/etc"],
+            "'--threads' takes 1 value(s) as the next item(s) of the list (got '--path')",
+        ),
+        (["-t", "-m", "x.gguf"], "'-t' takes 1 value(s) as the next item(s) of the list (got '-m')"),
+        (["1"], "'1' is not a flag (a value must follow the flag it belongs to)"),
+        (
+            ["--spec-type", "ngram-mod"],
+            "'--spec-type' is a flag the harness sets (spec type)",
+        ),  # not a mode case
+    ],
+)
+def test_server_args_are_read_as_llama_cpp_reads_them(args: list[str], why: str) -> None:
+    with pytest.raises(UserError, match=re.escape(f"cases.toml: [[case]] 'a': server_args: {why}")):
+        _one(f"server_args = {args!r}\n".replace("'", '"'))
+
+
+def test_a_negative_number_is_a_value() -> None:
+    assert _one('server_args = ["--threads", "-1"]\n')[0].server_args == ("--threads", "-1")
+
+
+def test_every_allowed_flag_is_the_pinned_servers_and_accepted() -> None:
+    """Each spelling of the allowlist is one the pinned build's --help lists, and a case may give it."""
+    from specsuite.common.serverflags import CASE_FLAGS
+
+    help_text = (paths.REPO_ROOT / "tests" / "data" / "help" / "current.txt").read_text()
+    for entry in CASE_FLAGS:
+        assert entry.why and entry.values in (0, 1)
+        for flag in entry.spellings:
+            assert re.search(rf"(^|[\s,]){re.escape(flag)}([\s,]|$)", help_text, re.M), flag
+            args = [flag, *(["1"] * entry.values)]
+            body = f"server_args = {args!r}\n".replace("'", '"')
+            if entry.mode_only:
+                mode = BASE.replace('spec_type = "ngram-mod"\n', 'mode = "auto"\n').replace("n_max = 3\n", "")
+                assert parse_cases(mode + body)[0].server_args == tuple(args)
+            else:
+                assert _one(body)[0].server_args == tuple(args)
+
+
 def test_the_real_cases_file_gives_no_owned_flag() -> None:
     load_cases(paths.CASES_FILE)  # a case of the real file breaking the rule would raise here
 
@@ -344,4 +434,115 @@ def test_bounds_of_n_predict_and_n_max(extra: str, needle: str) -> None:
         _one(extra, base=body)
     assert needle in str(exc.value)
     assert _one("n_predict = 1024\n")[0].n_predict == 1024
+
+
+DEFAULTS = BASE.replace('spec_type = "ngram-mod"\n', 'spec_type = "draft-mtp"\ndefaults = true\n').replace(
+    "n_max = 3\n", ""
+)
+
+
+def test_a_defaults_case_gives_the_type_and_nothing_else_speculative() -> None:
+    (c,) = parse_cases(DEFAULTS)
+    assert c.defaults and c.n_max is None and c.spec_type == ("draft-mtp",)
+    assert parse_cases(DEFAULTS.replace("min_accept_len = 1.5", "min_accept_len = 7.5"))  # no n_max to cap it
+    for extra, named in (
+        ("n_max = 3\n", "n_max"),
+        ("p_min = 0.5\n", "p_min"),
+        ("synth_len = 2.0\n", "synth_len"),
+        ('server_args = ["--threads", "1", "--spec-draft-p-split", "0.2"]\n', "--spec-draft-p-split"),
+        ('server_args = ["--spec-draft-type-k=q8_0"]\n', "--spec-draft-type-k=q8_0"),
+    ):
+        with pytest.raises(
+            UserError, match=f"leaves every speculative setting at the binary's default; remove {named}"
+        ):
+            parse_cases(DEFAULTS + extra)
+    with pytest.raises(UserError, match="give spec_type"):
+        parse_cases(DEFAULTS.replace('spec_type = "draft-mtp"\n', "spec_default = true\n"))
+
+
+def test_the_real_defaults_cases_pin_nothing_speculative() -> None:
+    found = [c for c in load_cases(paths.CASES_FILE) if c.defaults]
+    assert {c.tier for c in found} == {"synthetic", "compact", "nightly"}
+    assert {c.spec_type[0] for c in found if c.tier == "synthetic"} >= {
+        "draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark",
+    }  # fmt: skip
+    assert all(c.n_max is None and c.p_min is None and c.n_min is None for c in found)
     assert _one("n_predict = 4096\nctx_size = 8192\n")[0].n_predict == 4096
+
+
+# --- the concurrency axis ----------------------------------------------------------------------------------
+
+
+def test_a_sweep_is_one_case_per_slot_count_and_np1_keeps_the_name() -> None:
+    cases = _one('parallel = [1, 2, 4]\nserver_args = ["--threads", "1"]\n')
+    assert [(c.name, c.parallel, c.streams, c.sweep_name, c.sweep_nps) for c in cases] == [
+        ("a", 1, 1, "a", (1, 2, 4)),
+        ("a-np2", 2, 2, "a", (1, 2, 4)),
+        ("a-np4", 4, 4, "a", (1, 2, 4)),
+    ]
+    assert all(c.concurrent and c.server_args == ("--threads", "1") for c in cases)
+    assert [c.name for c in select_cases(cases, "smoke")] == ["a", "a-np2", "a-np4"]
+    assert select_cases(cases, "a-np4") == [cases[2]]
+
+
+def test_one_slot_count_and_streams() -> None:
+    (plain,) = _one()
+    assert (plain.parallel, plain.streams, plain.sweep_name, plain.concurrent) == (1, 1, None, False)
+    (four,) = _one("parallel = 4\n")
+    assert (four.name, four.parallel, four.streams, four.sweep_name, four.concurrent) == (
+        "a",
+        4,
+        4,
+        None,
+        True,
+    )
+    (queued,) = _one("parallel = 2\nstreams = 8\n")
+    assert (queued.parallel, queued.streams) == (2, 8)
+    assert [c.streams for c in _one("parallel = [1, 4]\nstreams = 8\n")] == [8, 8]
+    assert _one("parallel = 4\nexpect_drafted = 4\n")[0].expect_drafted == 4  # one np: its own counts
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            "parallel = 0\n",
+            "parallel must be a whole number from 1 to 64 (the slots) or a non-empty list of them",
+        ),
+        (
+            "parallel = [2, 4]\n",
+            "parallel = [2, 4]: a sweep lists distinct slot counts in increasing order from 1",
+        ),
+        ("parallel = [1, 4, 2]\n", "in increasing order from 1"),
+        ("parallel = [1, 2, 2]\n", "distinct slot counts"),
+        ("parallel = []\n", "(a sweep), got []"),
+        ("parallel = [1, 128]\n", "parallel[1] must be a whole number from 1 to 64, got 128"),
+        ("streams = 0\n", "streams must be a whole number from 1 to 64, got 0"),
+        ("parallel = [1, 2]\nexpect_drafted = 3\n", "expect_drafted: not on a sweep"),
+        ("parallel = [1, 2]\nmin_speedup = 1.0\n", "min_speedup: not on a sweep"),
+        ('server_args = ["-np", "4"]\n', "'-np' is a flag the harness sets (parallel)"),
+        ('server_args = ["--kv-unified"]\n', "'--kv-unified' is a flag the harness sets (slot context)"),
+        ('server_args = ["--no-kv-unified"]\n', "(slot context)"),
+    ],
+)
+def test_bad_concurrency_keys_are_one_clear_error(extra: str, needle: str) -> None:
+    with pytest.raises(UserError, match=r"^cases\.toml: \[\[case\]\] 'a': ") as exc:
+        _one(extra)
+    assert needle in str(exc.value)
+
+
+def test_a_sweep_member_whose_name_is_taken_names_the_sweep() -> None:
+    taken = BASE.replace('name = "a"', 'name = "a-np2"')
+    with pytest.raises(
+        UserError, match=r"\[\[case\]\] 'a': duplicate case name 'a-np2' \(a member of the sweep 'a'\)"
+    ):
+        parse_cases(taken + BASE.split("[[case]]", 1)[1].join(["[[case]]", ""]) + "parallel = [1, 2]\n")
+
+
+def test_the_real_file_sweeps_every_drafter_in_the_synthetic_tier() -> None:
+    cases = load_cases(paths.CASES_FILE)
+    sweeps = {c.sweep_name: c for c in cases if c.sweep_name and c.tier == "synthetic"}
+    assert {c.spec_type[0] for c in sweeps.values()} == {
+        "draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark",
+    }  # fmt: skip
+    assert {c.sweep_nps for c in sweeps.values()} == {(1, 2, 4)}

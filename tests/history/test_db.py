@@ -120,7 +120,8 @@ def raw(
         "host": "runner-1",
         "options": {"strict": False, "repeat": 3, "rtol": 0.05, "history": True},
         "models": {"Qwen3.5-4B-MTP-Q4_K_M.gguf": {"sha256": "d" * 64, "size": 2_500_000_000}},
-        "cases": cases if cases is not None else {"mtp": case()},
+        # each record under its own name, as a run files it
+        "cases": {k: {**v, "name": k} for k, v in cases.items()} if cases is not None else {"mtp": case()},
     }
 
 
@@ -197,6 +198,15 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     assert json.loads(record)["accept_len"] is None and "NaN" not in record  # strict JSON
     [(pos0,)] = rows(db, "SELECT pos0_rate FROM cases WHERE name='eagle3'")
     assert pos0 == 0.8  # per_position_rate[0] when pos0_rate is null
+
+
+def test_a_sweeps_members_keep_their_slots_aggregate_speedup_and_crossover(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    conc = {"parallel": 4, "streams": 4, "speedups": [0.7, 0.8], "speedup": 0.75, "crossover_np": 2}
+    member = case(name="mtp-np4", parallel=4, streams=4, sweep="mtp", concurrency=conc)
+    assert record_run(doc("abcdef0", cases={"mtp": case(), "mtp-np4": member}), db) is not None
+    found = rows(db, "SELECT name, parallel, streams, sweep, aggregate_speedup, crossover_np FROM cases")
+    assert found == [("mtp", 1, 1, None, None, None), ("mtp-np4", 4, 4, "mtp", 0.75, 2)]
 
 
 def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
@@ -460,9 +470,12 @@ def _v1_database_with_a_run(db: Path) -> None:
     migrate(conn, MIGRATIONS[:1])
     d = doc("abcdef0")
     with history.transaction(conn):
-        run = history._insert(conn, "runs", history._run_row(d, "abcdef0"))
+        later_runs = ("config",)  # columns of later versions
+        run_row = {k: v for k, v in history._run_row(d, "abcdef0").items() if k not in later_runs}
+        run = history._insert(conn, "runs", run_row)
         for rec in d.cases.values():
-            later = ("nondeterministic", *(c.split()[-2] for c in history._V4))  # columns of later versions
+            later = ("nondeterministic", *history._concurrency_columns(rec),
+                     *(c.split()[-2] for c in history._V6))  # columns of later versions  # fmt: skip
             row = {
                 "run": run,
                 **{k: v for k, v in history._case_row(rec).items() if k not in later},

@@ -166,6 +166,16 @@ def test_a_cases_own_speed_rtol_replaces_rtol_for_its_speedup_only() -> None:
     assert reg.metric == "speedup" and "rtol 10 %" in reg.message
 
 
+def test_a_cases_own_decode_rtol_is_the_tolerance_of_its_decode_speed() -> None:
+    """The speculative server's own tokens/s 20 % lower, its speedup as it was (a busier machine slowed both
+    sides): a decode_tps regression at rtol 5 % and at speed_rtol 15 %, none at decode_rtol 35 %."""
+    base = _with(BASE, speed={"repeat": 4, "speedups": [1.2] * 4, "spec_tps": [900.0, 905.0, 910.0, 915.0]})
+    busy = _with(BASE, speed={"repeat": 4, "speedups": [1.2] * 4, "spec_tps": [720.0, 722.0, 724.0, 726.0]})
+    assert [r.metric for r in regressions(busy, base, baseline_commit=AT)] == ["decode_tps"]
+    assert [r.metric for r in regressions(busy, base, speed_rtol=0.15, baseline_commit=AT)] == ["decode_tps"]
+    assert regressions(busy, base, speed_rtol=0.15, decode_rtol=0.35, baseline_commit=AT) == []
+
+
 def _blocks(ratios: list[float], ms: float | None = None) -> dict:
     return {"blocks": {"ratios": ratios}, "block_ms": ms}
 
@@ -204,6 +214,18 @@ def test_an_implausible_speed_on_either_side_is_not_compared() -> None:
     wrong = "implausible_speed: speedup 2150 ..."
     assert regressions(_with(worse, implausible_speed=wrong), base, baseline_commit=AT) == []
     assert regressions(worse, _with(base, implausible_speed=wrong), baseline_commit=AT) == []
+
+
+def test_a_slowdown_of_both_sides_fails_on_the_absolute_decode_speed() -> None:
+    """A commit (or a build option) that slows speculative and plain decoding alike keeps the speedup: the
+    speculative server's own tokens/s, gated by the same rule, sees it."""
+    base = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [150.0, 151, 149, 152, 150]}}
+    both = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [100.0, 101, 99, 102, 100]}}
+    [reg] = regressions(both, base, baseline_commit=AT)
+    assert reg.metric == "decode_tps" and reg.current == 100.0 and reg.baseline == 150.0
+    assert reg.message.startswith("decode_tps median 100.000 is 33.3 % below 150.000 at baseline 0c1e570")
+    noisy = {**BASE, "speed": {"repeat": 5, "speedups": [1.5] * 5, "spec_tps": [147.0, 152, 146, 151, 149]}}
+    assert regressions(noisy, base, baseline_commit=AT) == []
 
 
 def test_rtol_must_be_a_fraction() -> None:

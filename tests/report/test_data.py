@@ -92,10 +92,12 @@ def test_device_filter_and_unknown_device(three) -> None:
 
 
 def test_a_run_recorded_twice_gets_two_pages(tmp_path: Path) -> None:
+    """A history written before run ids were unique (issue 35) may hold two runs under one id."""
     db, results = tmp_path / "h.sqlite", tmp_path / "r"
     a = at(real(0), "a" * 40, 0, run_id="same")
-    b = at(real(0), "b" * 40, 1, run_id="same")
+    b = at(real(0), "b" * 40, 1, run_id="same-b")
     record(a, db, results)
-    (results / "same").rename(results / "same-a")
     record(b, db, results)
+    with sqlite3.connect(db) as conn:  # today's history refuses a second run under one id: made by hand
+        conn.execute("UPDATE runs SET run_id = 'same' WHERE run_id = 'same-b'")
     assert [r.slug for r in data.load_runs(db, None)] == ["same", f"same-{data.load_runs(db, None)[1].pk}"]

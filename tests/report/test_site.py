@@ -14,13 +14,18 @@ from sitedata import (
     FLOOR_CASE,
     HOSTILE,
     INACTIVE_CASE,
+    N_COMMITS,
     STEP_AT,
     STEP_CASE,
+    SWEEP,
+    SWEEP_MEMBERS,
+    SWEEP_NPS,
     Story,
     at,
     hostile_run,
     real,
     record,
+    speedups,
     story,
 )
 from sitepage import Page, page
@@ -53,7 +58,7 @@ def test_pages_for_the_index_every_case_and_every_run(built: Built) -> None:
     out = built.out
     assert (out / "index.html").is_file() and (out / MARKER).is_file()
     cases = sorted(p.stem for p in (out / "cases" / GROUP).glob("*.html"))
-    assert cases == sorted(real(2)["cases"])
+    assert cases == sorted([*real(2)["cases"], *SWEEP_MEMBERS[1:]])
     assert sorted(p.stem for p in (out / "runs").glob("*.html")) == sorted(built.story.run_ids)
     assert {p.name for p in (out / "assets" / "vendor").iterdir()} == {
         "uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE"
@@ -72,14 +77,16 @@ def test_the_index_marks_the_failing_and_the_drifted_case(built: Built) -> None:
     assert _row(index, FLOOR_CASE)["class"] == "status-passed"  # it failed before; the latest run passed
     assert "failed: spec_inactive the server drafted no token" in index.text
     assert "9 runs over 9 commits, in ancestry order" in index.text
-    # a sparkline of each case's accept rate and speedup (where one of its runs measured it)
+    # a sparkline of each case's accept rate and speedup (where one of its runs measured it); the sweep's
+    # np-2 and np-4 members are copies of its np-1 member's record
     sparks = index.find("div", **{"class": "spark-row"})
     assert len(index.find("svg", **{"class": "spark"})) == len(sparks) > len(real(2)["cases"])
     for metric in ("accept_rate", "speedup"):
         measured = [
             c for c in real(2)["cases"] if any(real(i)["cases"][c][metric] is not None for i in range(3))
         ]
-        assert sum(d["data-metric"] == metric for d in sparks) == len(measured) > 20, metric
+        members = len(SWEEP_MEMBERS) - 1 if SWEEP in measured else 0
+        assert sum(d["data-metric"] == metric for d in sparks) == len(measured) + members > 20, metric
 
 
 def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
@@ -107,18 +114,42 @@ def test_a_case_page_holds_its_series_in_commit_order(built: Built) -> None:
     assert pp["baseline"]["commit"] == s.commits[-2]
 
 
+def test_a_sweep_members_page_charts_its_speedup_by_np_beside_its_baseline(built: Built) -> None:
+    s = built.story
+    for name in SWEEP_MEMBERS:
+        p = page(built.out, f"cases/{GROUP}/{name}.html")
+        assert p.find("figure", id="chart-by-np"), name
+        by_np = p.data["by_np"]
+        assert by_np["sweep"] == SWEEP
+        latest, base = by_np["latest"], by_np["baseline"]
+        assert (latest["run"], latest["nps"]) == (s.run_ids[-1], list(SWEEP_NPS))
+        assert latest["speedups"] == [speedups(N_COMMITS - 1)[n] for n in SWEEP_NPS]  # np 2: 0.9
+        assert base["commit"] == s.commits[-2]  # no gate baseline recorded: the nearest earlier commit
+        assert base["speedups"] == [speedups(N_COMMITS - 2)[n] for n in SWEEP_NPS]
+    other = page(built.out, f"cases/{GROUP}/{STEP_CASE}.html")
+    assert not other.find("figure", id="chart-by-np") and other.data["by_np"] is None
+
+
 def test_a_run_page_has_its_summary_counters_commands_and_logs(built: Built) -> None:
     s = built.story
     last = s.run_ids[-1]
     p = page(built.out, f"runs/{last}.html")
-    assert f"FAILED: 2 of 26 case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
+    n = len(real(2)["cases"]) + len(SWEEP_MEMBERS) - 1  # 26 real cases and the sweep's np-2 and np-4
+    assert f"FAILED: 2 of {n} case(s): {INACTIVE_CASE} (spec_inactive), {STEP_CASE} (drifted)" in p.text
     cases = {c["record"]["name"]: c for c in p.data["cases"]}
     rec = real(2)["cases"]["tiny-mtp-fixed"]
     mtp = cases["tiny-mtp-fixed"]
     # the record as results.json holds it (counters, command, samples); fields added since at their defaults
-    assert {k: mtp["record"][k] for k in rec} == rec
+    # (a prompt's stream, for instance: None outside a concurrent case)
+    shown = {k: mtp["record"][k] for k in rec}
+    for p_shown, p_real in zip(shown["prompts"], rec["prompts"], strict=True):
+        assert all(v is None for k, v in p_shown.items() if k not in p_real)
+    shown["prompts"] = [
+        {k: v for k, v in q.items() if k in r} for q, r in zip(shown["prompts"], rec["prompts"], strict=True)
+    ]
+    assert shown == rec
     assert mtp["kind"] == "passed" and cases[INACTIVE_CASE]["status"] == "failed: spec_inactive"
-    assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log"
+    assert mtp["log_href"] == f"{last}/logs/tiny-mtp-fixed.log.txt"  # published as text (issue 35)
     assert (built.out / "runs" / mtp["log_href"]).read_bytes() == (
         s.results / last / "logs" / "tiny-mtp-fixed.log"
     ).read_bytes()
@@ -210,7 +241,90 @@ def test_a_hostile_results_json_lands_as_text(tmp_path: Path) -> None:
     )
     assert not (out / "runs" / "hostile-run" / "logs" / "passwd.log").exists()
     assert "not copied: logs/passwd.log: a symlink (not followed)" in run.text
-    assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log").is_file()
+    assert (out / "runs" / "hostile-run" / "logs" / f"{'x' * 10}.log.txt").is_file()
+
+
+# --- issue 35: logs as text only; a run the site cannot render is left out, not the site --------------------
+
+PLANTED = {
+    "evil.html": "<script>window.pwned=1</script>",
+    "evil.svg": '<svg xmlns="http://www.w3.org/2000/svg" onload="window.pwned=2"/>',
+    "evil.js": "window.pwned=3",
+    "page.htm": "<script>window.pwned=4</script>",
+    "notes.LOG": "<script>window.pwned=5</script> as text",
+    "tiny-mtp-fixed.log": "<script>window.pwned=6</script> a log line",
+    "server.txt": "plain text",
+    "server": "no suffix",
+    "tiny-mtp-fixed.log.txt": "its name is taken by tiny-mtp-fixed.log's",
+}
+
+
+def test_only_text_logs_are_published_and_as_txt(tmp_path: Path) -> None:
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    folder = record(at(real(0), "a" * 40, 0, run_id="planted"), db, results)
+    (folder / "logs").mkdir()
+    for name, text in PLANTED.items():
+        (folder / "logs" / name).write_text(text)
+    os.mkfifo(folder / "logs" / "fifo.log")  # opened by the copy, it would wait for a writer for ever
+    build_site(Sources(db, results, None), out)
+    published = sorted(p.name for p in (out / "runs" / "planted" / "logs").iterdir())
+    assert published == ["notes.log.txt", "server.txt", "tiny-mtp-fixed.log.txt"]
+    assert not [p for p in out.rglob("*") if p.suffix in (".svg", ".js", ".htm") and "assets" not in p.parts]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if "evil" in p.name) == []
+    run = page(out, "runs/planted.html")
+    for name in ("evil.html", "evil.svg", "evil.js", "page.htm", "server"):
+        assert f"not copied: logs/{name}: not a text log (only .log and .txt are published)" in run.text
+    assert "logs/tiny-mtp-fixed.log.txt: its published name is another log's" in run.text
+    assert "fifo.log: not a regular file" in run.text
+    assert (out / "runs" / "planted" / "logs" / "tiny-mtp-fixed.log.txt").read_text() == PLANTED[
+        "tiny-mtp-fixed.log"
+    ]  # the bytes as they were: a text file, served as text/plain
+
+
+def test_an_html_log_of_an_older_site_is_not_carried_over(tmp_path: Path, monkeypatch) -> None:
+    """A site built before issue 35 published logs/evil.html; the next build renders the page again."""
+    from specsuite.report import runpages
+
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    folder = record(at(real(0), "a" * 40, 0, run_id="planted"), db, results)
+    (folder / "logs").mkdir()
+    (folder / "logs" / "evil.html").write_text(PLANTED["evil.html"])
+    monkeypatch.setattr(runpages, "PUBLISHING", "1")
+    build_site(Sources(db, results, None), out)
+    (out / "runs" / "planted" / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / "planted" / "logs" / "evil.html").write_text(PLANTED["evil.html"])  # as the old rules did
+    monkeypatch.undo()
+    build_site(Sources(db, results, None), out)
+    assert not (out / "runs" / "planted" / "logs" / "evil.html").exists()
+
+
+def test_a_run_the_site_cannot_render_is_left_out_with_a_warning(tmp_path: Path, capsys) -> None:
+    """A run id of 300 characters (a history from before issue 35 checked it) stopped the site with an
+    UnboundLocalError in folders.folder_stat; now the run's page is made, or the run is left out alone."""
+    import sqlite3
+
+    db, results, out = tmp_path / "h.sqlite", tmp_path / "results", tmp_path / "site"
+    record(at(real(0), "a" * 40, 0, run_id="good"), db, results)
+    record(at(real(0), "b" * 40, 1, run_id="long"), db, results)
+    with sqlite3.connect(db) as conn:  # import refuses such an id today: written as an old history holds it
+        conn.execute("UPDATE runs SET run_id = ? WHERE run_id = 'long'", ("L" * 300,))
+    assert cli(["report", "--db", str(db), "--results", str(results), "--out", str(out)]) == 0
+    assert (out / "runs" / "good.html").is_file() and len(list((out / "runs").glob("L*.html"))) == 1
+    record(at(real(0), "c" * 40, 2, run_id="broken"), db, results)
+    capsys.readouterr()
+    real_render = site.runpages.render_run
+
+    def fails_for_broken(w: Any, group: Any, run: Any, *rest: Any) -> None:
+        if run.run_id == "broken":  # the one fault injected: a full disk cannot be made for one file here
+            raise OSError("No space left on device")
+        real_render(w, group, run, *rest)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(site.runpages, "render_run", fails_for_broken)
+        assert cli(["report", "--db", str(db), "--results", str(results), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: report: run 'broken' left out of the site: No space left on device" in err
+    assert (out / "runs" / "good.html").is_file() and not (out / "runs" / "broken.html").exists()
 
 
 def test_the_out_folder_is_replaced_whole_and_only_a_site(tmp_path: Path) -> None:

@@ -264,3 +264,29 @@ def test_schema1_records_are_read() -> None:
 def test_run_id_is_timestamp_and_selector() -> None:
     rid = new_run_id("mtp,eagle3")
     assert rid.endswith("-mtp_eagle3") and rid[8] == "T" and rid[15] == "Z"
+
+
+def test_runs_started_in_the_same_second_claim_folders_of_their_own(tmp_path: Path, monkeypatch) -> None:
+    """Eight runs claim results/<run-id> at once, all in one second (issue 35: two runs shared one folder):
+    the name is taken with mkdir, so each gets its own folder, and its name is its run id."""
+    import threading
+
+    from specsuite.common import paths
+    from specsuite.results import document
+
+    monkeypatch.setattr(paths, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(document, "new_run_id", lambda selector: f"20261204T211307Z-{selector}")
+    start, claimed = threading.Barrier(8), []
+
+    def claim() -> None:
+        start.wait()
+        claimed.append(document.claim_results_dir("synthetic"))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(claimed)) == 8 and sorted(claimed) == sorted((tmp_path / "results").iterdir())
+    assert tmp_path / "results" / "20261204T211307Z-synthetic" in claimed
+    assert all(document.run_id_problem(p.name) is None for p in claimed)  # an id `history import` takes

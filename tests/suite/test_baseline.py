@@ -25,7 +25,7 @@ def _caps(backend: str = "cpu", help_text: str = HELP) -> Capabilities:
     speculative, switches = parse_speculative(help_text)
     devices = H100 if backend != "cpu" else ()
     return Capabilities("/b/llama-server", "version: x", "0c1e570", types, options, removed, backend, devices,
-                        speculative, switches)  # fmt: skip
+                        speculative=speculative, spec_switches=switches)  # fmt: skip
 
 
 def _resolved(caps: Capabilities, case: Case) -> tuple[str, ...] | None:

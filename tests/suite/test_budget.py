@@ -61,6 +61,17 @@ def test_the_budget_is_the_minimum_plus_the_factor_times_the_baselines_time_for_
     assert unmeasured is not None and unmeasured.seconds == budget.UNMEASURED_S
 
 
+def test_streams_send_the_prompt_set_each_and_warm_up_a_request_each(case) -> None:
+    """A concurrent case (suite.streams): every pass is the prompt set once per stream."""
+    four = msgspec.structs.replace(case, parallel=4, streams=4)
+    one, many = budget.case_work(case, 2), budget.case_work(four, 2)
+    texts = [text for _, text in case.prompt_texts]
+    assert many.tokens == len(texts) * case.n_predict * 5 * 4 + 16 * 4 + 16  # 5 passes of 4 streams
+    assert many.prompt_tokens == 4 * (one.prompt_tokens - 2 * (len(texts[0].encode()) + 16)) + 5 * (
+        len(texts[0].encode()) + 16
+    )
+
+
 def test_long_inputs_get_the_time_their_prompts_take(tmp_path: Path) -> None:
     """256 tokens out of 32k-token prompts: the prompts, not the decoding, take most of the time."""
     log = tmp_path / "baseline.log"

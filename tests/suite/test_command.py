@@ -86,12 +86,12 @@ def test_command_gpu_build_sets_ngl_for_target_and_draft(monkeypatch) -> None:
     monkeypatch.delenv("N_GPU_LAYERS", raising=False)
     case = _case(
         'spec_type = "draft-dflash"\ndraft = "d.gguf"\nn_max = 7\nmin_accept_rate = 0.1\n'
-        'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["--x", "1"]\n'
+        'min_accept_len = 2.0\np_min = 0.0\nserver_args = ["-ub", "64"]\n'
     )
     cmd = server_command(_caps("cuda"), Path("/m/t.gguf"), 8111, case, Path("/m/d.gguf"))
     s = " ".join(cmd)
     assert "--n-gpu-layers 99 --spec-draft-ngl 99" in s and "--poll" not in s
-    assert s.startswith("/b/llama-server --x 1 -m /m/t.gguf") and s.endswith(
+    assert s.startswith("/b/llama-server -ub 64 -m /m/t.gguf") and s.endswith(
         "--spec-draft-n-max 7 --spec-draft-p-min 0"
     )
 
@@ -197,3 +197,16 @@ def test_a_cases_server_args_come_before_every_flag_of_the_harness(how: str) -> 
     cmd = server_command(_caps("cpu"), Path("/m/t.gguf"), 8111, case, draft, resolved)
     assert cmd[:6] == ["/b/llama-server", "--threads", "1", "--spec-ngram-simple-size-n", "4", "-m"]
     assert cmd.count("--threads") == 1 and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+
+
+def test_slots_grow_the_context_so_each_slot_holds_the_np1_cases() -> None:
+    """--parallel N with --ctx-size 1024 N: llama-server divides the context among its slots (measured on
+    the pinned build: n_slots = 4, n_ctx_slot = 1024 at np 4)."""
+    body = 'spec_type = "ngram-mod"\nn_max = 8\nmin_accept_rate = 0.5\nmin_accept_len = 2.0\n'
+    four = _case(body + "parallel = [1, 2, 4]\n")  # the np-1 member
+    caps, target = _caps("cpu"), Path("/m/t.gguf")
+    assert "--ctx-size 1024 --parallel 1" in " ".join(server_command(caps, target, 1, four))
+    assert "--ctx-size 4096 --parallel 4" in " ".join(server_command(caps, target, 1, four, parallel=4))
+    assert "--ctx-size 2048 --parallel 2" in " ".join(server_command(caps, target, 1, parallel=2))  # baseline
+    eight = _case(body + "parallel = 8\nstreams = 16\n")
+    assert "--ctx-size 8192 --parallel 8" in " ".join(server_command(caps, target, 1, eight))

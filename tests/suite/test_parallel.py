@@ -119,7 +119,12 @@ def test_one_worker_per_gpu_one_run(tmp_path: Path, models: Path) -> None:
     }
     junit = [c.get("name") for c in ET.parse(out / "junit.xml").getroot().iter("testcase")]
     assert sorted(junit) == sorted(f"test_speculative[{n}]" for n in names)
-    assert (out / "summary.md").read_text().startswith(f"### specsuite synthetic run `all`: {doc['verdict']}")
+    assert doc["run_id"].endswith("Z-all")  # <time>-<folder>: the SPEC_RESULTS_DIR it was given
+    assert (
+        (out / "summary.md")
+        .read_text()
+        .startswith(f"### specsuite synthetic run `{doc['run_id']}`: {doc['verdict']}")
+    )
     assert (out / "bench.json").is_file() and not (out / "parts").exists()
     with sqlite3.connect(tmp_path / "history.sqlite") as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)

@@ -123,6 +123,17 @@ def test_a_case_never_measured_is_estimated_from_its_models_size(tmp_path: Path)
     assert set(plan.durations(compact, {}).values()) == {plan.MIN_CASE_S}
 
 
+def test_a_sweeps_members_are_planned_like_cases_in_one_shard_in_order(tmp_path: Path) -> None:
+    """A sweep expands into its np values (one case each), which share their target's group: one shard,
+    the np-1 member first (the reference of the others)."""
+    p = plan.make_plan("synthetic", 3, history=tmp_path / "none.sqlite")
+    members = ["tiny-mtp-random", "tiny-mtp-random-np2", "tiny-mtp-random-np4"]
+    (shard,) = [s for s in p.shards if set(members) & set(s.cases)]
+    assert [c for c in shard.cases if c in members] == members
+    planned = sorted(c for s in p.shards for c in s.cases)
+    assert planned == sorted(c.name for c in select_cases(load_cases(), "synthetic"))
+
+
 def test_more_shards_than_targets_gives_one_shard_per_target(tmp_path: Path) -> None:
     p = plan.make_plan("compact", 5, history=tmp_path / "none.sqlite")
     assert len(p.shards) == 2 and p.asked == 5 and "5 shards asked" in plan.describe(p)

@@ -54,6 +54,11 @@ def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _case(body: str, name: str = "c") -> Case:
+    return _cases(body, name)[0]
+
+
+def _cases(body: str, name: str = "c") -> list[Case]:
+    """The cases of one table: itself, or a sweep's members."""
     text = textwrap.dedent(f"""
         version = 1
         [[prompt_set]]
@@ -66,7 +71,7 @@ def _case(body: str, name: str = "c") -> Case:
         prompts = "p"
         n_predict = 8
     """) + textwrap.dedent(body)
-    return parse_case_file(text).cases[0]
+    return parse_case_file(text).cases
 
 
 SIMPLE = f"""
@@ -233,14 +238,14 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     """With one round the baseline goes first: it must not be measured cold. Kept across the cases of a
     target, it is warmed up once, when it starts."""
     sent: list[tuple[int, int]] = []  # (port, n_predict) of every /completion, in order
-    real_post = LlamaServer.post
+    real_post = LlamaServer._post  # every request, on the server's connection or a stream's own
 
-    def recording_post(self: LlamaServer, path: str, body: dict) -> dict:
+    def recording_post(self: LlamaServer, http: object, path: str, body: dict) -> dict:
         if path == "/completion":
             sent.append((self.port, body["n_predict"]))
-        return real_post(self, path, body)
+        return real_post(self, http, path, body)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(LlamaServer, "post", recording_post)
+    monkeypatch.setattr(LlamaServer, "_post", recording_post)
     cases = [_case(SIMPLE, "first"), _case(SIMPLE, "second")]
     s = _session(env, monkeypatch, cases[0])
     try:
@@ -280,6 +285,67 @@ def test_each_baseline_runs_its_cases_command_without_speculation(env, monkeypat
         assert head[:at] + head[at + 2 :] == (rec.baseline_command or [])[: len(head) - 2], (spec, base)
         assert (rec.baseline_command or [])[len(head) - 2 :][0] == "--port" and len(base.split()) == len(head)
     assert "--threads 1 -m" in " ".join(bases[0]) and "--threads 2 --batch-size 64 -m" in " ".join(bases[1])
+
+
+def _run_all(env: Path, monkeypatch: pytest.MonkeyPatch, cases: list[Case], **fake: object) -> dict:
+    """Every case in one session (a sweep's members in order), the run finished: name -> record."""
+    s = _session(env, monkeypatch, cases[0], **fake)
+    try:
+        for c in cases:
+            runner.run_case(c, s)
+    finally:
+        suite.finish_session(s)
+    return s.results.run.cases
+
+
+def test_acceptance_that_drops_with_slots_fails_only_the_concurrent_members(env, monkeypatch) -> None:
+    """A binary whose acceptance falls when started with --parallel above 1 (llama.cpp issue 27117):
+    np 1 passes, np 2 and np 4 fail with concurrency_collapse against np 1's acceptance of this run."""
+    sweep = _cases(
+        SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.2") + "parallel = [1, 2, 4]\n"
+    )
+    assert [c.name for c in sweep] == ["c", "c-np2", "c-np4"]
+    collapsed = {"accepted": 3, "per_pos": [3, 0, 0]}  # 3 of 12 drafted tokens per request, not 9
+    recs = _run_all(env, monkeypatch, sweep, parallel_counters=collapsed)
+    assert [(r.status, r.reason) for r in recs.values()] == [
+        ("passed", None),
+        ("failed", "concurrency_collapse"),
+        ("failed", "concurrency_collapse"),
+    ], [r.message for r in recs.values()]
+    np4 = recs["c-np4"]
+    assert "accept_rate 0.2500 at np 4 is 66.7% below np 1's 0.7500 (c (this run); rtol 5%)" in np4.message
+    assert np4.concurrency.np1.source == "c (this run)"  # the np-1 member's, not a server of its own
+    assert "--ctx-size 4096 --parallel 4" in " ".join(np4.command or [])  # each slot: np 1's context
+    assert (np4.parallel, np4.streams, np4.sweep, np4.concurrency.requests) == (4, 4, "c", 8)  # 4 x 2 prompts
+    assert np4.concurrency.np1.counters.startswith(
+        "differ in 8 of 8 request(s): stream 0, prompt 'a' drafted"
+    )
+    assert len(np4.rounds) == 2 and np4.concurrency.speedups  # two rounds at np > 1, though --repeat is 1
+    assert recs["c"].concurrency.np1 is None  # it is the reference
+
+
+def test_one_stream_that_differs_from_np1_fails_batch_variant_naming_it(run) -> None:
+    """A binary whose np-4 output differs in one request: the case measures its own np-1 reference (no np-1
+    case ran before it) and names the stream, the prompt and the first differing token."""
+    rec = run(_case(SIMPLE + "parallel = 4\n"), batch_variant={"np": 4, "request": 3})
+    assert (rec.status, rec.reason) == ("failed", "batch_variant"), rec.message
+    (bad,) = [p for p in rec.prompts if not p.identical]  # the same request against the no-spec baseline
+    assert rec.concurrency.np1.source.startswith("measured for c: logs/c-np1.log")
+    assert rec.concurrency.np1.identical_fraction == 0.875  # 7 of 8
+    assert (
+        "1 of 8 request(s) differ from the np-1 output (measured for c: logs/c-np1.log): "
+        f"stream {bad.stream}, prompt {bad.id!r}: first differing token at index {bad.first_diff} (np 1: "
+    ) in rec.message
+
+
+def test_counters_that_move_between_rounds_at_np4_are_nondeterministic(run) -> None:
+    """As DSpark's at np 4 on the CPU build: two rounds at np > 1 even with --repeat 1, and rounds that
+    disagree make the case nondeterministic (not compared exactly), not red."""
+    moving = [{"accepted": 9}] * 4 + [{"accepted": 8, "per_pos": [4, 3, 1]}]  # a period of 5 requests
+    rec = run(_case(SIMPLE + "parallel = 4\n"), by_request=moving)
+    assert rec.status == "passed", rec.message
+    assert len(rec.rounds) == 2 and rec.rounds[0].accepted != rec.rounds[1].accepted
+    assert rec.nondeterministic is True
 
 
 def test_a_learning_drafter_reports_its_cold_pass_and_is_not_nondeterministic(run, monkeypatch) -> None:

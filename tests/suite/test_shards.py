@@ -12,6 +12,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from testdata import DATA_ROOT, write_shards
@@ -126,12 +127,103 @@ def test_a_log_that_is_a_link_is_not_followed_and_a_taken_name_is_kept_apart(
     assert (out / "logs" / "shard-1b" / f"{names[0]}.log").read_text() == "the retry's log\n"
 
 
+# --- issue 35: merge plans from cases.toml, checks each shard as `history import` does, judges again ------
+
+
+def _edit(folder: Path, edit: Any) -> None:
+    doc = json.loads((folder / "results.json").read_text())
+    edit(doc)
+    (folder / "results.json").write_text(json.dumps(doc))
+
+
+def test_a_lone_shard_whose_plan_was_edited_does_not_merge_green(tmp_path: Path, history: Path) -> None:
+    """The round's attack: shard 1 of 4 with ``planned`` cut to its own two cases merged green as the run."""
+    write_shards(tmp_path / "a", n=4, history=False)
+    lone = tmp_path / "a" / "shard-1"
+    _edit(lone, lambda d: d.update(planned=list(d["cases"])))
+    cmd = [sys.executable, "-m", "specsuite", "merge", str(lone), "--out", str(tmp_path / "m")]
+    proc = subprocess.run(cmd, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: cannot merge: {lone} says its run planned 2 case(s); cases.toml's 'smoke' has 8: "
+        "not a shard of this plan\n"
+    )
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_lone_shard_merges_red_with_the_plans_other_cases_not_run(tmp_path: Path, history: Path) -> None:
+    names = write_shards(tmp_path / "a", n=4, history=False)
+    assert cli.main(["merge", str(tmp_path / "a" / "shard-1"), "--out", str(tmp_path / "m")]) == 1
+    merged = load_run(tmp_path / "m")
+    assert merged.planned == names and [n for n, r in merged.cases.items() if r.reason == "not_run"] == [
+        n for i, n in enumerate(names) if i % 4 != 0
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (
+            lambda d: d["cases"].update(extra={**d["cases"][next(iter(d["cases"]))], "name": "extra"}),
+            "case 'extra' is not one of cases.toml's 'smoke'",
+        ),
+        (lambda d: d.update(cases_sha256="0" * 64), "ran another cases.toml (sha256 000000000000…"),
+        (lambda d: d.update(shard="5/3"), "shard '5/3' is not K/N with 1 <= K <= N"),
+        (
+            lambda d: d["cases"]["draft-simple"].update(accept_rate="@NaN@"),
+            "case 'draft-simple': accept_rate is nan, not a finite number; not a shard the suite wrote",
+        ),
+        (lambda d: d["cases"]["draft-simple"].update(accepted=10**6), "case 'draft-simple': counter sanity"),
+    ],
+    ids=["stray-case", "other-cases-file", "bad-shard", "nan-rate", "accepted>drafted"],
+)
+def test_a_shard_the_plan_or_a_live_run_could_not_give_is_refused(
+    tmp_path: Path, history: Path, capsys, edit: Any, why: str
+) -> None:
+    write_shards(tmp_path / "a", history=False)
+    if "draft-simple" not in json.loads((tmp_path / "a" / "shard-3" / "results.json").read_text())["cases"]:
+        pytest.fail("write_shards put draft-simple elsewhere")
+    _edit(tmp_path / "a" / "shard-3", edit)
+    text = (tmp_path / "a" / "shard-3" / "results.json").read_text()
+    (tmp_path / "a" / "shard-3" / "results.json").write_text(text.replace('"@NaN@"', "NaN"))
+    assert cli.main(["merge", str(tmp_path / "a" / "shard-3"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot merge: {tmp_path / 'a' / 'shard-3'}") and why in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("rate", [0.0, None])
+def test_a_passed_case_is_judged_again_by_the_floors_of_cases_toml(
+    tmp_path: Path, history: Path, rate: float | None
+) -> None:
+    """A shard's record that says passed with numbers under cases.toml's floors (consistent counters, or
+    no rate at all) is failed at the merge: the shard's own verdict is not believed."""
+    write_shards(tmp_path / "a", history=False)
+
+    def below(d: dict[str, Any]) -> None:
+        d["cases"]["draft-simple"].update(accepted=0, per_position=[0, 0, 0], accept_rate=rate,
+                                          accept_len=1.0 if rate is not None else None,
+                                          per_position_rate=[0.0, 0.0, 0.0], pos0_rate=0.0)  # fmt: skip
+
+    _edit(tmp_path / "a" / "shard-3", below)
+    assert cli.main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "m")]) == 1
+    rec = load_run(tmp_path / "m").cases["draft-simple"]
+    assert (rec.status, rec.reason) == ("failed", "floor")
+    assert (
+        rec.message and "the shard said passed; judged again at merge by cases.toml: [floor] " in rec.message
+    )
+    want = "accept_rate 0.0000 < floor 0.9700" if rate is not None else "accept_rate is None, not a number"
+    assert want in rec.message
+
+
 # --- the real CPU build: three shards in three processes, against the same cases run whole --------------
 
-# Nine of the synthetic tier's cases, every drafter among them, not all 38: the four runs share two cores
-# in CI (README: "CI's time"), and what is tested is the split and the merge, not the cases.
+# Eleven of the synthetic tier's cases, every drafter among them, not all of them: the four runs share two
+# cores in CI (README: "CI's time"), and what is tested is the split and the merge, not the cases. Among
+# them a sweep's members (tiny-mtp-random at np 1, 2 and 4), which shard and merge like any case.
 CASES = ("tiny-simple-fixed", "tiny-mtp-fixed", "tiny-eagle3-fixed", "tiny-dflash-fixed", "tiny-dspark-fixed",
-         "tiny-simple-random", "tiny-mtp-random", "tiny-ngram", "tiny-auto-mtp")  # fmt: skip
+         "tiny-simple-random", "tiny-mtp-random", "tiny-mtp-random-np2", "tiny-mtp-random-np4", "tiny-ngram",
+         "tiny-auto-mtp")  # fmt: skip
 TIER = ",".join(CASES)
 DROPPED = (
     "SPEC_GPUS",
@@ -194,6 +286,12 @@ def test_three_shards_of_synthetic_cases_merged_are_the_cases_run_whole(
         n: [getattr(r, k) for k in COUNTERS] for n, r in b.cases.items()
     }
     assert a.verdict == b.verdict
+    # the sweep's members ran in one shard, in order: np 4 against np 1's output of the same shard
+    np4 = b.cases["tiny-mtp-random-np4"]
+    assert np4.concurrency is not None and np4.concurrency.np1 is not None
+    assert np4.concurrency.np1.source == "tiny-mtp-random (this run)"
+    assert np4.concurrency.crossover_np is not None  # written when the merged run was judged
+    assert "- crossover tiny-mtp-random: " in (tmp_path / "merged" / "summary.md").read_text()
     with sqlite3.connect(tmp_path / "history.sqlite") as db:  # the shards recorded nothing; the merge once
         assert db.execute("SELECT run_id FROM runs").fetchall() == [(b.run_id,)]
 

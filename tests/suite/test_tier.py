@@ -404,6 +404,7 @@ def test_a_pytest_usage_error_is_bad_input_not_a_regression(tmp_path, chain_env)
     proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH, "--no-such-pytest-option")
     assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+    assert "results:" not in proc.stdout  # the folder (SPEC_RESULTS_DIR) holds nothing of a run (issue 35)
 
 
 def test_a_stale_summary_of_an_earlier_run_is_not_this_runs_verdict(tmp_path, chain_env) -> None:
@@ -444,3 +445,52 @@ def test_a_link_planted_in_a_reused_results_folder_is_refused_before_anything(
     assert proc.stderr.count("\n") == 1
     assert [p.name for p in outside.iterdir()] == ["victim.xml"]
     assert (outside / "victim.xml").read_text() == "not yours\n"
+
+
+# --- issue 35: a run's folder and id are its own --------------------------------------------------------
+
+# run-tier with results/ under the test's folder and every run id of one second (the round saw two runs
+# started in the same second share results/…T211307Z-synthetic): only these two names are patched.
+SAME_SECOND = """
+import pathlib, sys
+from specsuite.common import paths
+from specsuite.results import document
+paths.RESULTS_DIR = pathlib.Path(sys.argv[1])
+document.new_run_id = lambda selector: "20261204T211307Z-" + selector
+sys.argv = ["specsuite", "run-tier", *sys.argv[2:]]
+from specsuite.cli import entry
+entry()
+"""
+
+
+def test_two_runs_started_in_the_same_second_get_their_own_folders_and_ids(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    env = {k: v for k, v in chain_env.items() if k != "SPEC_RESULTS_DIR"}
+    env["LLAMA_SERVER_BIN_PATH"] = str(exe)
+    root = tmp_path / "results"
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SAME_SECOND, str(root), SYNTH],
+            cwd=paths.REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in runs]
+    assert [p.returncode for p in runs] == [0, 0], outs
+    folders = sorted(p for p in root.iterdir())
+    assert len(folders) == 2 and folders[0].name == f"20261204T211307Z-{SYNTH}", folders
+    assert folders[1].name.startswith(f"20261204T211307Z-{SYNTH}-")  # the run that lost the name
+    ids = {json.loads((f / "results.json").read_text())["run_id"] for f in folders}
+    assert ids == {f.name for f in folders}
+    named = [[f for f in folders if f"results: {f} (" in out] for out in outs]  # each run says its own
+    assert sorted(n[0] for n in named if len(n) == 1) == folders, outs
+    for folder in folders:
+        assert (folder / "summary.md").is_file() and (folder / "logs" / f"{SYNTH}.log").is_file()
+    import sqlite3
+
+    with sqlite3.connect(env["SPEC_HISTORY"]) as conn:
+        assert sorted(r[0] for r in conn.execute("SELECT run_id FROM runs")) == sorted(ids)

@@ -281,8 +281,9 @@ def test_real_calibration(
     assert 0 < rate_min < 1, out
     assert mtp.min_accept_rate == pytest.approx(max(0.0, rate_min - 0.03), abs=2e-4)
     assert mtp.min_accept_len == pytest.approx(mtp.calibration["accept_len"]["min"] - 0.2, abs=2e-4)
-    for other, case in after.items():
-        if case.tier == "synthetic" and other != name and not case.expect_no_drafts:  # those have no floors
+    assert [c.min_accept_rate for c in after.values() if c.sweep_name == name] == [mtp.min_accept_rate] * 3
+    for other, case in after.items():  # its sweep's members (-k selects them too) share its table's floors
+        if case.tier == "synthetic" and case.sweep_name != name and not case.expect_no_drafts:  # no floors
             assert f"NOT CALIBRATED {other}" in out, out
             assert (case.min_accept_rate, case.min_accept_len) == (
                 before[other].min_accept_rate,
@@ -308,6 +309,31 @@ def test_speed_floor_written_only_where_the_case_has_one_and_uncalibrated_cleare
     assert by["ngram"].min_speedup == 1.6 and not by["ngram"].uncalibrated  # 2.0 - 20 %
     assert by["simple"].min_speedup is None  # no speed floor asked for: none written
     assert "speedup = {min = 2.0, max = 2.5, spread = 0.5}" in new
+
+
+def test_a_sweeps_floors_are_written_once_into_its_table_holding_at_every_np(tmp_path: Path) -> None:
+    """A sweep's members come from one [[case]] table: their runs calibrate it together, so the floors hold
+    at np 1 and at every other np (a member that collapsed failed concurrency_collapse: not a usable run)."""
+    from specsuite.tools.calibrate import CaseCalibration, apply, by_table
+
+    text = CASES.replace("min_accept_len = 1.8\n", "min_accept_len = 1.8\nparallel = [1, 2, 4]\n", 1)
+    members = {
+        "ngram": CaseCalibration("ngram", [0.8, 0.8], [2.0, 2.0], [1.5, 1.4], ["r1", "r2"]),
+        "ngram-np2": CaseCalibration("ngram-np2", [0.79, 0.8], [2.0, 1.9], [1.1, 1.0], ["r1", "r2"]),
+        "ngram-np4": CaseCalibration("ngram-np4", [0.78], [1.95], [0.7], ["r1"], excluded=["r2: crashed"]),
+        "simple": CaseCalibration("simple", [0.9], [2.5], [], ["r1"]),
+    }
+    tables = by_table(members, {"ngram-np2": "ngram", "ngram-np4": "ngram", "ngram": "ngram"})
+    assert list(tables) == ["ngram", "simple"]
+    assert (tables["ngram"].rates, tables["ngram"].run_ids) == ([0.8, 0.8, 0.79, 0.8, 0.78], ["r1", "r2"])
+    assert tables["ngram"].runs == 2  # two runs, each holding the members
+    assert tables["ngram"].excluded == ["ngram-np4: r2: crashed"]
+    new = apply(text, tables, {"commit": "abc", "device": "cpu"}, "2026-12-01")
+    by = {c.name: c for c in parse_cases(new)}
+    assert [(n, c.min_accept_rate, c.min_accept_len) for n, c in by.items() if c.sweep_name] == [
+        ("ngram", 0.75, 1.7), ("ngram-np2", 0.75, 1.7), ("ngram-np4", 0.75, 1.7)
+    ]  # fmt: skip
+    assert by["ngram"].min_speedup is None  # a sweep has no speed floor: the crossover is its speed rule
 
 
 def test_upstreams_observations_are_kept_beside_ours(tmp_path: Path) -> None:

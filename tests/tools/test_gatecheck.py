@@ -86,7 +86,7 @@ def test_per_block_overhead_alarms_and_spread_are_counted_at_its_own_rtol() -> N
     [c] = gatecheck.check(dear, ["wide"], 0.05, 10)
     assert c.false_alarms["block_ratio"] == 3 and c.pairs == 6
     assert gatecheck.check(dear, ["wide"], 0.05, 10, block_rtol=0.6)[0].false_alarms["block_ratio"] == 0
-    assert "false alarms (rate/len/pos0/speedup/block)" in gatecheck.render([c], 0.05)
+    assert "false alarms (rate/len/pos0/speedup/tps/block)" in gatecheck.render([c], 0.05)
 
 
 def test_a_cases_own_speed_rtol_is_the_tolerance_its_speedup_is_checked_at() -> None:

@@ -54,6 +54,16 @@ def _rec(name: str, drafted: int = 12, accepted: int = 9, tps: float = 100.0, **
     )  # type: ignore[arg-type]
 
 
+def test_the_check_runs_an_np4_case_of_every_drafter_on_the_gpu() -> None:
+    """The synthetic tier, which gpu-check runs with each build, holds each drafter's np-4 member: the CUDA
+    build's batched kernels judged against its own np-1 output (batch_variant, concurrency_collapse)."""
+    from specsuite.cases.schema import load_cases, select_cases
+
+    cases = [c for s in gpucheck.DEFAULT_SELECTORS for c in select_cases(load_cases(), s)]
+    np4 = {c.spec_type[0] for c in cases if c.parallel == 4 and c.sweep_name}
+    assert np4 == {"draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"}
+
+
 def test_green_check_table_has_both_sides_tokens_per_second_and_speedup(tmp_path: Path) -> None:
     gpu = _run(tmp_path, "gpu", _rec("a", tps=450.0), _rec("b", drafted=10, tps=300.0))
     cpu = _run(tmp_path, "cpu", _rec("a"), _rec("b"))

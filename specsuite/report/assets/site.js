@@ -6,7 +6,7 @@
 (function () {
   const BAD = new Set(["failed", "drifted", "error", "interrupted"]);
   const COLOR = { value: "#2f6fdd", floor: "#777", band: "rgba(47, 111, 221, 0.18)", bad: "#cf222e",
-                  change: "#e16f00", base: "#9aa4b5" };
+                  change: "#e16f00", base: "#9aa4b5", config: "#7a3fb0" };
   const RUNS_SHOWN = 200; // the runs table shows the newest ones first; a button shows the rest
   const charts = (window.specsuiteCharts = {}); // each drawn chart by its figure's id (for a look from devtools)
 
@@ -46,8 +46,12 @@
     };
   }
 
-  // events on a series, by kind: the line and the span's shade (a configuration change would be one more)
-  const EVENTS = { change: { line: COLOR.change, fill: "rgba(225, 111, 0, 0.13)" } };
+  // events on a series, by kind: the line, its dash and the span's shade; a configuration change (a changed
+  // default or build option, on every chart of the case) is a dotted line
+  const EVENTS = {
+    change: { line: COLOR.change, fill: "rgba(225, 111, 0, 0.13)", dash: [6, 4] },
+    config: { line: COLOR.config, fill: "rgba(122, 63, 176, 0.10)", dash: [2, 3] },
+  };
   const LABEL_ROWS = 3; // label rows under a chart's top edge; a label that fits none is left to the table
 
   function drawEvents(u, d, key) {
@@ -66,6 +70,7 @@
         ctx.fillRect(Math.max(x0, left), top, Math.min(x1, right) - Math.max(x0, left), bottom - top);
       }
       ctx.strokeStyle = style.line;
+      ctx.setLineDash(style.dash.map((v) => v * px));
       for (const x of x1 > x0 ? [x0, x1] : [x0]) {
         if (x < left || x > right) continue;
         ctx.beginPath();
@@ -219,6 +224,46 @@
     }, cols, hover, null);
   }
 
+  function npChart(d, fig) {
+    // a sweep's members: aggregate speedup by np, the latest run beside its baseline, and 1.0 (no gain)
+    const b = d.by_np;
+    if (!fig || !b) return null;
+    const nps = [...new Set([...b.latest.nps, ...(b.baseline ? b.baseline.nps : [])])].sort((x, y) => x - y);
+    const xs = nps.map((_, i) => i + 1);
+    const at = (run) => nps.map((n) => { const i = run.nps.indexOf(n); return i < 0 ? null : run.speedups[i]; });
+    const series = [{ label: "np" },
+      { label: "latest " + short(b.latest.commit), stroke: COLOR.value, width: 2, points: { size: 7 } }];
+    const cols = [xs, at(b.latest)];
+    if (b.baseline) {
+      series.push({ label: "baseline " + short(b.baseline.commit), stroke: COLOR.base, width: 2, points: { size: 7 } });
+      cols.push(at(b.baseline));
+    }
+    const one = (u) => {
+      const ctx = u.ctx, y = u.valToPos(1, "y", true), px = devicePixelRatio;
+      ctx.save();
+      ctx.strokeStyle = COLOR.floor;
+      ctx.lineWidth = px;
+      ctx.setLineDash([6 * px, 4 * px]);
+      ctx.beginPath();
+      ctx.moveTo(u.bbox.left, y);
+      ctx.lineTo(u.bbox.left + u.bbox.width, y);
+      ctx.stroke();
+      ctx.restore();
+    };
+    const hover = (i) => (i === null || i === undefined ? "" :
+      `np ${nps[i]}: latest ${num(cols[1][i], 3)}x` + (b.baseline ? `, baseline ${num(cols[2][i], 3)}x` : ""));
+    const ys = cols.slice(1).flat().filter((v) => v !== null);
+    return plot(fig, {
+      series,
+      scales: { x: { time: false, range: () => [0.6, nps.length + 0.4] },
+                y: { range: () => [0, Math.max(1.2, ...ys) * 1.1] } },
+      axes: [{ incrs: [1], values: (u, s) => s.map((v) => (Number.isInteger(v) && nps[v - 1] ? "np " + nps[v - 1] : "")) },
+             { size: 56 }],
+      hooks: { draw: [one] },
+      cursor: { sync: { key: "by-np" }, points: { size: 7 } },
+    }, cols, hover, null);
+  }
+
   function runsTable(d, all) {
     const tbody = document.querySelector("#runs tbody");
     tbody.replaceChildren();
@@ -242,6 +287,7 @@
   function casePage(d) {
     for (const m of d.metrics) metricChart(d, m, document.getElementById("chart-" + m.key));
     perPositionChart(d, document.getElementById("chart-per-position"));
+    npChart(d, document.getElementById("chart-by-np"));
     runsTable(d, false);
   }
 
@@ -286,6 +332,20 @@
     return dl;
   }
 
+  // memory and prefill, the speculation-off server's in parentheses (records before they were measured: none)
+  function resources(r) {
+    const m = r.memory || {}, p = r.prefill || {};
+    const both = (a, b, digits) => (finite(a) === null ? null : `${num(a, digits)} (${num(finite(b), digits)})`);
+    const growth = finite(m.growth_mib) === null ? null : `${num(m.growth_mib, 2)} MiB over ${m.growth_requests} requests`;
+    return [
+      ["peak resident MiB (speculation off)", both(m.peak_rss_mib, m.base_peak_rss_mib, 1)],
+      ["memory growth after the warm-up", growth],
+      ["peak GPU MiB (speculation off)", both(m.gpu_peak_mib, m.base_gpu_peak_mib, 0)],
+      ["time to first token ms (speculation off)", both(p.ttft_ms, p.base_ttft_ms, 2)],
+      ["prompt t/s (speculation off)", both(p.prompt_tps, p.base_prompt_tps, 1)],
+    ];
+  }
+
   function caseDetails(c) {
     const r = c.record, speed = r.speed || {};
     const box = el("details", { className: "case status-" + c.kind },
@@ -305,12 +365,15 @@
       ["plain decode ms per token (speculation off)", num(finite(r.token_ms), 4)],
       ["identical tokens", num(finite(r.identical_fraction), 2)],
       ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
+      ...resources(r),
     ]));
     if (r.baseline) {
       const p = el("p", {}, "history baseline: commit ", el("code", { text: short(r.baseline.commit) }), " run ");
       p.append(c.baseline_slug ? link(c.baseline_slug + ".html", r.baseline.run_id || "?") : (r.baseline.run_id || "?"));
       if ((r.baseline.regressions || []).length) p.append(" · regressed: " + r.baseline.regressions.join(", "));
       box.append(p);
+      const changed = [...(r.baseline.config_changes || []), ...((r.drift || {}).config_changes || [])];
+      if (changed.length) box.append(el("p", { className: "why", text: "configuration changed: " + changed.join("; ") }));
     }
     box.append(el("p", {}, "server command", c.log_href ? " · " : "", c.log_href ? link(c.log_href, "log") : ""));
     const command = (r.command || []).map(shellWord).join(" ");

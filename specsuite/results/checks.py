@@ -1,0 +1,177 @@
+"""What a results document from elsewhere must hold to count as a run: the checks ``history import``,
+``merge`` and ``calibrate`` apply before a number of it may judge another run.
+
+A live run's record is made by the runner from one server's counters, so it always holds finite numbers in
+their ranges and counters that keep the server's own accounting (``metrics.Delta.sanity_errors``, the same
+check a live case fails ``sanity`` on). A document read from a file (an artifact, a shard, a hand-edited
+copy) holds whatever was typed into it; these checks refuse what no live run can write: a number that is
+not finite, a rate outside [0, 1], a counter that is negative, fractional or beyond any run, counters that
+break the server's relations, an unknown status or schema, a start time that is not a time, a run id that
+is not a plain name. Each problem is one line naming the case and the field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from specsuite.results.document import KNOWN_SCHEMAS, Run, run_id_problem
+from specsuite.results.record import STATUSES, CaseRecord, SpeedSamples, finite
+from specsuite.server.metrics import Delta
+
+# A counter of one case in one run: tokens a server drafted or accepted. A trillion is far beyond any run
+# (a nightly tier drafts millions) and far inside SQLite's 64-bit INTEGER, so a counter of 2^80 is refused
+# here, in one line, instead of overflowing the history's insert.
+MAX_COUNT = 10**12
+# Another machine's clock may run ahead of this one's; by more than this, a start is in the future.
+CLOCK_SKEW = dt.timedelta(hours=1)
+_UNIT = ("accept_rate", "pos0_rate", "identical_fraction")
+
+
+def _short(value: Any) -> str:
+    """A value as one short piece of a line (a hostile one may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
+
+def parse_time(text: str) -> dt.datetime | None:
+    """An ISO 8601 time with its offset, as results.json writes it (``Z`` too, also on Python 3.10)."""
+    try:
+        when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _not_finite(value: Any, path: str) -> Iterator[str]:
+    """Every NaN or infinity in a plain-data value, by its dotted path (a live document has none: results.json
+    writes them as null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield f"{path} is {value}, not a finite number"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _not_finite(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _not_finite(v, f"{path}[{i}]")
+
+
+def _count_problem(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+        return f"{name} {_short(value)} is not a counter (an integer from 0 to {MAX_COUNT})"
+    return None
+
+
+def _counters(
+    where: str, drafted: Any, accepted: Any, drafts: Any, per_position: list[Any], *, relations: bool
+) -> list[str]:
+    """Counters in range, then the server's own relations (the live sanity check, not a copy of it)."""
+    named = {"drafted": drafted, "accepted": accepted, "drafts": drafts}
+    named.update({f"per_position[{i}]": c for i, c in enumerate(per_position)})
+    out = [f"{where}{p}" for k, v in named.items() if (p := _count_problem(k, v)) is not None]
+    if out or not relations or None in (drafted, accepted, drafts):
+        return out
+    delta = Delta(drafted, accepted, drafts, tuple(per_position), per_position_exported=bool(per_position))
+    return [f"{where}counter sanity: {e}" for e in delta.sanity_errors()]
+
+
+def out_of_range(rec: CaseRecord) -> str | None:
+    """The first measured number of the record outside what a server can report (None: all in range)."""
+    for key in _UNIT:
+        if (v := finite(getattr(rec, key))) is not None and not 0 <= v <= 1:
+            return f"{key} {v:g} is outside [0, 1]"
+    if any((v := finite(r)) is not None and not 0 <= v <= 1 for r in rec.per_position_rate):
+        return f"per_position_rate {rec.per_position_rate} has a rate outside [0, 1]"
+    length, top = finite(rec.accept_len), rec.n_max + 1 if rec.n_max is not None else math.inf
+    if length is not None and not 1 <= length <= top:
+        return f"accept_len {length:g} is outside [1, n_max + 1 = {top:g}]"
+    return _speed_problem(rec)
+
+
+def _finite_values(groups: dict[str, list[Any]]) -> Iterator[tuple[str, float]]:
+    for key, values in groups.items():
+        yield from ((key, v) for v in map(finite, values) if v is not None)
+
+
+def _speed_problem(rec: CaseRecord) -> str | None:
+    """A negative speed or time; a speedup of 0 in a measured record (its tokens were decoded at some
+    speed)."""
+    sp = rec.speed or SpeedSamples()
+    ups = {
+        "speedup": [rec.speedup],
+        "speed.speedups": sp.speedups,
+        "speed.speedup_median": [sp.speedup_median],
+    }
+    for key, v in _finite_values(ups):
+        if v < 0 or (v == 0 and rec.measured):
+            return f"{key} {v:g} is not a speed ratio > 0"
+    times = {
+        "decode_tps": [rec.decode_tps],
+        "baseline_decode_tps": [rec.baseline_decode_tps],
+        "wall_s": [rec.wall_s],
+        "speed.spec_tps": sp.spec_tps,
+        "speed.base_tps": sp.base_tps,
+    }
+    return next((f"{key} {v:g} is negative" for key, v in _finite_values(times) if v < 0), None)
+
+
+def record_problems(rec: CaseRecord) -> list[str]:
+    """Why this case record cannot be a live run's (empty: it can).
+
+    A record that failed ``sanity`` is the one a live run writes with counters that break the server's
+    relations (and so with rates beyond 1): its counters are checked as counters only, and such a record
+    is never a baseline (``CaseRecord.measured``)."""
+    out = list(_not_finite(msgspec.to_builtins(rec), ""))
+    if rec.status not in STATUSES:
+        out.append(f"status {_short(rec.status)} is not one of {', '.join(STATUSES)}")
+    if rec.n_max is not None and rec.n_max < 1:
+        out.append(f"n_max {rec.n_max} is not a draft length >= 1")
+    if out:  # a NaN makes every range below meaningless
+        return out
+    insane = rec.status == "failed" and rec.reason == "sanity"
+    out += _counters("", rec.drafted, rec.accepted, rec.drafts, rec.per_position, relations=not insane)
+    for i, r in enumerate(rec.rounds):
+        out += _counters(
+            f"rounds[{i}]: ", r.drafted, r.accepted, r.drafts, r.per_position, relations=not insane
+        )
+    why = _speed_problem(rec) if insane else out_of_range(rec)
+    return out if why is None else [*out, why]
+
+
+def header_problems(run: Run) -> list[str]:
+    """Why the run's own fields (not its cases) cannot be a live run's."""
+    out = [] if run.schema in KNOWN_SCHEMAS else [f"schema {run.schema} is not one this specsuite reads "
+                                                  f"({', '.join(map(str, KNOWN_SCHEMAS))})"]  # fmt: skip
+    if (why := run_id_problem(run.run_id)) is not None:
+        out.append(why)
+    started = parse_time(run.started) if run.started is not None else None
+    finished = parse_time(run.finished) if run.finished is not None else None
+    if started is None:
+        out.append(
+            f"started {_short(run.started)} is not an ISO 8601 time with an offset (2026-12-01T10:00:00Z)"
+        )
+    elif started > dt.datetime.now(dt.timezone.utc) + CLOCK_SKEW:
+        out.append(f"started {run.started} is in the future: no run has started then")
+    if run.finished is not None and finished is None:
+        out.append(f"finished {_short(run.finished)} is not an ISO 8601 time with its offset")
+    elif started is not None and finished is not None and finished < started:
+        out.append(f"finished {run.finished} is before started {run.started}")
+    header = msgspec.to_builtins(msgspec.structs.replace(run, cases={}))
+    out += _not_finite(header, "")
+    if (wall := finite(run.wall_s)) is not None and wall < 0:
+        out.append(f"wall_s {wall:g} is negative")
+    return out
+
+
+def run_problems(run: Run) -> list[str]:
+    """Every reason this document cannot be a live run's, one line each; empty when it can."""
+    out = header_problems(run)
+    for name, rec in run.cases.items():
+        out += [f"case {name!r}: {p}" for p in record_problems(rec)]
+    return out

@@ -1,0 +1,139 @@
+"""A case with several slots against the np-1 output of the same server command: each request's tokens
+(``batch_variant``), the acceptance (``concurrency_collapse``), each request's own counters; and the
+``concurrency`` block of its record.
+
+The np-1 reference is the cold pass of the same command with one slot, for the same prompts and
+``n_predict``: that of a case of this run (a sweep's np-1 member runs before its other members, in one
+group of its target), else measured for the case on a fresh one-slot server. One slot means one sequence
+per batch, whatever the streams, so its tokens are the method's output without batching.
+
+What the pinned CPU build showed (8 concurrent greedy requests of 128 tokens, n_max 3, np 1/4/8, the
+synthetic models): tokens equal to np 1's in every configuration; draft-simple, MTP and DFlash counters
+equal per request; DSpark's counters move in one or two requests of some runs at np 4 and 8 (drafted 204
+-> 213, accepted 58 -> 55 on one request; acceptance about 1 % lower over the pass), never its tokens. So
+tokens are compared exactly, the counters per request are reported (not judged), and acceptance is judged
+relatively, with the run's rtol: DSpark's move stays inside it, a collapse as in llama.cpp issue 27117
+(DFlash at 0.06-0.49 against 0.83-0.92) does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from specsuite.results.record import Concurrency, Np1, RequestCounters
+from specsuite.server.metrics import Delta
+from specsuite.suite.expect import EPS, Failure
+from specsuite.suite.measure import Completion, first_diff
+from specsuite.suite.streams import Throughput
+
+SHOWN = 5  # differing requests named in a message; the rest are counted
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The np-1 cold pass of a server command: its answers and counters, and where it came from."""
+
+    source: str
+    completions: list[Completion]
+    delta: Delta
+
+    def answer(self, prompt: str) -> Completion:
+        return next(c for c in self.completions if c.id == prompt)
+
+
+def _who(c: Completion) -> str:
+    return f"stream {c.stream}, prompt {c.id!r}" if c.stream is not None else f"prompt {c.id!r}"
+
+
+def batch_variant(ref: Reference, comps: list[Completion], parallel: int) -> list[Failure]:
+    """Every request whose tokens differ from np 1's for its prompt: the stream, the prompt and the first
+    differing token."""
+    bad = []
+    for c in comps:
+        want = ref.answer(c.id).tokens
+        if (i := first_diff(want, c.tokens)) is not None:
+            np1, here = (t[i] if i < len(t) else "end" for t in (want, c.tokens))
+            bad.append(f"{_who(c)}: first differing token at index {i} (np 1: {np1}, np {parallel}: {here})")
+    if not bad:
+        return []
+    more = f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
+    head = f"{len(bad)} of {len(comps)} request(s) differ from the np-1 output ({ref.source}): "
+    return [Failure("batch_variant", head + "; ".join(bad[:SHOWN]) + more)]
+
+
+def collapse(ref: Reference, delta: Delta, parallel: int, rtol: float) -> list[Failure]:
+    """Acceptance more than ``rtol`` below np 1's (each stream sends the whole prompt set, so the two
+    passes hold the same prompts)."""
+    out = []
+    for metric in ("accept_rate", "accept_len"):
+        was, now = getattr(ref.delta, metric), getattr(delta, metric)
+        if was is None or now is None or was <= 0 or now >= was * (1 - rtol) - EPS:
+            continue
+        out.append(
+            Failure(
+                "concurrency_collapse",
+                f"{metric} {now:.4f} at np {parallel} is {(was - now) / was:.1%} below np 1's {was:.4f} "
+                f"({ref.source}; rtol {rtol:.0%}): accepted={delta.accepted} drafted={delta.drafted} "
+                f"steps={delta.drafts} against {ref.delta.accepted}/{ref.delta.drafted}/{ref.delta.drafts}",
+            )
+        )
+    return out
+
+
+def counter_sum_errors(delta: Delta, comps: list[Completion]) -> list[str]:
+    """The requests' own counters must add up to the /metrics delta over them (the server counts both from
+    the same slot statistics); none checked where no request reported any (a binary without them)."""
+    drafted, accepted = sum(c.draft_n for c in comps), sum(c.draft_n_accepted for c in comps)
+    if not drafted or (drafted, accepted) == (delta.drafted, delta.accepted):
+        return []
+    return [
+        f"the requests' own counters (timings.draft_n, draft_n_accepted) add up to drafted={drafted} "
+        f"accepted={accepted}, /metrics counted drafted={delta.drafted} accepted={delta.accepted}"
+    ]
+
+
+def counters_vs_np1(ref: Reference, comps: list[Completion]) -> str:
+    """Each request's counters against np 1's for its prompt: "identical per request", or the requests
+    that differ (reported: a drafter whose drafts depend on the batch, as DSpark's, moves them)."""
+    moved = []
+    for c in comps:
+        r = ref.answer(c.id)
+        if (c.draft_n, c.draft_n_accepted) != (r.draft_n, r.draft_n_accepted):
+            moved.append(
+                f"{_who(c)} drafted {r.draft_n}->{c.draft_n} accepted {r.draft_n_accepted}->"
+                f"{c.draft_n_accepted}"
+            )
+    if not moved:
+        return "identical per request"
+    more = f"; and {len(moved) - SHOWN} more" if len(moved) > SHOWN else ""
+    return f"differ in {len(moved)} of {len(comps)} request(s): " + "; ".join(moved[:SHOWN]) + more
+
+
+def np1_block(ref: Reference, delta: Delta, comps: list[Completion]) -> Np1:
+    same = sum(first_diff(ref.answer(c.id).tokens, c.tokens) is None for c in comps)
+    return Np1(
+        source=ref.source,
+        accept_rate=_r(ref.delta.accept_rate),
+        accept_len=_r(ref.delta.accept_len),
+        identical_fraction=_r(same / len(comps)) if comps else None,
+        counters=counters_vs_np1(ref, comps),
+    )
+
+
+def block(
+    parallel: int, streams: int, cold: list[Completion], throughput: Throughput, np1: Np1 | None
+) -> Concurrency:
+    """The record's ``concurrency`` block."""
+    out = msgspec.convert(throughput.as_dict(), Concurrency)
+    out.parallel, out.streams, out.requests, out.np1 = parallel, streams, len(cold), np1
+    out.per_request = [
+        RequestCounters(stream=c.stream, prompt=c.id, drafted=c.draft_n, accepted=c.draft_n_accepted)
+        for c in cold
+    ]
+    return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
