@@ -28,10 +28,10 @@ from specsuite.common.table import render
 from specsuite.models import hfcache, stamps, store
 from specsuite.models.act import Ctx, FileOutcome, ensure
 from specsuite.models.decide import Action, Do, Refusal, decide, look, undo
-from specsuite.models.download import Cancelled
 from specsuite.models.http import Policy
 from specsuite.models.lock import OPTION_HELP, Entry, HfEntry, Lock, load_lock
 from specsuite.models.progress import Board, human_size
+from specsuite.models.store import Cancelled
 
 DEFAULT_TIER = "smoke"
 _CANCELLED = "cancelled"
