@@ -25,8 +25,8 @@ PYTHONS = nox.project.python_versions(PYPROJECT)  # its classifiers: every suppo
 PRIMARY = "3.11"  # runs every test, the real build and servers included
 # The other Pythons run what differs between interpreters: every module imported, and the unit tests of the
 # layers that hold the parsing, records, history and command lines. The whole unit suite on each of four
-# Pythons would take CI past its time budget (README: "CI's time"); `nox -s tests-3.13 -- tests` runs every
-# unit test there.
+# Pythons would take CI past its time budget (docs/development.md, "CI's time"); `nox -s tests-3.13 --
+# tests` runs every unit test there.
 OTHER_PYTHONS_TESTS = (
     "tests/test_imports.py",
     "tests/test_structure.py",
@@ -79,7 +79,7 @@ def test_compact(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"], requires=["build"])
 def test_nightly(session: nox.Session) -> None:
-    """GPU tier: DFlash2 on a 27B target and LiLiCorr on a 74B target (about 41.4 GiB of models)."""
+    """GPU tier: DFlash2 (27B), LiLiCorr (74B), their workloads, the concurrency sweeps (about 47.7 GiB)."""
     _specsuite(session, "run-tier", "nightly", extras="datasets")
 
 
@@ -139,9 +139,9 @@ def tests(session: nox.Session) -> None:
         scope += OTHER_PYTHONS_TESTS
     # pytest-xdist (tests/conftest.py: a worker more than cores), handing out one test at a time in the
     # collection's order (the slow ones first) rather than a block of consecutive tests to each worker, which
-    # put every slow test on the first one; the slowest tests listed, for CI's time budget (README: "CI's
-    # time"). Workers run real llama-servers side by side: libgomp's idle threads spin for the cores the
-    # other processes need unless told to sleep. No test measures speed.
+    # put every slow test on the first one; the slowest tests listed, for CI's time budget
+    # (docs/development.md, "CI's time"). Workers run real llama-servers side by side: libgomp's idle
+    # threads spin for the cores the other processes need unless told to sleep. No test measures speed.
     env = {"OMP_WAIT_POLICY": "PASSIVE"}
     xdist = ["-n", "auto", "--maxschedchunk", "1"]
     session.run("pytest", *xdist, "--durations=25", *scope, *session.posargs, env=env)

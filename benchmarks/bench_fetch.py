@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the fetcher against the plain tools, side by side in one run (results go into the README).
+"""Benchmark the fetcher against the plain tools, side by side in one run (results: docs/benchmarks.md).
 
 1. Throttled: the loopback fake Hub serves each connection at ``--rate-mib`` MiB/s (as a CDN edge caps
    each connection, not the client). ``python -m specsuite fetch-models`` (default settings: 8 ranges at

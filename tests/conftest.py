@@ -41,6 +41,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """One worker more than cores for ``-n auto``: the tests wait on subprocesses, servers and loopback
-    sockets for a good part of their time (two workers kept 1.5 of 2 cores busy, three kept 1.8: README,
-    "CI's time")."""
+    sockets for a good part of their time (two workers kept 1.5 of 2 cores busy, three kept 1.8:
+    docs/development.md, "CI's time")."""
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1

@@ -93,7 +93,8 @@ def event(kind, **more):
     line = json.dumps({"kind": kind, "pid": os.getpid(), "spec": spec, "port": port,
                        "model": args[args.index("-m") + 1] if "-m" in args else None,
                        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                       "order": os.environ.get("CUDA_DEVICE_ORDER"), **more}) + "\n"
+                       "order": os.environ.get("CUDA_DEVICE_ORDER"),
+                       "cpus": sorted(os.sched_getaffinity(0)), **more}) + "\n"
     fd = os.open(CONFIG["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())  # one write of one line: lines of several servers never interleave

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docpages
 import pytest
 from readonly import sandbox_dir, sandbox_env, specsuite_readonly
 from testdata import DATA_ROOT, as_history_run
@@ -167,11 +168,12 @@ def test_each_task_is_its_command_with_its_parsers_help() -> None:
 
 
 def test_readme_task_lines_name_real_options() -> None:
-    """Each `invoke TASK --option` the README shows is a task, and each option one of its command's
-    (invoke names a flag after the command's dest: probe's BINARY is `--binary`)."""
+    """Each `invoke TASK --option` README.md and the docs pages show is a task, and each option one of its
+    command's (invoke names a flag after the command's dest: probe's BINARY is `--binary`)."""
     tasks = _tasks().tasks
-    lines = re.findall(r"`invoke ([a-z][a-z-]*)([^`]*)`", (paths.REPO_ROOT / "README.md").read_text())
-    assert len(lines) >= 8
+    lines = [ln.removeprefix("invoke ").partition(" ") for ln in docpages.shown("invoke")]
+    lines = [(name, rest) for name, _, rest in lines if re.fullmatch(r"[a-z][a-z-]*", name)]  # not --help
+    assert len(lines) >= 15
     for name, rest in lines:
         assert name in tasks, name
         known = {"--" + dest.replace("_", "-") for dest in cli.task_help(name)}

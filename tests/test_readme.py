@@ -1,19 +1,23 @@
-"""Every command line README.md shows is tested (issue 19, item 7): parsed, and run where that is cheap.
+"""Every command line README.md and the pages of docs/ show is tested (issue 19, item 7; issue 36, item 9):
+parsed, and run where that is cheap; every link between them resolves; the numbers they give of cases.toml
+are cases.toml's; no page names a path of a development machine.
 
-Parsed, all of them: each ``nox …`` line names sessions and tags of noxfile.py, and the arguments after
-``--`` (also those of the sessions table and the test sessions' options) parse with the parser of the
-command each session runs; each ``specsuite COMMAND …`` line names a command of ``cli.COMMANDS`` whose
-options parse. Parsing goes through the command's own ``main`` (what nox and invoke call), which the test
-stops right after its parser accepted the arguments (``_parses``): a command that drops build flags or hands
-the rest to pytest is checked as it really reads them (what a tier hands to pytest, pytest's own
-options, is not checked here). Placeholders (``TIER``, ``N``, ``DIR…``) become a
-value of their option's type, or its first choice; optional groups (``[--json]``) are taken in.
+The lines are found by tests/docpages.py: in code spans and fenced blocks, each command of a shell line
+(``&&``, ``;``), prompts and ``NAME=value`` settings before it left out. Parsed, all of them: each ``nox …``
+line names sessions and tags of noxfile.py, and the arguments after ``--`` (also those of the sessions table
+and the test sessions' options) parse with the parser of the command each session runs; each ``specsuite
+COMMAND …`` line names a command of ``cli.COMMANDS`` whose options parse. Parsing goes through the command's
+own ``main`` (what nox and invoke call), which the test stops right after its parser accepted the arguments
+(``_parses``): a command that drops build flags or hands the rest to pytest is checked as it really reads them
+(what a tier hands to pytest, pytest's own options, is not checked here). Placeholders (``TIER``, ``N``,
+``DIR…``) become a value of their option's type, or its first choice; optional groups (``[--json]``) are taken
+in.
 ``python benchmarks/X.py`` lines name scripts whose ``--help`` lists their options, and the ``python -m
 pytest`` line a test that exists. (``invoke TASK --option`` lines: tests/test_cli.py checks their tasks and
 options; ``pip install -e .`` and ``pip wheel .``: tests/test_packaging.py.)
 
 Run end to end, below, every line that needs no build, no real model, no GPU and no network, on test
-data: ``specsuite changes`` (the README's output, line for line), ``invoke history --json``, ``specsuite
+data: ``specsuite changes`` (docs/gates.md's output, line for line), ``invoke history --json``, ``specsuite
 history import``, ``specsuite plan``, ``specsuite bisect --plan``, ``invoke verify-models``, ``specsuite
 plot``, ``invoke probe`` and ``invoke resolve`` (the fake llama-server), ``invoke make-synthetic-models``,
 ``invoke report``; ``invoke compare A B`` and ``specsuite --help`` run in tests/test_cli.py.
@@ -44,35 +48,22 @@ from typing import Any
 
 import histories
 import pytest
+from docpages import PAGES, anchors, links, resolve, shown
 from fakellama import fake_llama
 from testdata import DATA_ROOT
 
 from specsuite import cli
+from specsuite.cases import schema
 from specsuite.common import errors, paths
 
-README = (paths.REPO_ROOT / "README.md").read_text(encoding="utf-8")
+README = PAGES["README.md"]
 BIN = Path(sys.executable).parent
 RESULTS = DATA_ROOT / "results"
 PYTHONS = re.findall(r"Python :: (3\.\d+)", (paths.REPO_ROOT / "pyproject.toml").read_text())
 PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_-]*(\.[a-z]+)?")  # TIER, N, TIER-OR-CASES, RESULTS.json, FILE.png
 
 
-# --- the lines the README shows -----------------------------------------------------------------------------
-
-
-def shown(program: str) -> list[str]:
-    """Every ``program …`` command line of the README: in backticks, or in a code block (without its
-    ``$`` prompt and ``#`` comment), each part of an ``&&`` chain."""
-    spans = re.findall(r"`([^`\n]+)`", README)
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", README, re.S)
-    lines = [ln.split("  #")[0] for block in blocks for ln in block.splitlines()]
-    found = set()
-    for text in [*spans, *lines]:
-        for part in text.split("&&"):
-            part = part.strip().removeprefix("$ ")
-            if part.startswith(program + " "):
-                found.add(part)
-    return sorted(found)
+# --- the lines the pages show -------------------------------------------------------------------------------
 
 
 def words(line: str) -> list[str]:
@@ -226,7 +217,7 @@ def session_table() -> list[str]:
     return lines
 
 
-NOX_LINES = shown("nox")
+NOX_LINES = [ln for ln in shown("nox") if words(ln)[1].startswith("-")]  # not nox's own output (`nox > …`)
 TABLE_LINES = session_table()
 
 
@@ -279,12 +270,14 @@ SPECSUITE_LINES = [ln for ln in shown("specsuite") if len(words(ln)) > 1 and not
 
 @pytest.mark.parametrize("line", SPECSUITE_LINES)
 def test_readme_specsuite_lines_name_a_command_and_parse(line: str, monkeypatch) -> None:
+    """A line that only names a command in prose (`specsuite merge`) names one; any more must parse."""
     argv = words(line)[1:]
     if argv == ["--help"]:
         assert cli.main(argv) == errors.OK
         return
     assert argv[0] in cli.COMMANDS, line
-    parses(monkeypatch, argv[0], argv[1:])
+    if argv[1:]:
+        parses(monkeypatch, argv[0], argv[1:])
 
 
 # --- run end to end -----------------------------------------------------------------------------------------
@@ -302,7 +295,7 @@ def run(
 
 @pytest.fixture(scope="module")
 def drift(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The history the README's change-point example comes from: real synthetic-tier runs, -3 % a commit."""
+    """The history of docs/gates.md's change-point example: real synthetic-tier runs, -3 % a commit."""
     from specsuite.history import db
 
     folder = tmp_path_factory.mktemp("drift")
@@ -317,7 +310,8 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_specsuite_changes_prints_what_the_readme_shows(drift: Path, env) -> None:
-    block = README.split("$ specsuite changes --case tiny-mtp-random --metric accept_rate\n", 1)[1]
+    shown_at = "$ specsuite changes --case tiny-mtp-random --metric accept_rate\n"
+    block = next(text for text in PAGES.values() if shown_at in text).split(shown_at, 1)[1]
     shown_lines = [ln.strip() for ln in block.split("…", 1)[0].splitlines() if ln.strip()]
     proc = run("changes", "--case", "tiny-mtp-random", "--metric", "accept_rate",
                env={**env, "SPEC_HISTORY": str(drift)})  # fmt: skip
@@ -422,7 +416,8 @@ def test_the_check_fails_on_a_wrong_line(monkeypatch) -> None:
 def test_python_lines_name_real_scripts_tests_and_options() -> None:
     """``python benchmarks/X.py --opt N`` names a script whose --help lists each option (a benchmark is
     not run: minutes of builds and servers); ``python -m pytest FILE::TEST`` names a test that exists."""
-    spans = re.findall(r"`(python3? [^`]+)`", README.replace("\n", " "))
+    joined = " ".join(text.replace("\n", " ") for text in PAGES.values())
+    spans = [*re.findall(r"`(python3? [^`]+)`", joined), *shown("python"), *shown("python3")]
     scripts = [words(s)[1:] for s in spans if words(s)[1].startswith("benchmarks/")]
     assert len(scripts) >= 4
     for script, *argv in scripts:
@@ -432,7 +427,76 @@ def test_python_lines_name_real_scripts_tests_and_options() -> None:
                                         capture_output=True, text=True, timeout=60)  # fmt: skip
             assert shown_help.returncode == 0 and all(f in shown_help.stdout for f in flags), script
     tests = [w for s in spans if s.startswith("python -m pytest") for w in words(s) if "::" in w]
-    assert tests, "the README's pytest line"
+    assert tests, "docs/benchmarks.md's pytest line"
     for node in tests:
         file, _, name = node.partition("::")
         assert f"def {name}(" in (paths.REPO_ROOT / file).read_text(encoding="utf-8"), node
+
+
+# --- the pages as a whole -----------------------------------------------------------------------------------
+
+
+def test_every_link_between_the_pages_resolves() -> None:
+    """A link of README.md or a docs page names a file of this repository and, after ``#``, a heading of
+    that file (as GitHub makes its anchor)."""
+    checked = 0
+    for page, text in PAGES.items():
+        for target in links(text):
+            path, anchor = resolve(page, target)
+            assert path.is_file() and paths.REPO_ROOT in path.parents, f"{page}: {target}"
+            if anchor:
+                assert path.suffix == ".md" and anchor in anchors(path.read_text(encoding="utf-8")), (
+                    f"{page}: {target}: no such heading"
+                )
+            checked += 1
+    assert checked >= 60
+
+
+def test_the_link_check_can_fail() -> None:
+    assert resolve("docs/site.md", "workflow.md#the-jobs") == (
+        paths.REPO_ROOT / "docs/workflow.md",
+        "the-jobs",
+    )
+    assert "the-jobs" in anchors(PAGES["docs/workflow.md"]) and "no-such" not in anchors(PAGES["README.md"])
+    assert links("see [x](a.md#b), `[y](c.md)` and [web](https://example.com)") == ["a.md#b"]
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    pages = {p for p in PAGES if p.startswith("docs/")}
+    linked = {resolve("README.md", t)[0] for t in links(README)}
+    assert {paths.REPO_ROOT / p for p in pages} <= linked, pages
+
+
+def test_no_page_names_a_path_of_a_development_machine() -> None:
+    """Commands that work from any checkout: no absolute path of the machine a page was written on."""
+    for page, text in PAGES.items():
+        found = re.findall(r"(?<![\w.])/(?:work|tmp|root|home|Users)/[^\s`)]*", text)
+        assert not found, f"{page}: {found}"
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    """What a user needs in the first ten minutes (issue 36, item 9: about 15 KB); the depth is in docs/."""
+    assert len(README.encode()) < 16 * 1024
+
+
+CASES = schema.load_cases()
+
+
+def tier_size(tier: str) -> int:
+    return len(schema.select_cases(CASES, tier))
+
+
+def test_the_case_counts_the_pages_give_are_cases_toml_s() -> None:
+    """The tiers table, docs/tiers.md, docs/upstream.md and the probe line of the Quick start count
+    cases.toml's cases, not numbers copied once."""
+    table = README.split("## Tiers and download sizes", 1)[1]
+    rows = dict(re.findall(r"^\| (\w+) \| `test_\w+` \| (?:CPU|GPU) \| (\d+) \|", table, re.M))
+    assert rows.keys() == set(schema.TIERS) and all(int(n) == tier_size(t) for t, n in rows.items()), rows
+    listed = dict(
+        re.findall(r"^- \*\*(\w+)\*\* \(`test_\w+`, (?:CPU|GPU), (\d+) cases\)", PAGES["docs/tiers.md"], re.M)
+    )
+    assert listed == rows
+    upstream = PAGES["docs/upstream.md"]
+    assert f"`compact` runs {tier_size('compact')} cases" in upstream
+    assert f"`all` runs {tier_size('all')} cases (compact's {tier_size('compact')} and nightly's " in upstream
+    assert f"cases: {len(CASES)} of {len(CASES)} can run" in README

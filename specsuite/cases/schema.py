@@ -20,6 +20,7 @@ from msgspec import Meta
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
 from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, server_args_problem
+from specsuite.common.settings import MAX_REPEAT
 
 LABEL = "cases.toml"
 Tier = Literal["smoke", "synthetic", "compact", "nightly"]
@@ -115,6 +116,19 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p_min: Unit | None = None
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
+    # The relative gate's tolerance for this case's speedup (else the run's rtol): a speed case whose runs
+    # differ by more than rtol allows (docs/speed.md)
+    speed_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
+    # ... and for its speculative server's own decode tokens/s (else speed_rtol, else the run's rtol): an
+    # absolute speed moves with a shared machine's load, which a ratio to the baseline cancels
+    decode_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
+    # Both servers of the case (and its baseline) on one CPU, the same one, where speed is measured on a CPU
+    # build: a speed case on shared cores (docs/speed.md). Its servers must run one thread (--threads 1).
+    pin_cpu: bool = False
+    # A-B-B-A rounds at least (run-tier --repeat raises it): a speed case whose spread needs more rounds
+    repeat: Annotated[
+        int, Meta(ge=1, le=MAX_REPEAT, description=f"a whole number from 1 to {MAX_REPEAT}")
+    ] = 1
     server_args: tuple[str, ...] = ()
     n_predict: NPredict = 128
     # The server's --ctx-size (the harness owns the flag): room for the prompt and n_predict tokens.
@@ -225,7 +239,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"min_accept_len = {self.min_accept_len:g} is outside [0, n_max + 1]")
 
     def _check_server_args(self) -> None:
-        """Only the flags of serverflags.CASE_FLAGS (an allowlist: each there with its reason)."""
+        """Only the flags of serverflags.CASE_FLAGS (an allowlist: each there with its reason); a pinned
+        case's servers on one thread."""
+        if self.pin_cpu and not _one_thread(self.server_args):
+            raise ValueError(
+                'pin_cpu puts the servers on one CPU: give them one thread (server_args = ["--threads", "1"])'
+            )
         if (why := server_args_problem(self.server_args, mode_case=self.mode is not None)) is not None:
             raise ValueError(f"server_args: {why}")
 
@@ -257,6 +276,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         rates = list(self.synth_rates or ())
         if any(b > a for a, b in itertools.pairwise(rates)):
             raise ValueError(f"synth_rates {rates} must be non-increasing (entry i = P(first i+1 accepted))")
+
+
+def _one_thread(args: tuple[str, ...]) -> bool:
+    """Whether ``server_args`` set one thread (``--threads 1``, ``-t 1`` or ``--threads=1``)."""
+    pairs = [*itertools.pairwise(args), *(tuple(a.split("=", 1)) for a in args if "=" in a)]
+    return any(flag in ("--threads", "-t") and value == "1" for flag, value in pairs)
 
 
 class Case(CaseTable, frozen=True):

@@ -236,3 +236,25 @@ def _refusal(arg: str) -> str:
         "common/serverflags.py CASE_FLAGS (threads, batch sizes, cache types, speculative tuning); give the "
         "value of a flag as its own item"
     )
+
+
+# --- speculative flags ------------------------------------------------------------------------------------
+# The one definition of a speculative flag: an option of llama-server is speculative when one of its
+# spellings, as the binary's own --help lists them together, names speculation: ``--spec-*`` (every
+# speculative option's current spelling at the pin: --spec-type, --spec-draft-threads, --spec-ngram-*,
+# --spec-synth-*, --spec-default) or ``draft`` (the legacy spellings, which --help lists beside the current
+# ones: -md/--model-draft, -td/--threads-draft, -ctkd/--cache-type-k-draft, --draft-max). So -td is
+# speculative because its entry also says --spec-draft-threads. The speculation-off baseline of a case is the
+# case's command without these flags (suite.command.without_speculation), nothing else removed or added.
+SPECULATIVE_PREFIXES = ("--spec-", "--no-spec-")
+
+
+def speculative_spelling(flag: str) -> bool:
+    """Whether one spelling (``--flag`` or ``--flag=value``) names speculation by itself."""
+    name = flag.split("=", 1)[0]
+    return name.startswith(SPECULATIVE_PREFIXES) or (name.startswith("-") and "draft" in name)
+
+
+def speculative_option(spellings: tuple[str, ...] | list[str]) -> bool:
+    """Whether an option (all spellings of one --help entry) is speculative: any spelling names it."""
+    return any(speculative_spelling(s) for s in spellings)

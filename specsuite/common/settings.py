@@ -53,6 +53,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     allow_cpu: bool = _var("SPEC_ALLOW_CPU", False)
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
+    # the relative gate's tolerance for a rise in per-block overhead (history.regress.BLOCK_RTOL)
+    block_rtol: Annotated[float, _FRACTION] = _var("SPEC_BLOCK_RTOL", 0.2)
     drift_window: Annotated[int, _WINDOW] = _var("SPEC_DRIFT_WINDOW", 10)
     # how a run spreads over a box and over runners (run-tier --gpus, --workers, --shard, --plan)
     gpus: str | None = _var("SPEC_GPUS", None)  # all | N | 0,2,5 on a CUDA build (None: all)
@@ -81,6 +83,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "allow_cpu": self.allow_cpu,
             "history": not self.no_history,
             "rtol": self.rtol,
+            "block_rtol": self.block_rtol,
             "drift_window": self.drift_window,
             "speed": self.workers == 1,
         }

@@ -8,12 +8,13 @@ commit ancestry when the llama.cpp mirror knows every commit of it (else by time
   class, backend and model: any change between two commits is a change point, with no statistics
   (``p_value`` None). A series where two runs of one commit disagree, or a run's own speculative rounds
   did (``nondeterministic``), is judged as noisy instead.
-- Speed (speedup, tokens/s) is noisy. A change point is where the values before and after differ more
-  than a reshuffle of the same values would: Pettitt's rank scan (the largest standardised Mann–Whitney
-  difference over the splits between commits; ranks, so one outlier run moves nothing) with its p-value
-  from scipy's permutation test (the significance test of E-Divisive, Matteson & James, as Apache Otava
-  uses it on MongoDB's history), applied by binary segmentation: the best split of a stretch, if
-  significant, then the best split of each side.
+- Speed (speedup, tokens/s, the per-block overhead ``block_ratio``) is noisy; a run whose speed was
+  physically impossible (``implausible_speed``) has none. A change point is where the values before and
+  after differ more than a reshuffle of the same values would: Pettitt's rank scan (the largest
+  standardised Mann–Whitney difference over the splits between commits; ranks, so one outlier run moves
+  nothing) with its p-value from scipy's permutation test (the significance test of E-Divisive, Matteson &
+  James, as Apache Otava uses it on MongoDB's history), applied by binary segmentation: the best split of
+  a stretch, if significant, then the best split of each side.
 
 Why scipy and not a change-point package: apache-otava 0.8.0 pins numpy 2.2.* and pulls BigQuery, Postgres
 and Slack clients; signal-processing-algorithms (MongoDB's E-Divisive) supports Python 3.11 only, with
@@ -39,7 +40,7 @@ from specsuite.history.changecache import SplitCache, series_key
 from specsuite.results import config
 from specsuite.results.record import CaseRecord
 
-METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps")
+METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps", "block_ratio")
 DETERMINISTIC = frozenset({"accept_rate", "accept_len", "pos0_rate"})
 DRIFT_METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")  # what the relative gate gates too
 ALPHA = 0.01  # a speed change point needs p below this (about 1 % of noise-only stretches show one)
@@ -286,12 +287,14 @@ def record_row(rec: CaseRecord, run_id: str, commit: str, started: str | None) -
         "speedup": median if median is not None else rec.speedup,
         "speed_repeat": speed.repeat if speed is not None else None,
         "nondeterministic": rec.nondeterministic,
+        "block_ratio": rec.block_ratio,
+        "implausible_speed": rec.implausible_speed is not None,
     }
 
 
 def points_of(rows: Iterable[dict[str, Any]], metric: str) -> list[Point]:
     """The runs' values of ``metric`` (history rows); a run without one is left out, and speed counts
-    only from runs that repeated it ``MIN_SPEED_SAMPLES`` times."""
+    only from runs that repeated it ``MIN_SPEED_SAMPLES`` times and measured a possible speed."""
     return points_by_metric(rows, (metric,))[metric]
 
 
@@ -300,7 +303,8 @@ def points_by_metric(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> 
     out: dict[str, list[Point]] = {m: [] for m in metrics}
     for row in rows:
         run_id, commit, started = row["run_id"], row["commit"], str(row["started"] or "")
-        repeated = (row.get("speed_repeat") or 0) >= MIN_SPEED_SAMPLES
+        # speed counts from runs that repeated it, and whose speed was physically possible
+        repeated = (row.get("speed_repeat") or 0) >= MIN_SPEED_SAMPLES and not row.get("implausible_speed")
         nondet = bool(row.get("nondeterministic"))
         for metric in metrics:
             value = row.get(metric)
@@ -351,8 +355,9 @@ def _series(rows: list[dict[str, Any]], mirror: Path) -> dict[SeriesKey, list[di
 
 def cached_splits(points: Sequence[Point], metric: str, cache: SplitCache | None) -> list[Split]:
     """``splits``, read from ``cache`` where this very series was computed before (noisy series only: a
-    deterministic one costs a pass over its values)."""
-    if cache is None or is_deterministic(metric, points):
+    deterministic one costs a pass over its values; one of fewer than two runs, a metric those runs did not
+    measure, has no split to keep)."""
+    if cache is None or len(points) < 2 or is_deterministic(metric, points):
         return splits(points, metric)
     key = series_key(
         (ALGORITHM, ALPHA, RESAMPLES), metric, [(p.commit, p.value, p.nondeterministic) for p in points]

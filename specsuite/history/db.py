@@ -133,7 +133,15 @@ _V5 = (
     "ALTER TABLE cases ADD COLUMN aggregate_speedup REAL",
     "ALTER TABLE cases ADD COLUMN crossover_np INTEGER",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# v6: per-block overhead (suite.overhead: ms per verification block, the baseline's ms per token, their
+# ratio per round and its median, tokens per block) and whether the speed was physically impossible
+# (suite.plausible: not gated, left out of the speed change points); null in runs recorded before.
+_V6 = tuple(
+    f"ALTER TABLE cases ADD COLUMN {col}"
+    for col in ("block_ms REAL", "token_ms REAL", "block_ratio REAL", "tokens_per_block REAL",
+                "block_ratios TEXT", "implausible_speed INTEGER")
+)  # fmt: skip
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):
@@ -238,6 +246,11 @@ def migrate(conn: sqlite3.Connection, steps: Sequence[Sequence[str]] = MIGRATION
 
 def _version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The history's schema version as it is (a reader never migrates): which columns it has."""
+    return _version(conn)
 
 
 def _checked_version(conn: sqlite3.Connection, target: int = len(MIGRATIONS)) -> int:
@@ -383,6 +396,12 @@ def _case_row(rec: CaseRecord) -> dict[str, Any]:
         "identical_fraction": finite(rec.identical_fraction),
         "wall_s": finite(rec.wall_s),
         "nondeterministic": int(rec.nondeterministic) if rec.rounds else None,
+        "block_ms": finite(rec.block_ms),
+        "token_ms": finite(rec.token_ms),
+        "block_ratio": finite(rec.block_ratio),
+        "tokens_per_block": finite(rec.tokens_per_block),
+        "block_ratios": _json(rec.block_samples),
+        "implausible_speed": int(rec.implausible_speed is not None) if rec.speed else None,
         **_concurrency_columns(rec),
     }
 
@@ -560,6 +579,14 @@ _CASE_COLS = (
 )
 
 
+def overhead_columns(conn: sqlite3.Connection) -> str:
+    """The per-block overhead's columns; a history older than v6 (read as it is, never migrated by a
+    reader) has none: nulls."""
+    if _version(conn) >= 6:
+        return "c.block_ratio, c.block_ms, c.implausible_speed"
+    return "NULL AS block_ratio, NULL AS block_ms, NULL AS implausible_speed"
+
+
 def _run_filter(case: str | None, device: str | None) -> tuple[str, list[Any]]:
     where, args = ["1"], []
     if device is not None:
@@ -676,7 +703,7 @@ def _parsed(row: dict[str, Any], key: str) -> Any:
 # hold text where a number belongs). A row that breaks this is skipped with a warning, not printed.
 _TEXT = ("run_id", "commit", "device", "device_class", "backend", "case")
 _TEXT_OR_NULL = ("started", "tier", "status", "reason")
-_NUMBERS = ("accept_rate", "accept_len", "pos0_rate", "speedup")
+_NUMBERS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "block_ratio", "block_ms")
 
 
 def _broken(row: dict[str, Any]) -> str | None:
@@ -710,15 +737,19 @@ def case_rows(
     """Per-case rows over commits, for the runs ``runs`` selects: grouped by case, oldest first.
 
     Each: run_id, commit, started, device, device_class, backend, tier, case, status, reason, accept_rate,
-    accept_len, pos0_rate, speedup (the median of the repeats where there were repeats)."""
+    accept_len, pos0_rate, speedup (the median of the repeats where there were repeats), block_ratio,
+    block_ms, implausible_speed."""
     sel, args = _selected_runs(case, device, last)
     where, params = f"c.run IN ({sel})", args
     if case is not None:
         where, params = f"{where} AND c.name = ?", [*args, case]
     order = f"c.name, {_TIME}, r.id"
-    sql = f"SELECT {_CASE_COLS} FROM cases c JOIN runs r ON r.id = c.run WHERE {where} ORDER BY {order}"
     with reading(path) as conn:
-        return [] if conn is None else _sound(_dicts(conn.execute(sql, params)))
+        if conn is None:
+            return []
+        cols = f"{_CASE_COLS}, {overhead_columns(conn)}"
+        sql = f"SELECT {cols} FROM cases c JOIN runs r ON r.id = c.run WHERE {where} ORDER BY {order}"
+        return _sound(_dicts(conn.execute(sql, params)))
 
 
 def names(path: Path | None = None) -> tuple[list[str], list[str]]:
@@ -893,7 +924,8 @@ def _series_cols(conn: sqlite3.Connection) -> str:
     flag = "c.nondeterministic" if _version(conn) >= 3 else "NULL AS nondeterministic"
     return (
         f"r.run_id, r.llama_commit, {_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
-        f"c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, {flag}"
+        f"c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, "
+        f"{flag}, {overhead_columns(conn)}"
     )
 
 
@@ -941,8 +973,8 @@ def earlier_runs(
     (same setup, measured, ancestors only when ``ancestors`` is given, started ``before``), nearest first.
 
     Each: run_id, commit, started, status, reason, accept_rate, accept_len, pos0_rate, speedup (the median
-    of the repeats), decode_tps, speed_repeat, nondeterministic (1, 0, or None: not recorded).
-    ``recording`` as in find_baseline."""
+    of the repeats), decode_tps, speed_repeat, nondeterministic (1, 0, or None: not recorded), block_ratio,
+    block_ms, implausible_speed. ``recording`` as in find_baseline."""
     with reading(path, recording=recording) as conn:
         if conn is None:
             return []

@@ -8,7 +8,10 @@ never a pass.
 Acceptance (accept_rate, accept_len, pos0_rate) is deterministic on one device and binary, so a plain
 relative tolerance is the gate. Speed is noisy, so a speed drop counts only when it is both significant
 (one-sided Mann–Whitney U, p < ALPHA, over the per-repeat speedup samples) and larger than rtol. With 3
-samples a side the smallest attainable p is 1/20 = 0.05, so speed can only fail from 4 repeats on.
+samples a side the smallest attainable p is 1/20 = 0.05, so speed can only fail from 4 repeats on. The
+per-block overhead (``block_ratio``: what a verification block costs in plain decode steps, per round) is
+gated the same way in the other direction, a rise, with its own tolerance ``block_rtol``. A speed that was
+physically impossible on either side (``implausible_speed``) is not compared.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ALPHA = 0.05
 MIN_SAMPLES = 3
 EXACT_MAX_N = 60  # n + m up to this: exact distribution; beyond, the normal approximation
 EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
+BLOCK_RTOL = 0.2  # settings.Settings.block_rtol's default (SPEC_BLOCK_RTOL): why 20 %, see docs/speed.md
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,21 @@ def _check_metric(
     return Regression(metric, cur, base, change, message)
 
 
+def _samples_of(raw: list[float | None] | None) -> list[float]:
+    return [v for v in (finite(x) for x in raw or []) if v is not None]
+
+
 def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
+    if current.implausible_speed or baseline.implausible_speed:
+        return None  # one side's speed was measured wrong: nothing to compare
     return _check_samples("speedup", current.speed_samples, baseline.speed_samples, rtol, at)
 
 
 def _check_decode(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
     """The speculative server's own decode tokens/s, not only its ratio to plain decoding: a commit that
     slows both sides alike leaves the speedup where it was (a build option, llama.cpp #28633)."""
+    if current.implausible_speed or baseline.implausible_speed:
+        return None
     cur, base = (r.speed.spec_tps if r.speed is not None else None for r in (current, baseline))
     return _check_samples("decode_tps", cur, base, rtol, at)
 
@@ -101,15 +113,56 @@ def _check_samples(
     return Regression(metric, cur_med, base_med, change, message)
 
 
+def _check_blocks(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
+    """A verification block that costs more plain decode steps than at the baseline: the per-round ratios
+    higher (Mann–Whitney, p < ALPHA) and their median more than ``rtol`` above the baseline's."""
+    if current.implausible_speed or baseline.implausible_speed:
+        return None
+    base, cur = _samples_of(baseline.block_samples), _samples_of(current.block_samples)
+    if len(base) < MIN_SAMPLES or len(cur) < MIN_SAMPLES:
+        return None  # nothing drafted on a side, or too few rounds to judge noise
+    base_med, cur_med = statistics.median(base), statistics.median(cur)
+    change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
+    p = mann_whitney_less(base, cur)
+    if p >= ALPHA or change <= rtol + EPS:
+        return None
+    ms = f"; {baseline.block_ms} -> {current.block_ms} ms per block" if current.block_ms else ""
+    message = (
+        f"block_ratio {cur_med:.3f} is {_pct(change)} above {base_med:.3f} at baseline {at}: a verification "
+        f"block costs that many plain decode steps{ms} (Mann–Whitney p = {p:.3g}, "
+        f"n = {len(cur)}/{len(base)}; block rtol {rtol * 100:g} %)"
+    )
+    return Regression("block_ratio", cur_med, base_med, change, message)
+
+
+def _fraction(name: str, value: float) -> None:
+    if not (is_number(value) and 0 <= value < 1):
+        raise UserError(f"{name} {value!r} is not a fraction in [0, 1): give e.g. 0.05 for 5 %")
+
+
 def regressions(
-    current: CaseRecord, baseline: CaseRecord, *, rtol: float = 0.05, baseline_commit: str
+    current: CaseRecord,
+    baseline: CaseRecord,
+    *,
+    rtol: float = 0.05,
+    block_rtol: float = BLOCK_RTOL,
+    speed_rtol: float | None = None,
+    decode_rtol: float | None = None,
+    baseline_commit: str,
 ) -> list[Regression]:
-    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: []."""
-    if not (is_number(rtol) and 0 <= rtol < 1):
-        raise UserError(f"rtol {rtol!r} is not a fraction in [0, 1): give e.g. 0.05 for 5 %")
+    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: [].
+    ``speed_rtol``: the case's own tolerance for its speedup, else ``rtol``; ``decode_rtol``: for its
+    speculative server's decode tokens/s, else ``speed_rtol``, else ``rtol`` (cases.toml)."""
+    _fraction("rtol", rtol)
+    _fraction("block rtol", block_rtol)
+    speed = rtol if speed_rtol is None else speed_rtol
+    decode = speed if decode_rtol is None else decode_rtol
+    _fraction("speed rtol", speed)
+    _fraction("decode rtol", decode)
     at = baseline_commit[:7]
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
-    found += [_check_speed(current, baseline, rtol, at), _check_decode(current, baseline, rtol, at)]
+    found += [_check_speed(current, baseline, speed, at), _check_decode(current, baseline, decode, at)]
+    found.append(_check_blocks(current, baseline, block_rtol, at))
     found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]
 

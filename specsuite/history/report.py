@@ -17,7 +17,8 @@ from specsuite.common.errors import UserError
 from specsuite.history import changes
 from specsuite.history import db as history
 
-HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup")
+HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup",
+          "block x token")  # fmt: skip
 PLOT_METRICS = (("accept_rate", "accept rate"), ("accept_len", "accept len"), ("speedup", "speedup"))
 MAX_TICKS = 24
 LEGEND_ROWS = 30  # cases per legend column
@@ -38,7 +39,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
         _num(row["accept_rate"], ".4f"),
         _num(row["accept_len"], ".4f"),
         _num(row["pos0_rate"], ".4f"),
-        _num(row["speedup"], ".3f"),
+        _num(row["speedup"], ".3f") + (" IMPLAUSIBLE" if row.get("implausible_speed") else ""),
+        _num(row.get("block_ratio"), ".3f"),
     ]
 
 
@@ -125,7 +127,9 @@ def changes_parser() -> CommandParser:
     )
     p.add_argument("--case", help="only this case")
     p.add_argument(
-        "--metric", help="accept_rate, accept_len, pos0_rate, speedup or decode_tps (default: all)"
+        "--metric",
+        help="accept_rate, accept_len, pos0_rate, speedup, decode_tps or block_ratio (per-block overhead: "
+        "what a verification block costs in plain decode steps) (default: all)",
     )
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument("--json", action="store_true", help="print the change points as JSON")
@@ -257,7 +261,7 @@ def _runs(n: int) -> str:
 
 
 def _change_cells(c: changes.ChangePoint) -> list[str]:
-    fmt = ".3f" if c.metric in ("speedup", "decode_tps") else ".4f"
+    fmt = ".3f" if c.metric in ("speedup", "decode_tps", "block_ratio") else ".4f"
     change = f"{c.change * 100:+.1f} %" if math.isfinite(c.change) else ("new" if c.change > 0 else "—")
     return [
         c.metric,

@@ -69,6 +69,7 @@ class Metric(NamedTuple):
     floor: str | None  # the floor of a case record that applies to it
     digits: int  # as summary.md prints it
     column: str  # its SQL over the history's cases row ``c``
+    since: int = 1  # the history's schema version that has the column (an older one reads null)
 
     def shown(self) -> dict[str, Any]:
         """What a page's script gets (not the SQL)."""
@@ -81,7 +82,11 @@ METRICS = (
     Metric("pos0_rate", "position-0 rate", None, 4, "c.pos0_rate"),
     # the median of the A-B-B-A rounds where there were rounds
     Metric("speedup", "speedup", "min_speedup", 3, "COALESCE(c.speedup_median, c.speedup)"),
-)
+    # per-block overhead: what a verification block costs in plain decode steps (none from a run whose
+    # speed was physically impossible)
+    Metric("block_ratio", "block cost (plain decode steps)", None, 3,
+           "CASE WHEN c.implausible_speed = 1 THEN NULL ELSE c.block_ratio END", since=6),
+)  # fmt: skip
 
 
 @dataclass(eq=False, slots=True)
@@ -235,7 +240,9 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
         if conn is None or not by_pk:
             return []
         _temp_runs(conn, runs)
-        sql = _POINTS_SQL.format(metrics=", ".join(m.column for m in METRICS))
+        version = history.schema_version(conn)
+        columns = [m.column if version >= m.since else "NULL" for m in METRICS]
+        sql = _POINTS_SQL.format(metrics=", ".join(columns))
         keys = [m.key for m in METRICS]
         out = [
             Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message),

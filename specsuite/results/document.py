@@ -170,6 +170,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     allow_cpu: bool = False
     history: bool = True
     rtol: float = 0.05
+    block_rtol: float = 0.2
     drift_window: int = 10
     speed: bool = True  # False: cases ran side by side on a CPU build (--workers): acceptance only
 

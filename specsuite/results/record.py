@@ -61,6 +61,19 @@ class SpeedSamples(msgspec.Struct, kw_only=True):
     speedup_spread: float | None = None
 
 
+class BlockCost(msgspec.Struct, kw_only=True):
+    """Per verification block, per A-B-B-A round (paired like the speedups): the speculative server's decode
+    milliseconds over its drafts (a block: draft plus verify; a step that drafted nothing counts in its
+    time), the baseline's decode milliseconds per token, their ratio (what a block costs in plain decode
+    steps: the number that moved in llama.cpp issue 25908 while acceptance and the drafter did not), and the
+    tokens decoded per block. ``speedup = tokens_per_block / ratio`` where every step drafts."""
+
+    block_ms: list[float | None] = []
+    token_ms: list[float | None] = []
+    ratios: list[float | None] = []
+    tokens_per_block: list[float | None] = []
+
+
 class PromptCheck(msgspec.Struct, kw_only=True):
     """One prompt's tokens against the speculation-off baseline's."""
 
@@ -240,6 +253,15 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     baseline_decode_tps: float | None = None
     speedup: float | None = None
     speed: SpeedSamples | None = None
+    # per-block overhead: the medians over the rounds (None where nothing was drafted), the rounds in blocks
+    block_ms: float | None = None
+    token_ms: float | None = None
+    block_ratio: float | None = None
+    tokens_per_block: float | None = None
+    blocks: BlockCost | None = None
+    # why the speed is physically impossible (a speedup above the rounds' accept length plus the margin):
+    # the measurement is wrong, not the method; such a speed is not gated (suite.plausible)
+    implausible_speed: str | None = None
     identical_fraction: float | None = None
     prompts: list[PromptCheck] = []
     # per prompt category (a categorised prompt set; empty otherwise), in the order they ran
@@ -255,6 +277,9 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     # n-gram cache may change by learning; the cold pass is not compared): no exact comparison for it
     nondeterministic: bool = False
     command: list[str] | None = None
+    # the speculation-off baseline's command: the case's own without its speculative flags (like for like)
+    baseline_command: list[str] | None = None
+    cpus: list[int] | None = None  # the CPU both servers were pinned to (pin_cpu); null: any
     log: str | None = None
     wall_s: float | None = None
     warnings: list[str] = []
@@ -278,6 +303,11 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     @property
     def speed_samples(self) -> list[float | None] | None:
         return self.speed.speedups if self.speed is not None else None
+
+    @property
+    def block_samples(self) -> list[float | None] | None:
+        """The per-round block ratios (the relative gate's samples of per-block overhead)."""
+        return self.blocks.ratios if self.blocks is not None else None
 
     def metric(self, name: str) -> Any:
         """A metric by name (``pos0_rate`` with its schema-1 fallback)."""

@@ -16,8 +16,8 @@ from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import Verdict
 
 SUMMARY_COLUMNS = (
-    "case", "status", "reason", "accept rate (floor)", "accept len (floor)", "speedup (floor)", "identical",
-    "counters vs baseline",
+    "case", "status", "reason", "accept rate (floor)", "accept len (floor)", "speedup (floor)",
+    "ms per block (x plain token, tokens)", "identical", "counters vs baseline",
 )  # fmt: skip
 
 
@@ -35,10 +35,20 @@ def _row(r: CaseRecord) -> list[str]:
         r.reason or "",
         _vs(r.accept_rate, fl.get("min_accept_rate")),
         _vs(r.accept_len, fl.get("min_accept_len")),
-        _vs(r.speedup, fl.get("min_speedup"), ".3f"),
+        _vs(r.speedup, fl.get("min_speedup"), ".3f") + (" IMPLAUSIBLE" if r.implausible_speed else ""),
+        block_cell(r),
         _vs(r.identical_fraction, fl.get("min_identical_fraction"), ".2f"),
         counters(r),
     ]
+
+
+def block_cell(r: CaseRecord) -> str:
+    """Per-block overhead: milliseconds per verification block, what it costs in plain decode steps (the
+    baseline's ms per token), and tokens per block; – where nothing was drafted or timed."""
+    if not is_finite(r.block_ms) or not is_finite(r.block_ratio):
+        return "–"
+    tokens = f", {r.tokens_per_block:.2f}" if is_finite(r.tokens_per_block) else ""
+    return f"{r.block_ms:.3f} ({r.block_ratio:.2f}x{tokens})"
 
 
 def counters(r: CaseRecord) -> str:

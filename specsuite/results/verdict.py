@@ -2,8 +2,9 @@
 
 Green only if some selected case ran (passed or failed) and none failed, errored or was interrupted. An
 interrupted run says so first (``INTERRUPTED: 6 of 8 case(s) finished; stopped in ...; not run: ...``). The
-``attention`` lines (skips, strict off, uncalibrated cases, missing counters, a GPU tier without a GPU, a
-GPU build on the CPU, the relative gate off, an unrecorded history) follow the headline, and a green
+``attention`` lines (an impossible speed, skips, strict off, uncalibrated cases, missing counters, a GPU
+tier without a GPU, a GPU build on the CPU, the relative gate off, an unrecorded history) follow the
+headline, and a green
 headline names them too (``PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCALIBRATED): ...``).
 """
 
@@ -98,10 +99,22 @@ def gpu_binary_on_cpu(run: Run) -> str | None:
     return backend if backend != "cpu" and on_cpu else None
 
 
+def _implausible(run: Run) -> list[str]:
+    """One line per case whose speed was impossible (suite.plausible): measured wrong, so not gated."""
+    return [
+        f"IMPLAUSIBLE SPEED, not gated (the measurement is wrong, not the method): {r.name}: "
+        f"{r.implausible_speed.removeprefix('implausible_speed: ')}"
+        for r in run.cases.values()
+        if r.implausible_speed
+    ]
+
+
 def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
     opts = run.run_options
+    if implausible := _implausible(run):
+        out.append((f"IMPLAUSIBLE SPEED in {len(implausible)} case(s)", implausible))
     strict_off, skipped = run.options is not None and not opts.strict, by["skipped"]
     if skipped:
         names = ", ".join(f"{r.name} ({r.reason})" for r in skipped)

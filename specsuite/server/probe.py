@@ -24,10 +24,15 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 from specsuite.common.procs import child_env, stop_group
-from specsuite.common.serverflags import FLAG_SPELLINGS, config_key
+from specsuite.common.serverflags import (
+    FLAG_SPELLINGS,
+    config_key,
+    speculative_option,
+    speculative_spelling,
+)
 from specsuite.common.statcache import StatCache
 
-SCHEMA = 3  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 4  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -70,6 +75,16 @@ class Capabilities:
     # the default --help states for each speculative, batching and KV-cache flag (parse_defaults):
     # canonical key -> (the binary's spellings of it, the default's text or None when the help states none)
     defaults: dict[str, tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
+    # every spelling of every speculative option the help lists (serverflags.speculative_option), removed
+    # ones too, and those of them that take no value (--spec-default, --spec-draft-cpu-moe)
+    speculative: frozenset[str] = frozenset()
+    spec_switches: frozenset[str] = frozenset()
+
+    def is_speculative(self, flag: str) -> bool:
+        """A speculative flag (``--flag`` or ``--flag=value``): by its --help entry, else by its spelling
+        (a binary probed without the entries, or a flag its help does not list)."""
+        name = flag.split("=", 1)[0]
+        return name in self.speculative or speculative_spelling(name)
 
     def spec_token(self, spec_type: str) -> str | None:
         """The binary's own token for a canonical spec type (``draft-mtp`` -> ``draft-mtp`` or ``mtp``)."""
@@ -153,6 +168,21 @@ def parse_help(help_text: str) -> tuple[frozenset[str], frozenset[str], frozense
         if "--spec-type" in names:
             types = _spec_types(head)
     return frozenset(options), frozenset(removed), types
+
+
+def parse_speculative(help_text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every spelling of the speculative options, those that take no value) from a ``--help`` text: an
+    entry whose head holds nothing but its names (no ``N``, ``FNAME``, ``<0|1>``) is a switch."""
+    spellings: set[str] = set()
+    switches: set[str] = set()
+    for head, _ in _split_entries(help_text):
+        names = _names(head)
+        if not speculative_option(names):
+            continue
+        spellings.update(names)
+        if not re.sub(r"--?[A-Za-z0-9][\w-]*|[\s,]", "", head):
+            switches.update(names)
+    return frozenset(spellings), frozenset(switches)
 
 
 _DEFAULT_RE = re.compile(r"\bdefault:\s*([^)]*?)\s*\)")
@@ -252,6 +282,7 @@ def _probe_uncached(binary: Path) -> Capabilities:
         raise UserError(f"{binary} --help failed (exit {rc}); is it a llama-server?\n{tail}")
     text = out if "--help" in out else err
     options, removed, types = parse_help(text)
+    speculative, switches = parse_speculative(text)
     _, vout, verr = _run(binary, "--version")
     version_text = (vout + verr).strip()
     if problem := _identity_problem(options, version_text):
@@ -274,6 +305,8 @@ def _probe_uncached(binary: Path) -> Capabilities:
         backend,
         devices,
         parse_defaults(text),
+        speculative,
+        switches,
     )
 
 
@@ -301,6 +334,8 @@ def _from_json(data: dict[str, Any]) -> Capabilities:
         backend=data["backend"],
         devices=tuple(data["devices"]),
         defaults={k: (tuple(v[0]), v[1]) for k, v in data["defaults"].items()},
+        speculative=frozenset(data["speculative"]),
+        spec_switches=frozenset(data["spec_switches"]),
     )
 
 

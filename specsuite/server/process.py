@@ -92,9 +92,11 @@ class LlamaServer:
         start_timeout: float | None = None,
         request_timeout: float = REQUEST_TIMEOUT_S,
         env: dict[str, str] | None = None,
+        cpus: frozenset[int] | None = None,
     ) -> None:
         self.command = command
         self.env = dict(env or {})  # on top of ours (scrubbed): which GPUs the server sees
+        self.cpus = cpus  # the CPUs its threads may run on (None: any)
         self.port = int(command[command.index("--port") + 1])
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
@@ -116,7 +118,7 @@ class LlamaServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=_child_env(self._config_home, self.env),
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if self.cpus is None else self._prepare_pinned,
             )
         _LIVE.add(self)
         try:
@@ -124,6 +126,11 @@ class LlamaServer:
         except BaseException:
             self.stop()
             raise
+
+    def _prepare_pinned(self) -> None:
+        """In the child: as ``_die_with_parent``, and every thread it starts on ``cpus`` (inherited)."""
+        _die_with_parent()
+        os.sched_setaffinity(0, self.cpus or ())
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -275,12 +282,18 @@ def _stop_all() -> None:
 
 
 def start_server(
-    command: Command, log: Path, *, env: dict[str, str] | None = None, ports: range | None = None
+    command: Command,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    ports: range | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> LlamaServer:
     """Start a server on a free port (of ``ports`` when given); another port when a foreign process took
-    the first one. ``env``: added to the server's environment (CUDA_VISIBLE_DEVICES)."""
+    the first one. ``env``: added to the server's environment (CUDA_VISIBLE_DEVICES); ``cpus``: the CPUs
+    it runs on (None: any)."""
     for attempt in range(PORT_ATTEMPTS):
-        srv = LlamaServer(command(free_port(ports)), log, env=env)
+        srv = LlamaServer(command(free_port(ports)), log, env=env, cpus=cpus)
         try:
             srv.start()
             return srv

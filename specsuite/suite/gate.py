@@ -44,6 +44,7 @@ class GateContext:
     ancestors: list[str] | None
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
+    block_rtol: float = regress.BLOCK_RTOL  # a rise in per-block overhead beyond this fails
     recording: bool = False  # a run that records itself (it may open the history as its writer)
     run_id: str = ""
     drift_window: int = 10  # the runs the drift gate judges together, this one included
@@ -53,13 +54,16 @@ class GateContext:
     def __post_init__(self) -> None:
         how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
         self.note.basis = (
-            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%}, drift over the last "
+            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%} (per-block overhead "
+            f"{self.block_rtol:.0%}), drift over the last "
             f"{self.drift_window} runs"
         )
         self.note.line = self.note.render()
 
 
-def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
+def context(
+    run: Run, rtol: float, drift_window: int = 10, block_rtol: float = regress.BLOCK_RTOL
+) -> GateContext | str:
     """What the gate needs from the run's header; a string saying why there is no gate."""
     commit, mirror = run.binary.commit, run.binary.source.mirror
     if not commit:
@@ -71,6 +75,7 @@ def context(run: Run, rtol: float, drift_window: int = 10) -> GateContext | str:
         commit=commit,
         ancestors=ancestors(Path(mirror), commit) if mirror else None,
         rtol=rtol,
+        block_rtol=block_rtol,
         started=run.started,
         run_id=run.run_id,
         drift_window=drift_window,
@@ -100,12 +105,18 @@ def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
 
 
 def judge(
-    ctx: GateContext, rec: CaseRecord, failed: bool = False, earlier: Sequence[CaseRecord] = ()
+    ctx: GateContext,
+    rec: CaseRecord,
+    failed: bool = False,
+    earlier: Sequence[CaseRecord] = (),
+    speed_rtol: float | None = None,
+    decode_rtol: float | None = None,
 ) -> list[Failure]:
     """One case against its history: the relative gate (also after a failed floor: the baseline is where
     a bisect of it starts), a sweep's crossover (``earlier``: this run's cases before it), the counters
-    against the baseline's, and, when nothing else failed, the drift gate. Fills ``rec.baseline`` and
-    ``rec.drift``."""
+    against the baseline's, and, when nothing else failed, the drift gate. ``speed_rtol``,
+    ``decode_rtol``: the case's own tolerances for its speedup and decode tokens/s (else rtol). Fills
+    ``rec.baseline`` and ``rec.drift``."""
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
@@ -114,7 +125,15 @@ def judge(
     if base is None:
         ctx.note.missing.append(rec.name)
         return []
-    regs = regress.regressions(rec, base.record, rtol=ctx.rtol, baseline_commit=base.commit[:12])
+    regs = regress.regressions(
+        rec,
+        base.record,
+        rtol=ctx.rtol,
+        block_rtol=ctx.block_rtol,
+        speed_rtol=speed_rtol,
+        decode_rtol=decode_rtol,
+        baseline_commit=base.commit[:12],
+    )
     rec.baseline = BaselineRef(
         commit=base.commit,
         run_id=base.run_id,
@@ -135,10 +154,10 @@ def judge(
         rec.warnings.append(f"crossover moved: {moved.message}")
     if found:
         return found
-    return [] if failed else _drift(ctx, rec)
+    return [] if failed else _drift(ctx, rec, speed_rtol)
 
 
-def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
+def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -> list[Failure]:
     try:
         rows = history.earlier_runs(
             None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
@@ -150,7 +169,8 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
     window = [*changes.drift_window(rows, ctx.drift_window), current]
     for metric in changes.DRIFT_METRICS:
         points = changes.points_of(window, metric)
-        found = changes.drift(points, metric, rtol=ctx.rtol)
+        rtol = speed_rtol if metric == "speedup" and speed_rtol is not None else ctx.rtol
+        found = changes.drift(points, metric, rtol=rtol)
         if found is None:
             continue
         before, after = points[found.index - 1], points[found.index]
@@ -168,7 +188,7 @@ def _drift(ctx: GateContext, rec: CaseRecord) -> list[Failure]:
             p_value=found.p_value,
             runs=len(points),
         )
-        return [Failure("drifted", drift_message(rec.drift, ctx.rtol))]
+        return [Failure("drifted", drift_message(rec.drift, rtol))]
     return []
 
 
@@ -200,7 +220,8 @@ def drift_message(d: DriftRef, rtol: float) -> str:
 def install(session: Session) -> None:
     """Give the session its gate against history; the summary line is written as cases use it."""
     run = session.results.run
-    ctx = context(run, session.options.rtol, session.options.drift_window)
+    opts = session.options
+    ctx = context(run, opts.rtol, opts.drift_window, opts.block_rtol)
     if isinstance(ctx, str):
         run.history = HistoryNote(line=f"no relative gate: {ctx}")
         return
@@ -208,7 +229,7 @@ def install(session: Session) -> None:
     run.history = ctx.note
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
-        failures = judge(ctx, rec, failed, list(run.cases.values()))
+        failures = judge(ctx, rec, failed, list(run.cases.values()), case.speed_rtol, case.decode_rtol)
         ctx.note.line = ctx.note.render()
         return failures
 

@@ -2,9 +2,11 @@
 
 Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``),
 the models (stamp-verified paths), the GGUF checks, then a server with the case's speculation next to the
-speculation-off baseline server of the same target. The acceptance numbers come from a cold pass as upstream
-measures: the prompts on the fresh speculative server before any other request, counted by ``/metrics``;
-then a discarded warm-up and the A-B-B-A speed rounds (their counters are kept, not reported). Then the
+speculation-off baseline server (the case's own command without its speculative flags: suite.baseline). The
+acceptance numbers come from a cold pass as upstream measures: the prompts on the fresh speculative server
+before any other request, counted by ``/metrics``; then a discarded warm-up and the A-B-B-A speed rounds
+(their counters are kept, not reported), with the per-block overhead and the physical bound on the speedup
+(suite.overhead, suite.plausible). Then the
 floors, the sanity relations, divergence from the baseline's tokens, the self-tests, the speed floor, the
 usage check and the relative gate against the history baseline. Every outcome, also an interruption,
 lands in results.json.
@@ -12,14 +14,17 @@ lands in results.json.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsuite.cases.schema import CTX_SIZE, Case
+from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
@@ -31,26 +36,31 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.suite import budget, categories, concurrency, expect, observe
-from specsuite.suite.command import server_command
+from specsuite.suite import budget, categories, concurrency, expect, observe, overhead, plausible
+from specsuite.suite.baseline import Baseline, baseline_of
+from specsuite.suite.command import runs_on_cpu, server_command
 from specsuite.suite.concurrency import Reference
 from specsuite.suite.measure import (
     Completion,
+    Prompts,
     RequestOutcome,
     Speed,
     abba,
     chat_body,
     divergence,
+    interleaved_round,
     spec_result_line,
     usage_problem,
 )
 from specsuite.suite.slots import Slot
-from specsuite.suite.streams import Pass, Throughput, round_tps, run_streams, warm_up
+from specsuite.suite.streams import Pass, Throughput, run_streams, warm_up
 
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
 # What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
 Np1Key = tuple[tuple[str, ...], str, int]
+# A baseline server: the non-speculative argv (port 0), the GPUs, the pinned CPUs (suite.baseline).
+BaselineKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 
 
 @dataclass
@@ -87,8 +97,10 @@ class Session:
     verdict: Verdict | None = None  # set once, when the run ends
     slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
     part: str | None = None  # a worker of a parallel run: its results are a part of the run's
-    _base: tuple[tuple[Path, int, int, int], LlamaServer] | None = None
-    _base_tokens: dict[tuple[Path, str, int, float, int, int], list[Completion]] = field(default_factory=dict)
+    _base: tuple[BaselineKey, LlamaServer] | None = None
+    _base_tokens: dict[tuple[BaselineKey, str, int, float, int], list[Completion]] = field(
+        default_factory=dict
+    )
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
 
     @property
@@ -110,9 +122,18 @@ class Session:
         return self.slot.env(case.gpus) if self.slot is not None else {}
 
     def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
-        """A server of ``case`` on this worker's GPUs and ports."""
+        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``)."""
         ports = self.slot.ports if self.slot is not None else None
-        return start_server(command, log, env=self.server_env(case), ports=ports)
+        return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
+
+    def cpus(self, case: Case) -> frozenset[int] | None:
+        """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
+        last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
+        on one CPU the speed case's run medians varied by CV 8 %, free 21 % (one server of a run kept on
+        the busier core); None: any CPU."""
+        if not (case.pin_cpu and self.speed and runs_on_cpu(self.caps)):
+            return None
+        return frozenset({max(os.sched_getaffinity(0))})
 
     def locate(self, case: Case) -> dict[str, Path]:
         """Verified local paths of the case's models from their stamps (no hashing, no network)."""
@@ -126,28 +147,19 @@ class Session:
             self.results.add_model(m.name, m.sha256, m.size)
         return {name: m.path for name, m in found.items()}
 
-    def baseline_server(self, target: Path, case: Case) -> LlamaServer:
-        """The speculation-off server of this target (on as many GPUs as the case, with as many slots):
-        started once, kept while cases use the same target and slots.
+    def baseline_server(self, base: Baseline, case: Case) -> LlamaServer:
+        """The speculation-off server of ``base`` (the case's command without its speculative flags, slots
+        and context included, on as many GPUs as the case): started once, kept while consecutive cases
+        share it.
 
         Warmed up once when started, like every case's server, so that no round measures a cold baseline
         (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        key = (target, case.gpus, case.ctx_size, case.parallel)
-        if self._base is not None and self._base[0] == key:
+        if self._base is not None and self._base[0] == base.key:
             return self._base[1]
         self.close()
-        name = target.name.replace("/", "_") + (f"-{case.gpus}gpus" if case.gpus > 1 else "")
-        name += f"-ctx{case.ctx_size}" if case.ctx_size != CTX_SIZE else ""
-        name += f"-np{case.parallel}" if case.parallel > 1 else ""
-        srv = self.start(
-            lambda port: server_command(
-                self.caps, target, port, ctx_size=case.ctx_size, parallel=case.parallel
-            ),
-            self.results.logs / f"baseline-{name}.log",
-            case,
-        )
-        self._base = (key, srv)
-        self.results.add_baseline(name, srv.command, self.results.rel(srv.log_path))
+        srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
+        self._base = (base.key, srv)
+        self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
         try:
             warm_up(srv.connection, case.prompt_texts, case.streams)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
@@ -155,10 +167,10 @@ class Session:
             raise
         return srv
 
-    def baseline_tokens(self, target: Path, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (target, prompt set, n_predict, temperature, slots, streams): the first
+    def baseline_tokens(self, base: Baseline, case: Case, got: list[Completion]) -> list[Completion]:
+        """The reference tokens of (baseline, prompt set, n_predict, temperature, streams): the first
         baseline round that ran."""
-        key = (target, case.prompts, case.n_predict, case.temperature, case.parallel, case.streams)
+        key = (base.key, case.prompts, case.n_predict, case.temperature, case.streams)
         return self._base_tokens.setdefault(key, got)
 
     def close(self) -> None:
@@ -296,41 +308,62 @@ def _cold_pass(
 
 
 def _round_count(session: Session, case: Case) -> int:
-    """``--repeat`` rounds (one where cases share the cores: no timing means anything there, the round is
-    for tokens and counters); with several slots at least two, so that counters that move from run to
-    run at one np are seen as nondeterministic (DSpark's do at np 4 and 8: suite.concurrency)."""
-    n = session.options.repeat if session.speed else 1
+    """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
+    anything there, the round is for tokens and counters); with several slots at least two, so that
+    counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
+    suite.concurrency)."""
+    n = max(session.options.repeat, case.repeat) if session.speed else 1  # a case's own repeat raises it
     return max(n, 2) if case.parallel > 1 else n
 
 
 def _rounds(
     session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
 ) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
-    """After the cold pass: a warm-up (the baseline's was done when it started), then A-B-B-A rounds; each
-    speculative round's counters are the ``/metrics`` delta over it (kept to show whether they repeat,
-    never reported: the cold pass's are). ``watch`` samples memory after each and keeps the timings."""
+    """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds
+    (``_round``); each speculative round's counters are the ``/metrics`` delta over it (kept to show whether
+    they repeat, never reported: the cold pass's are). ``watch`` samples memory after each and keeps the
+    timings."""
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     watch.sample(case.streams)
     snapshots = [spec.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
-    for order in abba(_round_count(session, case)):
-        for side in order:
-            srv = spec if side == "spec" else base
-            done = run_streams(
-                srv.connection, case.prompt_texts, case.n_predict, case.streams, case.temperature
-            )
-            watch.round(side, done.completions)
-            if side == "spec":
-                watch.sample(len(done.completions))
-                snapshots.append(spec.metrics())
-            else:
-                first_base = first_base or done.completions
-            if session.speed:
-                (speed.spec_tps if side == "spec" else speed.base_tps).append(round_tps(done))
-                seen.add(side, done)
+    for r in range(_round_count(session, case)):
+        got = _round(case, spec, base, r)
+        for side in ("spec", "base"):
+            watch.round(side, got[side].completions)
+        watch.sample(len(got["spec"].completions))
+        snapshots.append(spec.metrics())
+        first_base = first_base or got["base"].completions
+        if session.speed:
+            speed.add(got["spec"].completions, got["base"].completions)
+            seen.add("spec", got["spec"])
+            seen.add("base", got["base"])
     assert first_base is not None
     deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
     return deltas, first_base, speed, seen
+
+
+def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str, Pass]:
+    """Round ``r``: the prompt set on both servers. One stream: the two requests of a prompt back to back,
+    A-B, B-A, … (measure.interleaved_round: another process's burst on shared cores lands on both sides
+    of a pair); several streams: each side's pass in A-B-B-A order."""
+
+    def side(srv: LlamaServer, prompts: Prompts) -> Pass:
+        return run_streams(srv.connection, prompts, case.n_predict, case.streams, case.temperature)
+
+    if case.streams > 1:
+        return {s: side(spec if s == "spec" else base, case.prompt_texts) for s in abba(r + 1)[r]}
+    passes: dict[str, list[Pass]] = {"spec": [], "base": []}
+
+    def one(srv: LlamaServer, name: str) -> Callable[[str, str], Completion]:
+        def ask(pid: str, text: str) -> Completion:
+            passes[name].append(side(srv, ((pid, text),)))
+            return passes[name][-1].completions[0]
+
+        return ask
+
+    interleaved_round(one(spec, "spec"), one(base, "base"), case.prompt_texts, r * len(case.prompt_texts))
+    return {k: functools.reduce(operator.add, v) for k, v in passes.items()}
 
 
 def _np1(
@@ -359,12 +392,15 @@ def _measure_np1(session: Session, case: Case, command: Command) -> Reference:
 
 
 def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
+    like = baseline_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
-        base = session.baseline_server(target, case)
+        base = session.baseline_server(like, case)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
+    rec.baseline_command = base.command
+    rec.cpus = sorted(base.cpus) if base.cpus else None
     limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
     with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
@@ -387,7 +423,7 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
         finally:  # read while the servers still run
             rec.memory, rec.prefill = watch.memory(), watch.prefill()
-    ref = session.baseline_tokens(target, case, base_comps)
+    ref = session.baseline_tokens(like, case, base_comps)
     comps = done.completions
     divs = divergence(ref, comps)
     outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
@@ -396,10 +432,19 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
     return Measured(outcome, spec.log_text(), usage, seen, np1)
 
 
+def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
+    """The record's numbers: the counters and speed, the per-block overhead (one stream: with several the
+    requests' decode times overlap), whether the speed is possible."""
+    outcome.fill(rec)
+    if case.streams == 1:
+        overhead.fill(rec, outcome.speed, outcome.rounds)
+    rec.implausible_speed = plausible.check(rec)
+    rec.warnings += outcome.delta.warnings() + ([rec.implausible_speed] if rec.implausible_speed else [])
+
+
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     n = m.outcome.numbers()
-    m.outcome.fill(rec)
-    rec.warnings += m.outcome.delta.warnings()
+    _fill(rec, m.outcome, case)
     line = spec_result_line(case.name, n)
     print(line, flush=True)
     session.result_lines.append(line)
@@ -407,7 +452,7 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
     failures = expect.check(case, n, m.outcome.completions, sanity, m.log_text, against_np1)
-    if not session.speed:  # acceptance only: the speed floor has nothing to judge
+    if not session.speed or rec.implausible_speed:  # no speed measured, or none possible: no speed floor
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
         failures.append(expect.Failure("usage", m.usage))

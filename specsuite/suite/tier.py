@@ -71,6 +71,11 @@ def parser() -> CommandParser:
         "--rtol", type=fraction, help="relative drop that fails against the history baseline (0.05)"
     )
     p.add_argument(
+        "--block-rtol",
+        type=fraction,
+        help="relative rise in per-block overhead that fails against the history (SPEC_BLOCK_RTOL, 0.2)",
+    )
+    p.add_argument(
         "--drift-window",
         type=window,
         metavar="N",
@@ -119,6 +124,7 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
         "budget_factor": args.budget_factor,
         "no_history": True if args.no_history else None,
         "rtol": args.rtol,
+        "block_rtol": args.block_rtol,
         "drift_window": args.drift_window,
         "gpus": args.gpus,
         "workers": args.workers,

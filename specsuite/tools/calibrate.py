@@ -475,10 +475,14 @@ def _validated(
             cals = {n: c for n, c in cals.items() if n != bad}
 
 
-def _gate_check(runs: list[Run], names: list[str]) -> None:
-    """The gates' error rates on these runs of one commit, at the configured rtol and drift window."""
+def _gate_check(runs: list[Run], names: list[str], cases: list[Any]) -> None:
+    """The gates' error rates on these runs of one commit, at the configured rtol and drift window (and a
+    case's own speed_rtol and decode_rtol)."""
     opts = settings.load()
-    print(gatecheck.render(gatecheck.check(runs, names, opts.rtol, opts.drift_window), opts.rtol), flush=True)
+    speed = {c.name: c.speed_rtol for c in cases if c.speed_rtol is not None}
+    decode = {c.name: c.decode_rtol for c in cases if c.decode_rtol is not None}
+    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol, speed, decode)
+    print(gatecheck.render(checks, opts.rtol), flush=True)
 
 
 def _case_names(cases: list[Any], tier: str | None) -> list[str]:
@@ -518,7 +522,7 @@ def main(argv: list[str]) -> int:
     groups = machine_groups(runs) if args.across_machines else [runs]
     per_machine = [collect(g, names, tiers) for g in groups] if len(groups) > 1 else [cals]
     unstable = _report(cals, old, per_machine)
-    _gate_check(runs, names)
+    _gate_check(runs, names, cases)
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

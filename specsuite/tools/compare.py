@@ -27,6 +27,7 @@ METRICS = (
     ("accept_rate", "accept rate", "min_accept_rate", ".4f"),
     ("accept_len", "accept len", "min_accept_len", ".4f"),
     ("speedup", "speedup", "min_speedup", ".2f"),
+    ("block_ratio", "block cost", None, ".2f"),  # a verification block in plain decode steps
     ("identical_fraction", "identical", "min_identical_fraction", ".4f"),
 )
 _FAILED = {"failed", "error", "interrupted"}
@@ -49,7 +50,7 @@ class Row:
             return []
         out = []
         for key, label, floor_key, _ in METRICS:
-            floor = (self.b.floors or {}).get(floor_key)
+            floor = (self.b.floors or {}).get(floor_key) if floor_key else None
             if floor is None or self.b.uncalibrated:
                 continue
             if not is_finite(floor):

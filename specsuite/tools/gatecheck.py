@@ -6,14 +6,15 @@ each run as the last of a window: ``changes.drift``), every failure is a false a
 the speed noise: the spread of the per-round speedups within a run and of the run medians between runs
 (coefficients of variation), and from it the smallest speed drop the relative gate catches in 95 % of
 comparisons at the runs' repeats: simulated with that noise, judged by the gate's own rule (one-sided
-Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol).
+Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol). The per-block overhead
+(``block_ratio``, gated at its own ``block_rtol``) is judged and its spread reported the same way.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specsuite.common import table
@@ -25,7 +26,7 @@ POWER = 0.95
 SIMULATIONS = 2000
 _SEED = 17
 
-GATED = (*regress.METRICS, "speedup", "decode_tps")  # every metric the relative gate judges
+GATED = (*regress.METRICS, "speedup", "decode_tps", "block_ratio")  # every metric the relative gate judges
 
 
 @dataclass
@@ -37,6 +38,8 @@ class CaseCheck:
     drift_alarms: int = 0
     cv_within: float | None = None  # speedup rounds around their run's mean
     cv_between: float | None = None  # run means around the grand mean, the rounds' share removed
+    block_cv_within: float | None = None  # the same for the per-round block ratios
+    block_cv_between: float | None = None
     repeat: int = 0
     mde: float | None = None  # smallest drop caught with POWER; None: speed not gated (too few rounds)
 
@@ -99,42 +102,72 @@ def smallest_drop(
     return hi / 200
 
 
-def check(runs: Sequence[Run], names: Sequence[str], rtol: float, window: int) -> list[CaseCheck]:
+def check(
+    runs: Sequence[Run],
+    names: Sequence[str],
+    rtol: float,
+    window: int,
+    block_rtol: float = regress.BLOCK_RTOL,
+    speed_rtols: Mapping[str, float] | None = None,
+    decode_rtols: Mapping[str, float] | None = None,
+) -> list[CaseCheck]:
     """Per case: false alarms of the relative gate over every (earlier, later) pair of ``runs`` (in the
-    given order), of the drift gate over every window, the speed spread and the smallest drop caught."""
+    given order), of the drift gate over every window, the speed spread and the smallest drop caught.
+    ``speed_rtols``, ``decode_rtols``: a case's own tolerances (cases.toml's ``speed_rtol``,
+    ``decode_rtol``)."""
     out = []
     for name in names:
+        speed_rtol, decode_rtol = (speed_rtols or {}).get(name), (decode_rtols or {}).get(name)
         recs = [r.cases[name] for r in runs if name in r.cases and r.cases[name].measured]
-        c = CaseCheck(name, false_alarms={m: 0 for m in GATED})
+        c = CaseCheck(name, false_alarms=dict.fromkeys(GATED, 0))
         for j, cur in enumerate(recs):
             for base in recs[:j]:
                 c.pairs += 1
-                for reg in regress.regressions(cur, base, rtol=rtol, baseline_commit="aa"):
+                regs = regress.regressions(
+                    cur,
+                    base,
+                    rtol=rtol,
+                    block_rtol=block_rtol,
+                    speed_rtol=speed_rtol,
+                    decode_rtol=decode_rtol,
+                    baseline_commit="a",
+                )
+                for reg in regs:
                     c.false_alarms[reg.metric] += 1
-        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window)
+        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window, speed_rtol)
         rounds = [_samples(r) for r in recs]
         c.repeat = min((len(r) for r in rounds), default=0)
         if (found := spread(rounds)) is not None:
             c.cv_within, c.cv_between = found
-            c.mde = smallest_drop(found[0], found[1], c.repeat, rtol)
+            c.mde = smallest_drop(found[0], found[1], c.repeat, rtol if speed_rtol is None else speed_rtol)
+        blocks = [[v for v in (finite(x) for x in r.block_samples or []) if v is not None] for r in recs]
+        if (found := spread(blocks)) is not None:
+            c.block_cv_within, c.block_cv_between = found
         out.append(c)
     return out
 
 
-def _drift_alarms(recs: Sequence[CaseRecord], rtol: float, window: int) -> tuple[int, int]:
-    """Each run as the last of a window of the runs before it, as if each were a new commit."""
+def _drift_alarms(
+    recs: Sequence[CaseRecord], rtol: float, window: int, speed_rtol: float | None = None
+) -> tuple[int, int]:
+    """Each run as the last of a window of the runs before it, as if each were a new commit (the speedup
+    at the case's own ``speed_rtol``, as the drift gate judges it)."""
+    tol = {"speedup": rtol if speed_rtol is None else speed_rtol}
     # each run stands for a commit of its own
     rows = [changes.record_row(r, f"run {i + 1}", f"{i:07x}", None) for i, r in enumerate(recs)]
     judged = alarms = 0
     for j in range(changes.MIN_DRIFT_RUNS - 1, len(rows)):
         part = rows[max(0, j - window + 1) : j + 1]
         judged += 1
-        alarms += any(changes.drift(changes.points_of(part, m), m, rtol=rtol) for m in changes.DRIFT_METRICS)
+        alarms += any(
+            changes.drift(changes.points_of(part, m), m, rtol=tol.get(m, rtol)) for m in changes.DRIFT_METRICS
+        )
     return judged, alarms
 
 
-HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/tps)", "drift alarms", "speed CV in run",
-          "between runs", "drop caught 95 %")  # fmt: skip
+HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/tps/block)", "drift alarms",
+          "speed CV in run", "between runs", "drop caught 95 %",
+          "block ratio CV in run / between")  # fmt: skip
 
 
 def _pct(x: float | None) -> str:
@@ -150,8 +183,9 @@ def render(checks: Sequence[CaseCheck], rtol: float) -> str:
             if c.mde is not None
             else ("no speed gate" if c.repeat < regress.MIN_SAMPLES else "> 90 %")
         )
+        blocks = f"{_pct(c.block_cv_within)} / {_pct(c.block_cv_between)}"
         rows.append([c.name, str(c.pairs), fa, f"{c.drift_alarms}/{c.windows}", _pct(c.cv_within),
-                     _pct(c.cv_between), mde])  # fmt: skip
+                     _pct(c.cv_between), mde, blocks])  # fmt: skip
     pairs = sum(c.pairs for c in checks)
     alarms = sum(sum(c.false_alarms.values()) for c in checks)
     head = (

@@ -88,6 +88,11 @@ def test_full_vocabulary_parses() -> None:
         ("min_identical_fraction = 1.5\n", "min_identical_fraction must be a number in [0, 1], got 1.5"),
         ('prompts = "poems"\n', "prompts 'poems'"),
         ("gpus = 0\n", "gpus must be a whole number from 1 to 64, got 0"),
+        ("repeat = 0\n", "repeat must be a whole number from 1 to 100, got 0"),
+        ("pin_cpu = true\n", "pin_cpu puts the servers on one CPU: give them one thread"),
+        ("speed_rtol = 1.0\n", "speed_rtol must be a fraction in (0, 1), got 1.0"),
+        ("decode_rtol = 0\n", "decode_rtol must be a fraction in (0, 1), got 0"),
+        ('pin_cpu = true\nserver_args = ["-t", "2"]\n', "give them one thread"),
     ],
 )
 def test_bad_case_is_one_clear_error(extra: str, needle: str) -> None:

@@ -17,8 +17,8 @@ def test_defaults_without_any_variable() -> None:
     s = settings.load({})
     assert (s.strict, s.repeat, s.allow_cpu, s.no_history, s.rtol) == (True, 1, False, False, 0.05)
     assert s.run_options() == {
-        "strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05, "drift_window": 10,
-        "speed": True,
+        "strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05, "block_rtol": 0.2,
+        "drift_window": 10, "speed": True,
     }  # fmt: skip
     assert (s.gpus, s.workers, s.shard, s.plan) == (None, 1, None, None)
 

@@ -257,6 +257,23 @@ def test_the_real_tier_run_counts_every_round(tmp_path: Path) -> None:
     assert find_changes(db) == []  # one run: nothing to compare
 
 
+def test_a_step_in_per_block_overhead_is_a_change_point_and_an_impossible_speed_no_point() -> None:
+    """block_ratio is a noisy series like the speedup: judged by permutation; a run whose speed was
+    physically impossible (implausible_speed) gives no point to any speed series, its acceptance still."""
+    rows = [{"run_id": f"r{i}", "commit": f"{i:07x}", "started": f"2026-12-0{1 + i // 9}T{i % 9:02d}",
+             "speed_repeat": 4, "accept_rate": 0.6, "speedup": 1.0, "nondeterministic": False,
+             "block_ratio": (3.4 if i < 8 else 6.8) + 0.01 * (i % 3), "implausible_speed": i == 3}
+            for i in range(16)]  # fmt: skip
+    assert "block_ratio" in changes.METRICS and "block_ratio" not in changes.DETERMINISTIC
+    assert [p.run_id for p in changes.points_of(rows, "block_ratio")] == [
+        f"r{i}" for i in range(16) if i != 3
+    ]
+    assert len(changes.points_of(rows, "accept_rate")) == 16
+    [split] = changes.splits(changes.points_of(rows, "block_ratio"), "block_ratio")
+    assert split.index == 7 and split.p_value is not None and split.p_value < changes.ALPHA  # r8, r3 left out
+    assert split.change == pytest.approx(1.0, abs=0.01)
+
+
 # --- the permutation test: stopped once its decision is settled ------------------------------------------
 
 

@@ -474,7 +474,8 @@ def _v1_database_with_a_run(db: Path) -> None:
         run_row = {k: v for k, v in history._run_row(d, "abcdef0").items() if k not in later_runs}
         run = history._insert(conn, "runs", run_row)
         for rec in d.cases.values():
-            later = ("nondeterministic", *history._concurrency_columns(rec))  # columns of later versions
+            later = ("nondeterministic", *history._concurrency_columns(rec),
+                     *(c.split()[-2] for c in history._V6))  # columns of later versions  # fmt: skip
             row = {
                 "run": run,
                 **{k: v for k, v in history._case_row(rec).items() if k not in later},
@@ -836,3 +837,26 @@ def test_history_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli.main(["history", "import", str(tmp_path / "nope"), "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "no results.json there" in err
+
+
+# --- per-block overhead (v4) -----------------------------------------------------------------------------
+
+
+def test_per_block_overhead_and_an_implausible_speed_are_columns_of_the_case(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    blocks = {"block_ms": 4.2, "token_ms": 1.1, "block_ratio": 3.82, "tokens_per_block": 3.875,
+              "blocks": {"ratios": [3.8, 3.82, 3.9], "block_ms": [4.2] * 3}}  # fmt: skip
+    wrong = {"implausible_speed": "implausible_speed: speedup 2150.161 is above ..."}
+    cases = {"mtp": case(**blocks), "odd": case(name="odd", **wrong)}
+    assert record_run(doc("aaaaaaa", cases=cases), db)
+    got = rows(db, "SELECT name, block_ms, token_ms, block_ratio, tokens_per_block, block_ratios, "
+                   "implausible_speed FROM cases ORDER BY name")  # fmt: skip
+    assert got == [
+        ("mtp", 4.2, 1.1, 3.82, 3.875, "[3.8,3.82,3.9]", 0),
+        ("odd", None, None, None, None, None, 1),
+    ]
+    series = {r["case"]: r for r in history.series(db)}
+    assert series["mtp"]["block_ratio"] == 3.82 and not series["mtp"]["implausible_speed"]
+    assert series["odd"]["implausible_speed"] == 1
+    [row] = history.case_rows(db, case="mtp")
+    assert (row["block_ratio"], row["block_ms"]) == (3.82, 4.2)

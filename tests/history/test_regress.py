@@ -155,6 +155,67 @@ def test_nan_speed_samples_never_pass() -> None:
     assert reg.metric == "speedup" and reg.current is None and "null/NaN" in reg.message
 
 
+def test_a_cases_own_speed_rtol_replaces_rtol_for_its_speedup_only() -> None:
+    base = _with(BASE, **_speed([1.50, 1.51, 1.52, 1.53]))
+    slower = _with(BASE, **_speed([1.38, 1.39, 1.40, 1.41]), accept_rate=0.58)  # speedup -8 %, rate -8 %
+    assert [r.metric for r in regressions(slower, base, baseline_commit=AT)] == ["accept_rate", "speedup"]
+    [reg] = regressions(slower, base, speed_rtol=0.1, baseline_commit=AT)
+    assert reg.metric == "accept_rate"  # the acceptance keeps the run's rtol
+    much = _with(BASE, **_speed([1.20, 1.21, 1.22, 1.23]))
+    [reg] = regressions(much, base, speed_rtol=0.1, baseline_commit=AT)
+    assert reg.metric == "speedup" and "rtol 10 %" in reg.message
+
+
+def test_a_cases_own_decode_rtol_is_the_tolerance_of_its_decode_speed() -> None:
+    """The speculative server's own tokens/s 20 % lower, its speedup as it was (a busier machine slowed both
+    sides): a decode_tps regression at rtol 5 % and at speed_rtol 15 %, none at decode_rtol 35 %."""
+    base = _with(BASE, speed={"repeat": 4, "speedups": [1.2] * 4, "spec_tps": [900.0, 905.0, 910.0, 915.0]})
+    busy = _with(BASE, speed={"repeat": 4, "speedups": [1.2] * 4, "spec_tps": [720.0, 722.0, 724.0, 726.0]})
+    assert [r.metric for r in regressions(busy, base, baseline_commit=AT)] == ["decode_tps"]
+    assert [r.metric for r in regressions(busy, base, speed_rtol=0.15, baseline_commit=AT)] == ["decode_tps"]
+    assert regressions(busy, base, speed_rtol=0.15, decode_rtol=0.35, baseline_commit=AT) == []
+
+
+def _blocks(ratios: list[float], ms: float | None = None) -> dict:
+    return {"blocks": {"ratios": ratios}, "block_ms": ms}
+
+
+def test_a_significant_rise_in_per_block_overhead_fails_with_its_own_rtol() -> None:
+    """Issue 25908's regression: acceptance and the speedup rounds as they were, each block twice as dear."""
+    base = _with(BASE, **_blocks([3.40, 3.45, 3.50, 3.42], 4.1))
+    dear = _with(BASE, **_blocks([6.9, 7.0, 6.8, 7.1], 8.3))
+    [reg] = regressions(dear, base, baseline_commit=AT)
+    assert reg.metric == "block_ratio" and reg.current == 6.95 and reg.baseline == 3.435
+    assert "block_ratio 6.950 is 102.3 % above 3.435 at baseline 0c1e570" in reg.message
+    assert "4.1 -> 8.3 ms per block" in reg.message and "block rtol 20 %" in reg.message
+    assert f"p = {1 / 70:.3g}" in reg.message
+    half = _with(BASE, **_blocks([5.1, 5.2, 5.15, 5.12]))  # +50 %: caught at 20 %, within a 60 % tolerance
+    assert [r.metric for r in regressions(half, base, baseline_commit=AT)] == ["block_ratio"]
+    assert regressions(half, base, block_rtol=0.6, baseline_commit=AT) == []
+    assert regressions(base, dear, baseline_commit=AT) == []  # cheaper blocks never fail
+
+
+def test_per_block_overhead_needs_significance_size_and_rounds() -> None:
+    base = _with(BASE, **_blocks([3.40, 3.45, 3.50, 3.42]))
+    mixed = _with(BASE, **_blocks([3.3, 9.0, 3.5, 9.1]))  # median 6.25 (+82 %) but not significant
+    assert regressions(mixed, base, baseline_commit=AT) == []
+    small = _with(BASE, **_blocks([3.8, 3.85, 3.9, 3.95]))  # significant, +12 %: below the 20 % rtol
+    assert regressions(small, base, baseline_commit=AT) == []
+    three = _with(BASE, **_blocks([9.0, 9.1, 9.2])), _with(BASE, **_blocks([3.4, 3.45, 3.5]))
+    assert regressions(*three, baseline_commit=AT) == []  # 3 rounds a side: p cannot go below 0.05
+    undrafted = _with(BASE, **_blocks([None, None, None, None]))  # nothing drafted: no block to cost
+    assert regressions(undrafted, base, baseline_commit=AT) == []
+
+
+def test_an_implausible_speed_on_either_side_is_not_compared() -> None:
+    base = _with(BASE, **_speed([1.50, 1.55, 1.48, 1.52]), **_blocks([3.4, 3.4, 3.4, 3.4]))
+    worse = _with(BASE, **_speed([0.7, 0.7, 0.7, 0.7]), **_blocks([7.0, 7.0, 7.0, 7.0]))
+    assert [r.metric for r in regressions(worse, base, baseline_commit=AT)] == ["speedup", "block_ratio"]
+    wrong = "implausible_speed: speedup 2150 ..."
+    assert regressions(_with(worse, implausible_speed=wrong), base, baseline_commit=AT) == []
+    assert regressions(worse, _with(base, implausible_speed=wrong), baseline_commit=AT) == []
+
+
 def test_a_slowdown_of_both_sides_fails_on_the_absolute_decode_speed() -> None:
     """A commit (or a build option) that slows speculative and plain decoding alike keeps the speedup: the
     speculative server's own tokens/s, gated by the same rule, sees it."""
@@ -170,6 +231,8 @@ def test_a_slowdown_of_both_sides_fails_on_the_absolute_decode_speed() -> None:
 def test_rtol_must_be_a_fraction() -> None:
     with pytest.raises(UserError, match="rtol 5 is not a fraction"):
         regressions(BASE, BASE, rtol=5, baseline_commit=AT)
+    with pytest.raises(UserError, match=r"block rtol 1\.5 is not a fraction"):
+        regressions(BASE, BASE, block_rtol=1.5, baseline_commit=AT)
 
 
 def test_is_measured() -> None:

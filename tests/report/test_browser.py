@@ -101,7 +101,9 @@ def test_every_page_loads_clean_every_chart_is_drawn_every_link_resolves(
         assert browser.js("return window.pwned") is None and browser.js("return document.images.length") == 0
         if page.parent.parent.name == "cases":
             charts = _charts(browser)
-            assert len(charts) == (6 if page.stem in SWEEP_MEMBERS else 5), page  # a sweep's: speedup by np
+            assert len(charts) == (7 if page.stem in SWEEP_MEMBERS else 6), (
+                page
+            )  # + block cost; a sweep's: np
             for c in charts:
                 assert c["nodata"] or c["painted"] > 500, f"{page.relative_to(root)}: {c}"
         for href in _links(browser):

@@ -150,7 +150,8 @@ def test_a_drop_against_the_earlier_commit_fails_regressed_naming_it(seed: Seed,
     head = run.summary_head()
     assert "FAILED" in head.splitlines()[0]
     device = run.doc["device"]["class"]
-    line = f"baseline (latest earlier run, {device}/cpu, rtol 5%, drift over the last 10 runs)"
+    rtols = "rtol 5% (per-block overhead 20%)"
+    line = f"baseline (latest earlier run, {device}/cpu, {rtols}, drift over the last 10 runs)"
     assert f"{line}: {A} (run " in head
     assert f"(run {seed.run.doc['run_id']}) for {CASE}" in head
     assert run.junit_properties()["history_baseline"] == A
@@ -178,7 +179,11 @@ def test_a_larger_rtol_passes_the_same_drop(seed: Seed, db: Path, tmp_path) -> N
     assert run.proc.returncode == 0, run.output
     assert run.case["status"] == "passed"
     assert run.case["baseline"] == {**run.case["baseline"], "commit": A, "rtol": 0.1, "regressions": []}
-    assert f"rtol 10%, drift over the last 10 runs): {A} (run {seed.run.doc['run_id']})" in run.summary_head()
+    head = run.summary_head()
+    assert (
+        f"rtol 10% (per-block overhead 20%), drift over the last 10 runs): {A} (run {seed.run.doc['run_id']})"
+        in head
+    )
     assert commits(db) == [A, B]
 
 
@@ -348,3 +353,20 @@ def test_rounds_that_disagree_mark_the_case_nondeterministic(seed: Seed, db: Pat
     assert len({(r["accepted"], tuple(r["per_position"])) for r in run.case["rounds"]}) > 1
     assert run.case["baseline"]["counters"] == "nondeterministic"
     assert "| nondeterministic |" in (run.dir / "summary.md").read_text()
+
+
+def test_a_twice_slower_speculative_path_fails_regressed_naming_speed_and_block_cost(
+    seed: Seed, tmp_path: Path
+) -> None:
+    """The counters as they were, the speculative server twice as slow (the fake's scripted timings: 10 ->
+    20 ms a token, the baseline 20): the speedup halves, a verification block costs twice the plain steps."""
+    db = tmp_path / "history.sqlite"
+    a = run_tier(tmp_path / "a", seed.models, db, A, GOOD, "--repeat", "4")
+    assert a.proc.returncode == 0, a.output
+    b = run_tier(tmp_path / "b", seed.models, db, B, {**GOOD, "spec_ms_per_token": 20.0}, "--repeat", "4")
+    assert b.proc.returncode == 1, b.output
+    assert (b.case["status"], b.case["reason"]) == ("failed", "regressed")
+    regs = b.case["baseline"]["regressions"]
+    assert [m.split()[0] for m in regs] == ["speedup", "decode_tps", "block_ratio"], regs
+    assert "50.0 % below" in regs[0] and "50.0 % below" in regs[1] and "100.0 % above" in regs[2]
+    assert b.case["baseline"]["counters"] == "identical"  # the same tokens, only slower

@@ -165,6 +165,54 @@ def test_speed_floor_with_abba_rounds(run, monkeypatch) -> None:
     assert "speedup 0.667 < floor 1.000" in rec.message
 
 
+def test_a_cases_own_repeat_raises_the_runs_and_blocks_are_timed_per_round(run) -> None:
+    """The fake: 2 prompts of 8 tokens, each request 4 drafts; 10 ms a token with speculation, 20 without.
+    A round: 160 ms over 8 drafts (20 ms a block), the baseline 320 ms over 14 decode steps (a request's first
+    token is the prompt's): a block costs 0.875 plain steps, 14 / 8 = 1.75 tokens each."""
+    rec = run(_case(SIMPLE + "repeat = 3\n"))
+    assert rec.status == "passed", rec.message
+    assert rec.speed.repeat == 3 and rec.blocks is not None and rec.blocks.ratios == [0.875] * 3
+    assert (rec.block_ms, rec.token_ms, rec.block_ratio, rec.tokens_per_block) == (20.0, 22.8571, 0.875, 1.75)
+    assert rec.implausible_speed is None
+
+
+def test_an_impossible_speedup_is_recorded_not_gated_and_named_first(run, monkeypatch) -> None:
+    """Accept length 3.25 but 20x faster than plain decoding: the two sides were not measured alike. The
+    speed floor (which that speedup would pass) is not judged, and a green run says so in its headline."""
+    monkeypatch.setenv("SPEC_REPEAT", "2")
+    rec = run(_case(SIMPLE + "min_speedup = 1.0\n"), spec_ms_per_token=1.0)
+    assert rec.status == "passed", rec.message
+    assert rec.speedup == 20.0 and (rec.implausible_speed or "").startswith(
+        "implausible_speed: speedup 20.000"
+    )
+    assert rec.implausible_speed in rec.warnings
+    v = verdict(Run(cases={"c": rec}))
+    assert v.green and "IMPLAUSIBLE SPEED in 1 case(s)" in v.headline
+    assert v.attention[0].startswith(
+        "IMPLAUSIBLE SPEED, not gated (the measurement is wrong, not the method): c:"
+    )
+    slow = run(_case(SIMPLE + "min_speedup = 30.0\n"), spec_ms_per_token=1.0)
+    assert slow.status == "passed" and slow.implausible_speed  # a floor above it is not judged either
+
+
+def test_a_pinned_case_runs_both_servers_on_one_cpu(run, env, monkeypatch) -> None:
+    """pin_cpu: the case's server and its baseline on the same one CPU (the last this process may use),
+    recorded; the baseline of an unpinned case runs anywhere and is another server."""
+    import os
+
+    events = env / "events.jsonl"
+    pinned = run(_case(SIMPLE + 'server_args = ["--threads", "1"]\npin_cpu = true\n'), events=str(events))
+    assert pinned.status == "passed", pinned.message
+    last = max(os.sched_getaffinity(0))
+    assert pinned.cpus == [last]
+    starts = [e for e in map(json.loads, events.read_text().splitlines()) if e["kind"] == "start"]
+    assert sorted(e["spec"] for e in starts) == [False, True] and all(e["cpus"] == [last] for e in starts)
+    events.unlink()
+    free = run(_case(SIMPLE + 'server_args = ["--threads", "1"]\n'), events=str(events))
+    starts = [e for e in map(json.loads, events.read_text().splitlines()) if e["kind"] == "start"]
+    assert free.cpus is None and all(e["cpus"] == sorted(os.sched_getaffinity(0)) for e in starts)
+
+
 def test_uncalibrated_case_reports_without_floors(run) -> None:
     body = SIMPLE.replace("min_accept_rate = 0.5", "min_accept_rate = 0.99") + "uncalibrated = true\n"
     rec = run(_case(body))
@@ -213,6 +261,32 @@ def test_the_baseline_is_warmed_up_once_before_any_measured_round(env, monkeypat
     assert [n for port, n in sent if port == base] == [WARMUP_N_PREDICT] + [8] * 4  # 2 cases x 2 prompts
     for rec in recs:  # every case's server: the cold pass first (the prompts), then its own warm-up
         assert [n for port, n in sent if port == _port(rec.command or [])] == [8, 8, WARMUP_N_PREDICT, 8, 8]
+
+
+def test_each_baseline_runs_its_cases_command_without_speculation(env, monkeypatch) -> None:
+    """Like for like: a case's baseline gets its non-speculative server_args too; cases whose commands
+    differ only in speculation share one baseline, a case with other threads gets its own; results.json
+    records both commands of every case."""
+    one = SIMPLE + 'server_args = ["--threads", "1"]\n'
+    cases = [_case(one, "a"), _case(one.replace("n_max = 3", "n_max = 2"), "b"),
+             _case(SIMPLE + 'server_args = ["--threads", "2", "--batch-size", "64"]\n', "c")]  # fmt: skip
+    s = _session(env, monkeypatch, cases[0])
+    try:
+        recs = [runner.run_case(c, s) for c in cases]
+    finally:
+        s.close()
+    assert [r.status for r in recs] == ["passed"] * 3, [r.message for r in recs]
+    bases = [b.command for b in s.results.run.baselines.values()]
+    assert len(bases) == 2 and [r.baseline_command for r in recs] == [bases[0], bases[0], bases[1]]
+    for rec in recs:
+        spec, base = " ".join(rec.command or []), " ".join(rec.baseline_command or [])
+        assert "--spec-type" in spec and "--spec" not in base and "--spec-draft-poll" not in base
+        # the builder puts the case's speculation after --port, and --spec-draft-poll 0 after --poll 0
+        head = (rec.command or [])[: (rec.command or []).index("--port")]
+        at = head.index("--spec-draft-poll")
+        assert head[:at] + head[at + 2 :] == (rec.baseline_command or [])[: len(head) - 2], (spec, base)
+        assert (rec.baseline_command or [])[len(head) - 2 :][0] == "--port" and len(base.split()) == len(head)
+    assert "--threads 1 -m" in " ".join(bases[0]) and "--threads 2 --batch-size 64 -m" in " ".join(bases[1])
 
 
 def _run_all(env: Path, monkeypatch: pytest.MonkeyPatch, cases: list[Case], **fake: object) -> dict:

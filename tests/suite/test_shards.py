@@ -219,8 +219,8 @@ def test_a_passed_case_is_judged_again_by_the_floors_of_cases_toml(
 # --- the real CPU build: three shards in three processes, against the same cases run whole --------------
 
 # Eleven of the synthetic tier's cases, every drafter among them, not all of them: the four runs share two
-# cores in CI (README: "CI's time"), and what is tested is the split and the merge, not the cases. Among
-# them a sweep's members (tiny-mtp-random at np 1, 2 and 4), which shard and merge like any case.
+# cores in CI (docs/development.md, "CI's time"), and what is tested is the split and the merge, not the
+# cases. Among them a sweep's members (tiny-mtp-random at np 1, 2 and 4), which shard and merge like any case.
 CASES = ("tiny-simple-fixed", "tiny-mtp-fixed", "tiny-eagle3-fixed", "tiny-dflash-fixed", "tiny-dspark-fixed",
          "tiny-simple-random", "tiny-mtp-random", "tiny-mtp-random-np2", "tiny-mtp-random-np4", "tiny-ngram",
          "tiny-auto-mtp")  # fmt: skip

@@ -9,6 +9,8 @@ import random
 import histories
 import pytest
 
+from specsuite.results.document import Run
+from specsuite.results.record import BlockCost, CaseRecord, SpeedSamples
 from specsuite.tools import gatecheck
 from specsuite.tools.calibrate import main as calibrate_main
 
@@ -65,3 +67,40 @@ def test_calibrate_reports_the_gate_check(tmp_path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "gate check: " in out and " comparisons of runs of one commit" in out
     assert "tiny-mtp-random" in out and "drop caught 95 %" in out
+
+
+def _run(ratios: list[float]) -> Run:
+    rec = CaseRecord(name="wide", status="passed", accept_rate=1.0, accept_len=3.875,
+                     blocks=BlockCost(ratios=list(ratios)))  # fmt: skip
+    return Run(cases={"wide": rec})
+
+
+def test_per_block_overhead_alarms_and_spread_are_counted_at_its_own_rtol() -> None:
+    """Three runs of one commit, then one whose blocks cost 40 % more: caught against each earlier run at
+    the 20 % block rtol, never at 60 %; the spread of the block ratios is reported like the speedup's."""
+    runs = [_run([3.4, 3.5, 3.45, 3.42]), _run([3.5, 3.38, 3.44, 3.47]), _run([3.41, 3.46, 3.5, 3.43])]
+    [same] = gatecheck.check(runs, ["wide"], 0.05, 10)
+    assert same.false_alarms["block_ratio"] == 0 and same.block_cv_within is not None
+    assert 0 < same.block_cv_within < 0.02
+    dear = [*runs, _run([4.8, 4.85, 4.9, 4.82])]
+    [c] = gatecheck.check(dear, ["wide"], 0.05, 10)
+    assert c.false_alarms["block_ratio"] == 3 and c.pairs == 6
+    assert gatecheck.check(dear, ["wide"], 0.05, 10, block_rtol=0.6)[0].false_alarms["block_ratio"] == 0
+    assert "false alarms (rate/len/pos0/speedup/tps/block)" in gatecheck.render([c], 0.05)
+
+
+def test_a_cases_own_speed_rtol_is_the_tolerance_its_speedup_is_checked_at() -> None:
+    """Nine runs, then three whose rounds are 12 % slower: alarms at rtol 5 %, in the relative gate and in
+    the drift gate; none at the case's own speed_rtol of 15 % (cases.toml)."""
+
+    def run(scale: float) -> Run:
+        ups = [round(x * scale, 4) for x in (1.25, 1.26, 1.24, 1.25)]
+        rec = CaseRecord(name="wide", status="passed", accept_rate=1.0, accept_len=3.875, speedup=ups[0],
+                         speed=SpeedSamples(repeat=4, speedups=list(ups), speedup_median=ups[0]))  # fmt: skip
+        return Run(cases={"wide": rec})
+
+    runs = [run(1.0)] * 9 + [run(0.88)] * 3
+    [c] = gatecheck.check(runs, ["wide"], 0.05, 12)
+    assert c.false_alarms["speedup"] == 27 and c.drift_alarms >= 1  # each slow run against the nine
+    [c] = gatecheck.check(runs, ["wide"], 0.05, 12, speed_rtols={"wide": 0.15})
+    assert c.false_alarms["speedup"] == 0 and c.drift_alarms == 0

@@ -1,9 +1,11 @@
 """The synthetic models' architectures: which keys and tensors llama.cpp needs to load and run each one.
 
-Every file uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
-tokenizer. Drafts that llama.cpp pairs with a target (eagle3, dflash) leave out ``token_embd``/``output``: the
-server shares the target's. Shapes are ggml order {ne0, ne1, ...}. The keys and tensor names are what the
-loaders in llama.cpp 0c1e570 ask for (src/llama-model.cpp, src/llama-arch.cpp), checked by loading each file.
+Every file but one uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
+tokenizer; the wide llama target (``WIDE``: 512-wide, FFN 1024) is the speed cases' target, whose decode step
+costs about a millisecond on one CPU thread instead of a tenth of one. Drafts that llama.cpp pairs with a
+target (eagle3, dflash) leave out ``token_embd``/``output``: the server shares the target's. Shapes are ggml
+order {ne0, ne1, ...}. The keys and tensor names are what the loaders in llama.cpp 0c1e570 ask for
+(src/llama-model.cpp, src/llama-arch.cpp), checked by loading each file.
 """
 
 from __future__ import annotations
@@ -53,6 +55,27 @@ TINY_HEAD_SCALE = np.float32(0.15)
 U32 = gguf.GGUFValueType.UINT32
 
 
+@dataclass(frozen=True)
+class Dims:
+    """A model's widths: the tiny shape every synthetic file has, or the wide target's."""
+
+    n_embd: int = N_EMBD
+    n_head: int = N_HEAD
+    n_head_kv: int = N_HEAD_KV
+    n_ff: int = N_FF
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+NARROW = Dims()  # every synthetic file's but one
+# The speed cases' target: a 4-layer llama of 39 MB (F32) whose decode step costs about 1.1 ms on one
+# thread of the 2-core CI machine (0.1 ms for the narrow shape, where a round measures the server's
+# overhead more than decoding). Its heads are 64 wide; the fixed weights keep token 0 first by a wide margin.
+WIDE = Dims(n_embd=512, n_head=8, n_head_kv=4, n_ff=1024)
+
+
 @dataclass
 class Model:
     """One GGUF file's contents before writing: its architecture, extra keys and tensors."""
@@ -64,44 +87,45 @@ class Model:
     tensors: dict[str, Any] = field(default_factory=dict)
     tokens: tuple[str, ...] = TOKENS  # the shared vocabulary, or TINY_TOKENS
     merges: tuple[str, ...] = MERGES
+    dims: Dims = NARROW  # the widths: every file's, or the wide target's
 
     def key(self, suffix: str, value: Any, vtype: gguf.GGUFValueType = U32) -> None:
         self.kv[f"{self.arch}.{suffix}"] = (value, vtype)
 
 
-def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD) -> None:
-    t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, N_HEAD * HEAD_DIM)
-    t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, N_HEAD_KV * HEAD_DIM)
-    t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, N_HEAD_KV * HEAD_DIM)
-    t[f"blk.{i}.attn_output.weight"] = w.normal(N_HEAD * HEAD_DIM, N_EMBD)
+def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD, d: Dims = NARROW) -> None:
+    t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, d.n_head * d.head_dim)
+    t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
+    t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
+    t[f"blk.{i}.attn_output.weight"] = w.normal(d.n_head * d.head_dim, d.n_embd)
 
 
-def _ffn(w: Weights, t: dict, i: int) -> None:
-    t[f"blk.{i}.ffn_gate.weight"] = w.normal(N_EMBD, N_FF)
-    t[f"blk.{i}.ffn_up.weight"] = w.normal(N_EMBD, N_FF)
-    t[f"blk.{i}.ffn_down.weight"] = w.normal(N_FF, N_EMBD)
+def _ffn(w: Weights, t: dict, i: int, d: Dims = NARROW) -> None:
+    t[f"blk.{i}.ffn_gate.weight"] = w.normal(d.n_embd, d.n_ff)
+    t[f"blk.{i}.ffn_up.weight"] = w.normal(d.n_embd, d.n_ff)
+    t[f"blk.{i}.ffn_down.weight"] = w.normal(d.n_ff, d.n_embd)
 
 
-def _embeddings_and_head(w: Weights, t: dict, n_vocab: int = N_VOCAB) -> None:
-    t["token_embd.weight"] = w.token_embd(N_EMBD, n_vocab)
-    t["output_norm.weight"] = w.ones(N_EMBD)
-    t["output.weight"] = w.lm_head(N_EMBD, n_vocab)
+def _embeddings_and_head(w: Weights, t: dict, n_vocab: int = N_VOCAB, d: Dims = NARROW) -> None:
+    t["token_embd.weight"] = w.token_embd(d.n_embd, n_vocab)
+    t["output_norm.weight"] = w.ones(d.n_embd)
+    t["output.weight"] = w.lm_head(d.n_embd, n_vocab)
 
 
-def llama(w: Weights, n_layer: int, name: str, tiny_vocab: bool = False) -> Model:
+def llama(w: Weights, n_layer: int, name: str, tiny_vocab: bool = False, d: Dims = NARROW) -> Model:
     """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer); ``tiny_vocab``:
-    with the 12-token vocabulary (the sampling test's models)."""
-    m = Model("llama", name, n_layer)
+    with the 12-token vocabulary (the sampling test's models); ``d=WIDE``: the speed cases' target."""
+    m = Model("llama", name, n_layer, dims=d)
     if tiny_vocab:
         m.tokens, m.merges = TINY_TOKENS, TINY_MERGES
-    _embeddings_and_head(w, m.tensors, len(m.tokens))
+    _embeddings_and_head(w, m.tensors, len(m.tokens), d)
     if tiny_vocab:
         m.tensors["output.weight"] = m.tensors["output.weight"] * TINY_HEAD_SCALE
     for i in range(n_layer):
-        m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(N_EMBD)
-        _attention(w, m.tensors, i)
-        m.tensors[f"blk.{i}.ffn_norm.weight"] = w.ones(N_EMBD)
-        _ffn(w, m.tensors, i)
+        m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(d.n_embd)
+        _attention(w, m.tensors, i, d.n_embd, d)
+        m.tensors[f"blk.{i}.ffn_norm.weight"] = w.ones(d.n_embd)
+        _ffn(w, m.tensors, i, d)
     return m
 
 
@@ -237,15 +261,16 @@ def write_gguf(model: Model, dest: Path, qtype: str | None = None) -> None:
     matrices quantised."""
     writer = gguf.GGUFWriter(dest, model.arch)  # writes general.architecture; no timestamps, no paths
     writer.add_name(model.name)
+    d = model.dims
     writer.add_context_length(CTX_TRAIN)
-    writer.add_embedding_length(N_EMBD)
+    writer.add_embedding_length(d.n_embd)
     writer.add_block_count(model.n_layer)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    writer.add_feed_forward_length(d.n_ff)
+    writer.add_head_count(d.n_head)
+    writer.add_head_count_kv(d.n_head_kv)
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_rope_freq_base(ROPE_BASE)
-    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_rope_dimension_count(d.head_dim)
     writer.add_vocab_size(len(model.tokens))
     writer.add_file_type(_FILE_TYPES[qtype] if qtype else gguf.LlamaFileType.ALL_F32)
     for key, (value, vtype) in model.kv.items():

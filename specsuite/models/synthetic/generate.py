@@ -27,6 +27,7 @@ from specsuite.models.synthetic.arch import (
     CONF_BIAS_HIGH,
     CONF_BIAS_LOW,
     QTYPES,
+    WIDE,
     Model,
     dflash,
     eagle3,
@@ -97,6 +98,15 @@ RECIPES: dict[str, Recipe] = {
     for mode in MODES
     for kind, (desc, seed, build) in _KINDS.items()
 }
+# The speed cases' wide target, fixed weights only (39 MB; acceptance is not what it is for).
+RECIPES["target-llama-wide-fixed"] = Recipe(
+    "target-llama-wide-fixed",
+    "4-layer llama target 512 wide (FFN 1024): about 1 ms a decode step on one CPU thread, for the speed "
+    "cases (draft-simple with the 1-layer llama draft), fixed weights",
+    "fixed",
+    7,
+    lambda w, n: llama(w, 4, n, d=WIDE),
+)
 # The sampling test's pair: the llama target and draft with the tiny vocabulary (random weights only: a
 # fixed model has one outcome). Their own seeds: the vocabulary stream is drawn for 12 rows, not 261.
 RECIPES.update(

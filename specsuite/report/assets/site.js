@@ -311,8 +311,16 @@
       cell(r.message ? r.message.split("\n")[0] : ""),
       cell(withFloor(finite(r.accept_rate), f.min_accept_rate, 4), "num"),
       cell(withFloor(finite(r.accept_len), f.min_accept_len, 4), "num"),
-      cell(withFloor(speedup(r), f.min_speedup, 3), "num"),
+      cell(withFloor(speedup(r), f.min_speedup, 3) + (r.implausible_speed ? " implausible" : ""), "num"),
+      cell(blockCost(r), "num"),
       cell(withFloor(finite(r.identical_fraction), f.min_identical_fraction, 2), "num"));
+  }
+
+  // per-block overhead as summary.md shows it: ms per verification block (x plain decode token, tokens)
+  function blockCost(r) {
+    if (finite(r.block_ms) === null || finite(r.block_ratio) === null) return "–";
+    const tokens = finite(r.tokens_per_block) === null ? "" : `, ${num(r.tokens_per_block, 2)}`;
+    return `${num(r.block_ms, 3)} (${num(r.block_ratio, 2)}x${tokens})`;
   }
 
   function facts(pairs) {
@@ -353,6 +361,8 @@
       ["rate by position", (r.per_position_rate || []).map((v) => num(v))],
       ["decode t/s (speculation off)", `${num(finite(r.decode_tps), 2)} (${num(finite(r.baseline_decode_tps), 2)})`],
       ["speedup", num(speedup(r), 3)], ["A-B-B-A round speedups", (speed.speedups || []).map((v) => num(v, 3))],
+      ["ms per verification block (x plain decode token, tokens per block)", blockCost(r)],
+      ["plain decode ms per token (speculation off)", num(finite(r.token_ms), 4)],
       ["identical tokens", num(finite(r.identical_fraction), 2)],
       ["wall", finite(r.wall_s) === null ? null : num(r.wall_s, 1) + " s"],
       ...resources(r),

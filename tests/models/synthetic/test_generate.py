@@ -55,6 +55,7 @@ def test_recipes_cover_every_kind_in_both_modes() -> None:
     kinds |= {"draft-dspark", "draft-dspark-lowconf", "target-glm4moe", "draft-glm4moe-mtp"}
     extra = {"target-llama-tinyvocab-random", "draft-llama-tinyvocab-random"}  # the sampling test's pair
     extra |= {f"{t}-random-{q}" for t in ("target-llama", "target-glm4moe-mtp") for q in ("q8_0", "q4_0")}
+    extra |= {"target-llama-wide-fixed"}  # the speed cases' target: fixed weights only
     assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")} | extra
     assert synthetic.RECIPES["target-llama-fixed"].filename == "synth-target-llama-fixed.gguf"
 
@@ -100,6 +101,7 @@ def test_architectures(files: dict[str, Path]) -> None:
         "draft-llama-tinyvocab": "llama",
         "target-llama-random": "llama",
         "target-glm4moe-mtp-random": "glm4moe",
+        "target-llama-wide": "llama",
     }  # fmt: skip  (the last two: the quantised copies)
     for recipe, path in files.items():
         kind = recipe.rsplit("-", 1)[0]
@@ -340,6 +342,24 @@ def test_synthetic_tier_needs_only_generated_models() -> None:
                                                        "draft-dflash", "draft-dspark", "detect"}  # fmt: skip
     for case in cases:
         assert all(lock.entries[m].source == "generated" for m in case.models), case.name
+
+
+def test_the_wide_target_is_the_tiny_llama_widened(files: dict[str, Path]) -> None:
+    """The speed cases' target: 4 llama layers 512 wide, heads of 64, the shared vocabulary and tokenizer,
+    so the tiny 1-layer llama draft pairs with it (draft-simple)."""
+    path = files["target-llama-wide-fixed"]
+    f = _fields(path)
+    assert (f["llama.embedding_length"], f["llama.feed_forward_length"], f["llama.block_count"]) == (
+        512,
+        1024,
+        4,
+    )
+    assert (f["llama.attention.head_count"], f["llama.attention.head_count_kv"]) == (8, 4)
+    assert f["llama.rope.dimension_count"] == 64 and f["llama.vocab_size"] == N_VOCAB
+    shapes = {t.name: list(t.shape) for t in gguf.GGUFReader(path).tensors}
+    assert shapes["blk.3.attn_k.weight"] == [512, 256] and shapes["output.weight"] == [512, N_VOCAB]
+    tiny = _fields(files["draft-llama-fixed"])
+    assert f["tokenizer.ggml.tokens"] == tiny["tokenizer.ggml.tokens"]
 
 
 def test_tiny_vocabulary(files: dict[str, Path]) -> None:
