@@ -20,7 +20,7 @@ from specsuite.cases.schema import CTX_SIZE, parse_case_file, read_text
 from specsuite.common import atomic, errors, paths, procs
 from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.models.fetch import fetch_models
+from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.models.gguf import check_models
 from specsuite.models.lock import load_lock
 from specsuite.models.store import StoredModel, locate
@@ -194,7 +194,7 @@ def _say(line: str) -> None:
 
 def _fetch(models: list[str]) -> dict[str, StoredModel]:
     """Fetch and verify the models (a no-op when their stamps are fresh); their verified files."""
-    fetch_models(models=models, tty=False)
+    fetch_models(FetchOptions(models=models, tty=False))
     return locate(models)
 
 

@@ -31,7 +31,7 @@ from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.llamacpp.source import load_pin
-from specsuite.models.fetch import fetch_models
+from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import load_run, new_run_id
 from specsuite.results.summary import append_step_summary
 
@@ -208,7 +208,7 @@ def _run_argv(args: argparse.Namespace) -> list[str]:
 
 def _fetch_models(case: Case) -> None:
     """The case's models, fetched and verified once before any build (steps then only check stamps)."""
-    fetch_models(methods=[case.name])
+    fetch_models(FetchOptions(methods=[case.name]))
 
 
 def _bisect(report: Report, tree: Path) -> int:

@@ -24,7 +24,7 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.models.fetch import fetch_models
+from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus
@@ -253,9 +253,9 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
     env["SPEC_RESULTS_DIR"] = str(results_dir)
 
     if args.tier in TIERS and not chosen:
-        fetch_models(tier=args.tier)
+        fetch_models(FetchOptions(tier=args.tier))
     else:
-        fetch_models(methods=[c.name for c in cases])
+        fetch_models(FetchOptions(methods=[c.name for c in cases]))
     if chosen or lay.workers > 1:  # the run's own plan: its shard, or its targets longest first
         found = chosen or plan.entries(plan.make_plan(args.tier, 1, device_class=device_class(caps)))
         plan.write_plan(results_dir / "plan.json", found)
