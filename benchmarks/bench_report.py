@@ -216,6 +216,8 @@ def main() -> int:
     args = ap.parse_args()
     doc = load_run(REAL)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)  # a new folder, as --workdir's help promises a place
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         t = time.perf_counter()

@@ -48,7 +48,7 @@ from typing import Any
 
 import histories
 import pytest
-from docpages import PAGES, anchors, links, resolve, shown
+from docpages import PAGES, ROOT, anchors, links, resolve, shown
 from fakellama import fake_llama
 from testdata import DATA_ROOT
 
@@ -500,3 +500,11 @@ def test_the_case_counts_the_pages_give_are_cases_toml_s() -> None:
     assert f"`compact` runs {tier_size('compact')} cases" in upstream
     assert f"`all` runs {tier_size('all')} cases (compact's {tier_size('compact')} and nightly's " in upstream
     assert f"cases: {len(CASES)} of {len(CASES)} can run" in README
+
+
+def test_ci_runs_exactly_the_test_command_the_readme_and_development_md_show() -> None:
+    """.ci/run's last line is the README's test command, word for word (and development.md's)."""
+    command = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert command.startswith("python3 -m pip install nox uv && nox -s ")
+    assert f"`{command}`" in README
+    assert command in PAGES["docs/development.md"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -188,3 +190,83 @@ def test_function_local_imports_count(tmp_path: Path) -> None:
     src.parent.mkdir()
     src.write_text("def f():\n    from .y import z\n    return z\n")
     assert imports_of("specsuite.x", src, {"specsuite.y"}) == {"specsuite.y"}
+
+
+# A function-local import of one of the package's own modules must say which heavy library it keeps out
+# of its module's import ("# defers numpy, gguf" on the import or on the comment line above its block), and
+# that must be true: importing the module leaves those libraries unloaded, importing the target loads them.
+# Every other import of our own modules is a module import (none breaks a cycle: the graph above counts
+# function-local imports too, and has none).
+DEFERS = re.compile(r"#\s*defers ([\w.]+(?:,\s*[\w.]+)*)")
+
+
+def local_imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(line, target module, the libraries its comment says it defers) of each function-local import of a
+    specsuite module in ``path``."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            target = _from_target(node) if isinstance(node, ast.ImportFrom) else None
+            if isinstance(node, ast.Import):
+                target = next((a.name for a in node.names if a.name.startswith("specsuite")), None)
+            if target and target.startswith("specsuite"):
+                found.append((node.lineno, target, _deferred(lines, node.lineno)))
+    return found
+
+
+def _from_target(node: ast.ImportFrom) -> str | None:
+    """The module a ``from`` import loads: ``from specsuite.models import hub`` loads the module hub."""
+    base = node.module or ""
+    sub = f"{base}.{node.names[0].name}"
+    path = PKG.parent / sub.replace(".", "/")
+    return sub if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file() else base
+
+
+def _deferred(lines: list[str], lineno: int) -> tuple[str, ...]:
+    """The libraries named by ``# defers`` on the import's line or above its block of imports."""
+    i = lineno - 1
+    while True:
+        hit = DEFERS.search(lines[i])
+        if hit:
+            return tuple(s.strip() for s in hit.group(1).split(","))
+        i -= 1
+        if i < 0 or not (lines[i].strip().startswith(("from ", "import ", "#"))):
+            return ()
+
+
+def test_function_local_imports_of_our_modules_each_defer_a_heavy_library() -> None:
+    found = {(module_name(p), n, t, d) for p in PKG.rglob("*.py") for n, t, d in local_imports(p)}
+    assert [
+        f"{m}:{n} imports {t} inside a function without '# defers LIB'" for m, n, t, d in found if not d
+    ] == []
+    for module, _, target, libs in sorted(found):
+        code = (
+            "import importlib, sys\n"
+            f"importlib.import_module({module!r})\n"
+            f"early = [lib for lib in {libs!r} if lib in sys.modules]\n"
+            f"importlib.import_module({target!r})\n"
+            f"late = [lib for lib in {libs!r} if lib not in sys.modules]\n"
+            "print(early, late)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "[] []", f"{module} -> {target} # defers {', '.join(libs)}: {out.stdout}"
+
+
+def test_local_imports_are_found_with_their_reason(tmp_path: Path) -> None:
+    src = tmp_path / "x.py"
+    src.write_text(
+        "import os\n\n\ndef f():\n    # defers numpy\n    from specsuite.a import b\n"
+        "    from specsuite.c import d  # defers gguf, numpy\n    from specsuite.e import f\n"
+        "    return b\n\n\n"
+        "def g():\n    x = 1\n    from specsuite.h import i\n    return i\n"
+    )
+    assert sorted(local_imports(src)) == [
+        (6, "specsuite.a", ("numpy",)),
+        (7, "specsuite.c", ("gguf", "numpy")),
+        (8, "specsuite.e", ("gguf", "numpy")),  # the nearest reason above its block
+        (14, "specsuite.h", ()),
+    ]

@@ -16,11 +16,16 @@ from pathlib import Path
 from specsuite.bench.measure import BenchInterrupted, ModeRun, Workload, measure_modes, resolve_modes
 from specsuite.bench.plot import NO_MATPLOTLIB, plot_bench
 from specsuite.bench.report import BenchContext, document, markdown
-from specsuite.cases.schema import CTX_SIZE
+from specsuite.cases.schema import CTX_SIZE, parse_case_file, read_text
 from specsuite.common import atomic, errors, paths, procs
 from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.models.store import StoredModel
+from specsuite.models.fetch import FetchOptions, fetch_models
+from specsuite.models.gguf import check_models
+from specsuite.models.lock import load_lock
+from specsuite.models.store import StoredModel, locate
+from specsuite.results.document import check_results_dir, new_run_id, utc_now
+from specsuite.server.probe import probe
 from specsuite.server.resolver import Resolution, canonicalize_spec_mode
 from specsuite.suite.posargs import split_posargs
 
@@ -97,8 +102,6 @@ def options(argv: list[str]) -> BenchOptions:
 
 
 def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
-    from specsuite.cases.schema import parse_case_file, read_text
-
     # bench sends inline texts only: a dataset-backed set's file belongs to a tier's cases
     sets = {n: s for n, s in parse_case_file(read_text()).prompt_sets.items() if s.dataset is None}
     if name not in sets:
@@ -110,8 +113,6 @@ def _prompt_set(name: str) -> tuple[tuple[str, str], ...]:
 
 def _model_defaults(model: str, drafter: str | None) -> tuple[str, int]:
     """(prompt set, n_predict) for a lock name; UserError naming the valid ones when it is not there."""
-    from specsuite.models.lock import load_lock
-
     lock = load_lock()
     for flag, name in (("--model", model), ("--mtp-drafter", drafter)):
         if name is not None and name not in lock.entries:
@@ -133,9 +134,6 @@ def main(argv: list[str]) -> int:
 
 def _prepare(opts: BenchOptions) -> tuple[BenchContext, list[tuple[str, Resolution]], Workload, Path]:
     """Everything before the first server: the models fetched and checked, each mode resolved."""
-    from specsuite.results.document import check_results_dir, new_run_id
-    from specsuite.server.probe import probe
-
     set_name, n_predict = _model_defaults(opts.model, opts.drafter)
     set_name = opts.prompts or set_name
     prompts = _prompt_set(set_name)
@@ -175,8 +173,6 @@ def _prepare(opts: BenchOptions) -> tuple[BenchContext, list[tuple[str, Resoluti
 
 def _measure(ctx: BenchContext, plans: list[tuple[str, Resolution]], work: Workload, out: Path) -> int:
     """Every mode measured, then the reports; interrupted: the rows so far reported, then re-raised."""
-    from specsuite.results.document import utc_now
-
     started = utc_now()
     try:
         runs = measure_modes(plans, work, _say)
@@ -198,17 +194,12 @@ def _say(line: str) -> None:
 
 def _fetch(models: list[str]) -> dict[str, StoredModel]:
     """Fetch and verify the models (a no-op when their stamps are fresh); their verified files."""
-    from specsuite.models.fetch import FetchOptions, fetch_models  # the fetcher pulls in the Hub client
-    from specsuite.models.store import locate
-
     fetch_models(FetchOptions(models=models, tty=False))
     return locate(models)
 
 
 def _check_drafter(target: Path, drafter: StoredModel) -> None:
     """A drafter without MTP heads would fail every MTP mode's server the same way: one error, before any."""
-    from specsuite.models.gguf import check_models
-
     try:
         for warning in check_models(["draft-mtp"], target, drafter.path):
             print(f"warning: {warning}")
@@ -218,8 +209,6 @@ def _check_drafter(target: Path, drafter: StoredModel) -> None:
 
 def write_reports(ctx: BenchContext, runs: list[ModeRun], out: Path, started: str) -> None:
     """bench.md (also printed), bench.json, bench.png; without matplotlib one note instead of the PNG."""
-    from specsuite.results.document import utc_now
-
     text = markdown(ctx, runs)
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "bench.md", text)

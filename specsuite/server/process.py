@@ -26,6 +26,7 @@ import requests
 from specsuite.common import procs, settings
 from specsuite.common.procs import child_env
 from specsuite.server import metrics, portowner
+from specsuite.server.failure import classify
 
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
 STOP_GRACE_S = 10.0
@@ -265,8 +266,6 @@ class LlamaServer:
         return "\n".join(self.log_text().splitlines()[-n:])
 
     def _failure(self, message: str, *, timed_out: bool = False, reason: str | None = None) -> ServerFailed:
-        from specsuite.server.failure import classify
-
         rc = self.proc.poll() if self.proc is not None else None
         if rc is None and timed_out:
             self.stop()  # a hung server is stopped before its log is read, so the log is complete

@@ -29,6 +29,8 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
+from specsuite.history import db
+from specsuite.models.lock import load_lock
 
 DEFAULT_S_PER_GIB = 25.0  # a first run on a GPU runner: load, warm-up and rounds of a 4B Q4 target (~60 s)
 MIN_CASE_S = 5.0  # a server start and its requests take seconds whatever the model's size
@@ -95,8 +97,6 @@ class Plan:
 
 def _model_bytes(cases: list[Case]) -> dict[str, int]:
     """Each case's models' size from models.lock (0 where the lock has none)."""
-    from specsuite.models.lock import load_lock
-
     entries = load_lock().entries if paths.MODELS_LOCK.is_file() else {}
     size = {name: int(getattr(e, "size", None) or 0) for name, e in entries.items()}
     return {c.name: sum(size.get(m, 0) for m in c.models) for c in cases}
@@ -144,8 +144,6 @@ def make_plan(
 ) -> Plan:
     """The tier (or selector) in ``n`` shards, from the history's durations on ``device_class``.
     ``cases``: the cases to plan (default: the tier's, from cases.toml)."""
-    from specsuite.history import db
-
     cases = select_cases(load_cases(), tier) if cases is None else cases
     if not cases:
         raise UserError(f"{tier!r} selects no case: nothing to plan")

@@ -24,11 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
 from specsuite.models.gguf import check_models
+from specsuite.models.store import locate
 from specsuite.results.document import RunResults
 from specsuite.results.record import CaseRecord, Resolved
 from specsuite.results.verdict import Verdict
@@ -36,6 +38,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
+from specsuite.server.resolver import caps_from_probe, resolve_for_model
 from specsuite.suite import budget, categories, concurrency, expect, observe, overhead, plausible
 from specsuite.suite.baseline import Baseline, baseline_of
 from specsuite.suite.command import runs_on_cpu, server_command
@@ -137,8 +140,6 @@ class Session:
 
     def locate(self, case: Case) -> dict[str, Path]:
         """Verified local paths of the case's models from their stamps (no hashing, no network)."""
-        from specsuite.models.store import locate
-
         try:
             found = locate(case.models)
         except UserError as exc:  # its message ends with the command that fixes it
@@ -214,8 +215,6 @@ def _resolve(
     session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None
 ) -> tuple[str, ...]:
     """A ``mode`` case: the front end's resolver picks the flags from the probe and the GGUF metadata."""
-    from specsuite.server.resolver import caps_from_probe, resolve_for_model
-
     res = resolve_for_model(
         case.mode,
         caps=caps_from_probe(session.caps),
@@ -493,7 +492,6 @@ def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
     """A dataset-backed prompt set's prompts, read from its verified file (``cases.dataset``)."""
     if case.dataset is None:
         return case
-    from specsuite.cases.dataset import with_prompts
 
     try:
         return with_prompts(case, found[case.dataset.file])

@@ -24,12 +24,15 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
+from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus
-from specsuite.server.probe import Capabilities
+from specsuite.server.device import device_info
+from specsuite.server.probe import Capabilities, probe
 from specsuite.suite import plan, slots, test_speculative
 from specsuite.suite.posargs import split_posargs
+from specsuite.suite.session import check_device
 
 
 def parser() -> CommandParser:
@@ -165,9 +168,6 @@ def suite_name(selector: str, cases: list[Case], shard: str | None) -> str:
 
 def preflight(tier: str, env: dict[str, str]) -> Capabilities:
     """Before any download: a binary that is a speculative llama-server, on a device that suits the tier."""
-    from specsuite.server.probe import probe
-    from specsuite.suite.session import check_device
-
     binary = paths.server_binary()
     cases = select_cases(load_cases(), tier)  # an unknown tier or case is one clear error, before anything
     if not binary.is_file():
@@ -181,7 +181,6 @@ def preflight(tier: str, env: dict[str, str]) -> Capabilities:
 
 
 def device_class(caps: Capabilities) -> str | None:
-    from specsuite.server.device import device_info
 
     return device_info(caps)["class"]
 
@@ -252,7 +251,6 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
     env["SPEC_RESULTS_DIR"] = str(results_dir)
-    from specsuite.models.fetch import FetchOptions, fetch_models  # the Hub client: only tiers need it
 
     if args.tier in TIERS and not chosen:
         fetch_models(FetchOptions(tier=args.tier))

@@ -25,7 +25,7 @@ import msgspec
 import tomlkit
 from tomlkit.items import Comment, Float, Table, Trivia, Whitespace
 
-from specsuite.cases.schema import GPU_TIERS, Case
+from specsuite.cases.schema import GPU_TIERS, Case, parse_cases, read_text, select_cases
 from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
@@ -405,7 +405,8 @@ def _speed_line(cal: CaseCalibration, was: Any) -> str:
 
 
 def _run_tier_n(tier: str, runs: int, tier_args: list[str]) -> list[Path]:
-    # the suite's runner; imported late so --from-results needs no suite
+    # the suite's runner, imported here: --from-results needs none of it
+    # defers requests, urllib3
     from specsuite.suite.tier import RunFolder, run_tier
     from specsuite.suite.tier import parser as tier_parser
 
@@ -456,8 +457,6 @@ def _validated(
 ) -> tuple[str, list[str]]:
     """The new text, never one the suite would reject: a case whose floors fail the suite's own
     validation (e.g. accept len above n_max + 1) keeps its old floors and is reported NOT WRITTEN."""
-    from specsuite.cases.schema import parse_cases
-
     rejected: list[str] = []
     while True:
         new = apply(text, cals, prov, date)
@@ -487,15 +486,11 @@ def _gate_check(runs: list[Run], names: list[str], cases: list[Any]) -> None:
 
 def _case_names(cases: list[Any], tier: str | None) -> list[str]:
     """Cases with floors (a tier's, or all); cases that must not draft have none to calibrate."""
-    from specsuite.cases.schema import select_cases
-
     chosen = select_cases(cases, tier) if tier else cases
     return [c.name for c in chosen if not c.expect_no_drafts]
 
 
 def main(argv: list[str]) -> int:
-    from specsuite.cases.schema import parse_cases, read_text
-
     rest, _ = split_posargs(argv)  # nox hands build flags to every session
     args, pytest_args = parser().parse_known_args(rest)
     if not args.from_results and not args.tier:

@@ -19,6 +19,7 @@ from specsuite.common.argtypes import CommandParser, fraction
 from specsuite.common.errors import UserError
 from specsuite.history import regress
 from specsuite.results.document import Run, load_run, results_file
+from specsuite.results.plot import plot_per_position
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.suite.gate import baselines_for
 
@@ -203,8 +204,6 @@ def compare_command(
 def _plot(run_a: Run, run_b: Run, out_dir: Path) -> None:
     """Best effort: a missing matplotlib or an unwritable folder is a note, not a regression."""
     try:
-        from specsuite.results.plot import plot_per_position
-
         path = plot_per_position([("A", run_a), ("B", run_b)], out_dir / "per_position.png")
     except ImportError as exc:  # matplotlib is the optional `plot` extra
         print(f"note: no plot ({exc}); pip install -e '.[plot]' or pass --no-plot", file=sys.stderr)
