@@ -144,13 +144,13 @@ def make_plan(
 ) -> Plan:
     """The tier (or selector) in ``n`` shards, from the history's durations on ``device_class``.
     ``cases``: the cases to plan (default: the tier's, from cases.toml)."""
-    from specsuite.history import db
+    from specsuite.history import queries
 
     cases = select_cases(load_cases(), tier) if cases is None else cases
     if not cases:
         raise UserError(f"{tier!r} selects no case: nothing to plan")
     try:
-        measured = db.case_durations(history, device_class=device_class)
+        measured = queries.case_durations(history, device_class=device_class)
     except UserError as exc:  # a broken history: the plan stands on model sizes, and says why
         print(f"warning: {exc}; durations estimated from model size", file=sys.stderr)
         measured = {}
