@@ -165,12 +165,14 @@ def warm(work: Path, warm_bytes: int, n_files: int, runs: int, env: dict) -> Non
     sums = [timed(["sha256sum", *files]) for _ in range(runs)]
     cli = [timed(cmd, env) for _ in range(runs)]
     os.environ.update(env)
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     inproc = []
     for _ in range(runs):
         t = time.perf_counter()
-        fetch_models(models=[e[0] for e in entries], lock=lock, model_dir=models, offline=True, tty=False)
+        fetch_models(
+            FetchOptions(models=[e[0] for e in entries], lock=lock, model_dir=models, offline=True, tty=False)
+        )
         inproc.append(time.perf_counter() - t)
     s, c, p = statistics.median(sums), statistics.median(cli), statistics.median(inproc)
     load = os.getloadavg()[0]

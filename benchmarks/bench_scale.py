@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fakellama import fake_llama, fake_nvidia_smi, gpu_devices  # noqa: E402
 
 from specsuite.common import paths  # noqa: E402
-from specsuite.models.fetch import fetch_models  # noqa: E402
+from specsuite.models.fetch import FetchOptions, fetch_models  # noqa: E402
 
 FAKE_CASES = (
     "tiny-simple-fixed,tiny-eagle3-fixed,tiny-mtp-fixed,tiny-mtp-n8,tiny-simple-random,"
@@ -111,7 +111,7 @@ def main() -> int:
             )
         if not a.skip_gpu:
             models = root / "models"
-            fetch_models(methods=FAKE_CASES.split(","), model_dir=models, tty=False)
+            fetch_models(FetchOptions(methods=FAKE_CASES.split(","), model_dir=models, tty=False))
             fake_nvidia_smi(root / "smi", ["NVIDIA H200"] * 4)
             exe = fake_llama(
                 root / "bin",

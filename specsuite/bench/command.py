@@ -198,10 +198,10 @@ def _say(line: str) -> None:
 
 def _fetch(models: list[str]) -> dict[str, StoredModel]:
     """Fetch and verify the models (a no-op when their stamps are fresh); their verified files."""
-    from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client: only when benching
+    from specsuite.models.fetch import FetchOptions, fetch_models  # the fetcher pulls in the Hub client
     from specsuite.models.store import locate
 
-    fetch_models(models=models, tty=False)
+    fetch_models(FetchOptions(models=models, tty=False))
     return locate(models)
 
 

@@ -208,9 +208,9 @@ def _run_argv(args: argparse.Namespace) -> list[str]:
 
 def _fetch_models(case: Case) -> None:
     """The case's models, fetched and verified once before any build (steps then only check stamps)."""
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
-    fetch_models(methods=[case.name])
+    fetch_models(FetchOptions(methods=[case.name]))
 
 
 def _bisect(report: Report, tree: Path) -> int:

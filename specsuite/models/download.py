@@ -14,48 +14,37 @@ missing, and the final fsync finds little left to write. Smaller files, ``connec
 that ignores ranges or answers one with a wrong ``Content-Range`` use one connection (``Range: bytes=N-``
 to resume), whose partial is written in order, so its size says what arrived.
 
-Per connection, a watchdog drops it when the user cancels or when fewer than ``stall_bytes`` arrived in the
-last ``stall`` seconds (a per-read socket timeout alone never trips on a server trickling one byte a
-second); what arrived is kept, and the retry policy decides when to give up. The bytes become the final file
-only through ``store.publish`` (size and sha256 checked).
+Per connection, a watchdog (``models.watchdog``) drops it when the user cancels or when fewer than
+``stall_bytes`` arrived in the last ``stall`` seconds; what arrived is kept, and the retry policy decides
+when to give up. What each answer means (its status, ``Content-Range`` and length) is ``models.replies``'.
+The bytes become the final file only through ``store.publish`` (size and sha256 checked).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import os
-import re
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 from specsuite.common.errors import UserError
 from specsuite.models import store
-from specsuite.models.http import (
-    RETRY_STATUS,
-    Attempts,
-    Policy,
-    Retry,
-    http_hint,
-    retry_for_status,
-    transport_error,
-)
+from specsuite.models.http import Attempts, Policy, Retry, transport_error
 from specsuite.models.ranges import Range, Ranges, parts
+from specsuite.models.replies import File, OneConnection, Part, StartOver, body_end
 from specsuite.models.store import Cancelled
+from specsuite.models.watchdog import Watchdog
 
 if TYPE_CHECKING:  # requests is imported on first download only: warm runs stay fast
     import requests
 
 __all__ = ["Cancelled", "download"]
 
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _HASH_BLOCK = 8 << 20
 _FRESH = 64 << 20  # received pieces kept for the hasher: at most this much, and this far ahead of it
 _MIN_PART = 1 << 20
@@ -96,14 +85,6 @@ class _Serial:
     def note(self, msg: str) -> None:
         with self.lock:
             self.inner.note(msg)
-
-
-class _StartOver(Exception):
-    """What arrived cannot be continued: truncate the partial and start again from byte 0."""
-
-
-class _OneConnection(Exception):
-    """The server does not serve bounded ranges faithfully: continue over one connection."""
 
 
 # ---------------------------------------------------------------- the state of one download
@@ -183,7 +164,8 @@ class _Job:
         self.synced = -1
         self.fresh: dict[int, bytes] = {}  # offset -> piece just written, for the hasher to take as it is
         self.fresh_bytes = 0
-        self.watch = _Watchdog(st.policy, self.stop)
+        self.watch = Watchdog(st.policy, self.stop)
+        self.file = File(st.url, st.name, st.size, bounded=conns > 1)  # what the answers are checked against
         self.hint = f"the partial file is kept and the next run resumes it. Check the network and {st.url}"
 
     def take(self) -> Range | None:
@@ -238,124 +220,7 @@ class _Job:
         self.synced = snapshot.total()
 
 
-@dataclass
-class _Slot:
-    """One response the watchdog looks after."""
-
-    raw: Any
-    need: int
-    received: int = 0  # written by the reader only; an int store is atomic
-    reason: Retry | Cancelled | None = None
-    samples: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
-
-
-class _Watchdog:
-    """Ends body reads that were cancelled or that are too slow, by shutting their sockets down.
-
-    A blocked read cannot be interrupted from its own thread, and a socket timeout resets with every byte;
-    urllib3's ``HTTPResponse.shutdown()`` (thread-safe, made for this) wakes the reader at once.
-    """
-
-    def __init__(self, policy: Policy, stop: threading.Event) -> None:
-        self.policy, self.stop = policy, stop
-        self.by_id: dict[int, _Slot] = {}
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def add(self, raw: Any, remaining: int) -> _Slot:
-        slot = _Slot(raw, min(self.policy.stall_bytes, remaining))
-        slot.samples.append((time.monotonic(), 0))
-        with self.lock:
-            self.by_id[id(slot)] = slot
-        return slot
-
-    def remove(self, slot: _Slot) -> None:
-        with self.lock:
-            self.by_id.pop(id(slot), None)
-
-    def _run(self) -> None:
-        tick = min(0.25, self.policy.stall / 4)
-        while not self.done.wait(tick):
-            now = time.monotonic()
-            with self.lock:
-                slots = list(self.by_id.values())
-            for slot in slots:
-                self._check(slot, now)
-
-    def _check(self, slot: _Slot, now: float) -> None:
-        if slot.reason is not None:
-            return
-        slot.samples.append((now, slot.received))
-        if self.stop.is_set():
-            return self._trip(slot, Cancelled())
-        while len(slot.samples) > 1 and slot.samples[1][0] <= now - self.policy.stall:
-            slot.samples.popleft()
-        start, then = slot.samples[0]
-        if now - start >= self.policy.stall and slot.received - then < slot.need:
-            got = slot.received - then
-            why = f"stalled: {got} bytes in the last {now - start:.1f} s (fewer than {slot.need})"
-            self._trip(slot, Retry(why))
-        return None
-
-    @staticmethod
-    def _trip(slot: _Slot, reason: Retry | Cancelled) -> None:
-        slot.reason = reason
-        with contextlib.suppress(Exception):  # already closed or released: the reader ends anyway
-            slot.raw.shutdown()
-
-    def close(self) -> None:
-        self.done.set()
-        self.thread.join()
-
-
 # ---------------------------------------------------------------- one request
-
-
-@dataclass
-class _Part:
-    start: int
-    end: int
-    pos: int
-    via_hub: bool = False  # the next request asks the Hub again (the redirect target refused it)
-
-
-def _bounds(job: _Job, r: requests.Response, url: str, part: _Part) -> int:
-    """Where the body of the answer to a request for ``part`` ends; raises what it means otherwise."""
-    st, code, bounded, asked, end = job.st, r.status_code, job.conns > 1, part.pos, part.end
-    if code == 416:
-        if bounded:
-            raise _OneConnection(f"the server answered 416 to bytes={asked}-{end - 1}")
-        raise _StartOver("server answered 416 to the resume request (stale partial)")
-    if code in RETRY_STATUS:
-        raise retry_for_status(r)
-    if code in (401, 403) and url != st.url:
-        part.via_hub = True  # a signed redirect target that expired: ask the Hub for a fresh one
-        raise Retry(f"HTTP {code} from {urlsplit(url).hostname}; asking the Hub for the file again", wait=0)
-    if 400 <= code < 500:
-        raise UserError(f"cannot download {st.name} from {st.url}: {http_hint(code, st.name)}")
-    if code == 200:
-        if bounded or asked:
-            why = "server ignored the Range request (200 instead of 206)"
-            raise _OneConnection(f"the {why}") if bounded else _StartOver(why)
-        length = r.headers.get("Content-Length")
-        # Longer than the file cannot be right; shorter may be a truncation, resumed afterwards.
-        if length and length.isdigit() and int(length) > st.size:
-            raise UserError(
-                f"{st.url} is {int(length)} bytes but {st.name} should be {st.size}: "
-                "the lock (or the Hub's metadata) and the server disagree; check `invoke lock-models --check`"
-            )
-        return st.size
-    if code == 206:
-        value = r.headers.get("Content-Range", "")
-        m = _CONTENT_RANGE.match(value)
-        if m and int(m[1]) == asked and int(m[2]) < end and m[3] in ("*", str(st.size)):
-            return int(m[2]) + 1  # a server may send less than asked; the rest is asked for next
-        if bounded:
-            raise _OneConnection(f"the server answered bytes={asked}-{end - 1} with Content-Range {value!r}")
-        raise _StartOver(f"bad Content-Range {value!r} for a request from byte {asked}")
-    raise Retry(f"unexpected HTTP {code}")
 
 
 def _write(job: _Job, data: bytes, pos: int) -> None:
@@ -368,7 +233,7 @@ def _write(job: _Job, data: bytes, pos: int) -> None:
         raise store.io_error(exc, job.st.name) from None
 
 
-def _receive(job: _Job, r: requests.Response, part: _Part, limit: int) -> None:
+def _receive(job: _Job, r: requests.Response, part: Part, limit: int) -> None:
     """Write the body at its offsets, piece by piece; Retry/Cancelled when the watchdog ended it."""
     import requests
     import urllib3.exceptions
@@ -397,7 +262,7 @@ def _receive(job: _Job, r: requests.Response, part: _Part, limit: int) -> None:
         raise Retry(f"body ended at byte {part.pos} of {limit}")
 
 
-def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
+def _request(job: _Job, sess: requests.Session, part: Part) -> None:
     import requests
     import urllib3.exceptions
 
@@ -414,13 +279,13 @@ def _request(job: _Job, sess: requests.Session, part: _Part) -> None:
     try:
         with sess.get(url, headers=headers, stream=True, timeout=timeout) as r:
             job.answered(url, r.url)
-            _receive(job, r, part, _bounds(job, r, url, part))
+            _receive(job, r, part, body_end(r, part, url, job.file))
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         raise transport_error(exc) from None
 
 
 def _fetch_part(job: _Job, sess: requests.Session, rng: Range) -> None:
-    part = _Part(rng[0], rng[1], rng[0])
+    part = Part(rng[0], rng[1], rng[0])
     what = job.st.name if job.conns == 1 else f"{job.st.name} bytes {part.start}-{part.end - 1}"
     tries = Attempts(job.st.policy, what, job.st.progress.note, job.stop, job.hint)
     while part.pos < part.end:
@@ -484,7 +349,7 @@ def _hash(job: _Job) -> None:
             continue
         n = os.preadv(job.fd, [buf[: min(len(buf), upto - st.hashed)]], st.hashed)
         if n <= 0:
-            raise _StartOver("the partial file is shorter than the ranges recorded for it")
+            raise StartOver("the partial file is shorter than the ranges recorded for it")
         st.hasher.update(buf[:n])
         st.hashed += n
 
@@ -592,10 +457,10 @@ def download(
     while True:
         try:
             _round(st, conns)
-        except _StartOver as exc:
+        except StartOver as exc:
             st.start_over(str(exc))
             continue
-        except _OneConnection as exc:
+        except OneConnection as exc:
             progress.note(f"{final.name}: {exc}; continuing over one connection")
             conns = 1
             continue

@@ -252,12 +252,12 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
     (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
     env["SPEC_RESULTS_DIR"] = str(results_dir)
-    from specsuite.models.fetch import fetch_models  # the fetcher pulls in the Hub client; only tiers need it
+    from specsuite.models.fetch import FetchOptions, fetch_models  # the Hub client: only tiers need it
 
     if args.tier in TIERS and not chosen:
-        fetch_models(tier=args.tier)
+        fetch_models(FetchOptions(tier=args.tier))
     else:
-        fetch_models(methods=[c.name for c in cases])
+        fetch_models(FetchOptions(methods=[c.name for c in cases]))
     if chosen or lay.workers > 1:  # the run's own plan: its shard, or its targets longest first
         found = chosen or plan.entries(plan.make_plan(args.tier, 1, device_class=device_class(caps)))
         plan.write_plan(results_dir / "plan.json", found)

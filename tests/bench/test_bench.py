@@ -47,11 +47,11 @@ FAILURES = DATA_ROOT / "failures"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
     names = [MTP_TARGET, PLAIN_TARGET, TRUNK_TARGET, DRAFTER, NO_HEADS_DRAFT]
-    fetch_models(models=names, model_dir=folder, tty=False)
+    fetch_models(FetchOptions(models=names, model_dir=folder, tty=False))
     return folder
 
 

@@ -106,10 +106,10 @@ def make_repo(path: Path, configs: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(models=MODELS, model_dir=folder, tty=False)
+    fetch_models(FetchOptions(models=MODELS, model_dir=folder, tty=False))
     return folder
 
 

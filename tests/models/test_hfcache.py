@@ -14,7 +14,7 @@ import pytest
 
 from specsuite.common.errors import UserError
 from specsuite.models import hfcache, stamps
-from specsuite.models.fetch import fetch_models
+from specsuite.models.fetch import FetchOptions, fetch_models
 
 pytest_plugins = ["fakehub"]
 REPO, REV = "test-org/test-GGUF", "0123456789abcdef0123456789abcdef01234567"  # the fake Hub's defaults
@@ -39,7 +39,8 @@ def _lock(tmp_path: Path, data: bytes = DATA, locked: bool = True, path: str = "
 def _fetch(tmp_path: Path, **kw) -> Path:
     if "lock" not in kw:
         kw["lock"] = _lock(tmp_path)
-    return fetch_models(models=["m.gguf"], model_dir=tmp_path / "models", tty=False, **kw)["m.gguf"]
+    opts = FetchOptions(models=["m.gguf"], model_dir=tmp_path / "models", tty=False, **kw)
+    return fetch_models(opts)["m.gguf"]
 
 
 def _blob(root: Path, data: bytes = DATA, repo: str = REPO) -> Path:
@@ -153,7 +154,7 @@ def test_hf_cache_option_writes_what_huggingface_hub_reads(tmp_path, fakehub, hf
     assert "in the Hugging Face cache" not in capsys.readouterr().err
     n = len(fakehub.log)
     other = fetch_models(
-        models=["m.gguf"], lock=tmp_path / "models.lock", model_dir=tmp_path / "m2", tty=False
+        FetchOptions(models=["m.gguf"], lock=tmp_path / "models.lock", model_dir=tmp_path / "m2", tty=False)
     )
     assert os.path.samefile(other["m.gguf"], blob) and len(fakehub.log) == n
 

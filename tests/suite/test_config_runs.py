@@ -59,10 +59,10 @@ def wrapper(folder: Path, commit: str, flag: str, default: str, value: str) -> P
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(methods=[*RANDOM.split(","), *DEFAULTS], model_dir=folder, tty=False)
+    fetch_models(FetchOptions(methods=[*RANDOM.split(","), *DEFAULTS], model_dir=folder, tty=False))
     return folder
 
 

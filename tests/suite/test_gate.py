@@ -111,10 +111,10 @@ class Seed:
 
 @pytest.fixture(scope="module")
 def seed(tmp_path_factory: pytest.TempPathFactory) -> Seed:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     root = tmp_path_factory.mktemp("seed")
-    fetch_models(methods=[CASE], model_dir=root / "models", tty=False)
+    fetch_models(FetchOptions(methods=[CASE], model_dir=root / "models", tty=False))
     run = run_tier(root / "a", root / "models", root / "history.sqlite", A, GOOD)
     assert run.proc.returncode == 0, run.output
     return Seed(root / "models", root / "history.sqlite", run)

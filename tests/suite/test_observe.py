@@ -34,10 +34,10 @@ EXACT = {"drafted": 23, "accepted": 23, "drafts": 8, "per_pos": [8, 8, 7]}  # th
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(methods=[CASE], model_dir=folder, tty=False)
+    fetch_models(FetchOptions(methods=[CASE], model_dir=folder, tty=False))
     return folder
 
 

@@ -52,10 +52,10 @@ DROPPED = (
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(methods=SELECTOR.split(","), model_dir=folder, tty=False)
+    fetch_models(FetchOptions(methods=SELECTOR.split(","), model_dir=folder, tty=False))
     return folder
 
 

@@ -42,11 +42,11 @@ sys.meta_path.insert(0, Refuse())
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from specsuite.cases.schema import load_cases, select_cases
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     root = tmp_path_factory.mktemp("progress")
     models = sorted({m for c in select_cases(load_cases(), ",".join(CASES)) for m in c.models})
-    fetch_models(models=models, model_dir=root / "models", tty=False)
+    fetch_models(FetchOptions(models=models, model_dir=root / "models", tty=False))
     (root / "site").mkdir()
     (root / "site" / "sitecustomize.py").write_text(BLOCKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_")}

@@ -36,10 +36,12 @@ DRAFT = "synth-draft-llama-fixed.gguf"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     folder = tmp_path_factory.mktemp("models")
-    fetch_models(models=[TARGET, DRAFT, "synth-draft-dspark-fixed.gguf"], model_dir=folder, tty=False)
+    fetch_models(
+        FetchOptions(models=[TARGET, DRAFT, "synth-draft-dspark-fixed.gguf"], model_dir=folder, tty=False)
+    )
     return folder
 
 
@@ -560,7 +562,7 @@ def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path
     from fakeserver import real_binary
 
     from specsuite.cases.schema import load_cases, select_cases
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(real_binary()))
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
@@ -568,7 +570,7 @@ def test_a_stateful_drafter_counts_as_upstream_counts_on_a_fresh_server(tmp_path
     for var in ("SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY"):
         monkeypatch.delenv(var, raising=False)
     (case,) = select_cases(load_cases(), "tiny-ngram")
-    fetch_models(models=case.models, tty=False)
+    fetch_models(FetchOptions(models=case.models, tty=False))
     s = suite.open_session("tiny-ngram", [case], tmp_path / "r")
     try:
         runner.run_case(case, s)

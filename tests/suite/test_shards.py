@@ -266,10 +266,11 @@ def test_three_shards_of_synthetic_cases_merged_are_the_cases_run_whole(
         monkeypatch.setenv(var, str(tmp_path / name))
     env = dict(os.environ)
     from specsuite.cases.schema import load_cases, select_cases
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     models = sorted({m for case in select_cases(load_cases(), TIER) for m in case.models})
-    fetch_models(models=models, model_dir=tmp_path / "models", tty=False)  # once, before four runs read it
+    # once, before four runs read it
+    fetch_models(FetchOptions(models=models, model_dir=tmp_path / "models", tty=False))
     plan = tmp_path / "plan.json"
     assert cli.main(["plan", TIER, "--shards", "3", "--out", str(plan)]) == 0  # one plan for every runner
     runs = [_tier({**env, "SPEC_HISTORY": str(tmp_path / "whole.sqlite")}, tmp_path / "whole")]

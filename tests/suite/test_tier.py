@@ -235,10 +235,10 @@ def test_run_tier_help_says_where_other_arguments_go_and_what_limits_a_case(
 
 @pytest.fixture
 def chain_env(tmp_path: Path) -> dict[str, str]:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     models = tmp_path / "models"
-    fetch_models(methods=[SYNTH], model_dir=models, tty=False)
+    fetch_models(FetchOptions(methods=[SYNTH], model_dir=models, tty=False))
     return {
         **os.environ,
         "SPEC_MODEL_DIR": str(models),

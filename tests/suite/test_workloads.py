@@ -11,7 +11,7 @@ import pytest
 from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import load_cases, parse_case_file, select_cases
 from specsuite.common import paths
-from specsuite.models.fetch import fetch_models, select_entries
+from specsuite.models.fetch import FetchOptions, fetch_models, select_entries
 from specsuite.models.lock import HfDatasetEntry, load_lock
 from specsuite.results.document import load_run
 from specsuite.suite import runner
@@ -71,7 +71,7 @@ def test_a_dataset_prompt_set_from_the_hub_runs_category_by_category(tmp_path, h
                         for n, f in (("by-category", 0.0), ("words-floor", 1.0)))  # fmt: skip
     with FakeHub({"data/prompts.jsonl": data}, repo="test-org/prompts", repo_type="dataset") as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        fetch_models(lock=lock, models=passing.models, tty=False)
+        fetch_models(FetchOptions(lock=lock, models=passing.models, tty=False))
     s = suite.open_session("workloads", [passing, failing], tmp_path / "r")
     try:
         for case in (passing, failing):
@@ -117,7 +117,7 @@ def test_the_nightly_tier_takes_speed_bench_from_the_hub(tmp_path, hf_home, monk
     pq.write_table(pa.Table.from_pylist(rows), path)
     with FakeHub({entry.path: path}, repo=entry.repo, revision=entry.revision, repo_type="dataset") as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        got = fetch_models(models=[entry.name], model_dir=tmp_path / "m", tty=False)
+        got = fetch_models(FetchOptions(models=[entry.name], model_dir=tmp_path / "m", tty=False))
     (case,) = select_cases(load_cases(lock_names=lock.names()), "dflash2-speed-bench")
     ready = with_prompts(case, got[entry.name])
     assert len(ready.prompt_texts) == 110 and list(dict.fromkeys(ready.prompt_categories)) == cats

@@ -164,7 +164,7 @@ def _script(path: Path, body: str) -> None:
 
 @pytest.fixture
 def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from specsuite.models.fetch import fetch_models
+    from specsuite.models.fetch import FetchOptions, fetch_models
 
     bin_dir, cuda = tmp_path / "bin", tmp_path / "cuda"
     _script(bin_dir / "nvidia-smi", SMI)
@@ -190,7 +190,7 @@ def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(paths, "BUILD_DIR", tmp_path / "build")
     monkeypatch.setattr(toolchain, "FALLBACK_NVCC", str(tmp_path / "no-such" / "nvcc"))
-    fetch_models(methods=[CASE], model_dir=tmp_path / "models", tty=False)
+    fetch_models(FetchOptions(methods=[CASE], model_dir=tmp_path / "models", tty=False))
     return tree
 
 
