@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.common import paths, table
 from specsuite.common.filehash import sha256_file
-from specsuite.history import db as history
+from specsuite.history import queries, recording, schema
 from specsuite.history.report import history_command
 from specsuite.results.document import load_run
 
@@ -79,9 +79,9 @@ def variant(doc: dict[str, Any], i: int, rng: random.Random) -> dict[str, Any]:
 
 def fill(db: Path, doc: dict[str, Any], runs: int) -> float:
     rng, t = random.Random(1), time.perf_counter()
-    with contextlib.closing(history.connect(db)) as conn, history.transaction(conn):
+    with contextlib.closing(schema.connect(db)) as conn, schema.transaction(conn):
         for i in range(runs):
-            history.insert_run(conn, variant(doc, i, rng))
+            recording.insert_run(conn, variant(doc, i, rng))
     return time.perf_counter() - t
 
 
@@ -103,7 +103,7 @@ def quiet(**kw: Any) -> Callable[[int], object]:
 
 
 def bare_query(db: Path) -> Callable[[int], object]:
-    return lambda _: history.case_rows(db)
+    return lambda _: queries.case_rows(db)
 
 
 def main() -> int:
@@ -123,8 +123,8 @@ def main() -> int:
         print(f"filled {args.runs} runs x {len(doc['cases'])} cases in {fill_s:.1f} s; {size} MiB")
         rng = random.Random(2)
         more = [variant(doc, args.runs + i, rng) for i in range(args.repeats)]  # built outside the timing
-        rec_full = median_s(lambda i: history.record_run(more[i], db), args.repeats)
-        rec_new = median_s(lambda i: history.record_run(doc, Path(tmp) / f"new-{i}.sqlite"), args.repeats)
+        rec_full = median_s(lambda i: recording.record_run(more[i], db), args.repeats)
+        rec_new = median_s(lambda i: recording.record_run(doc, Path(tmp) / f"new-{i}.sqlite"), args.repeats)
         base = {"path": db, "case": None, "device": None, "last": None, "as_json": False}
         plain = median_s(bare_query(db), args.command_repeats)
         rows = [

@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.common import paths, table
-from specsuite.history import db as history
+from specsuite.history import recording, schema
 from specsuite.history.report import history_command
 from specsuite.results.document import Run, load_run
 
@@ -105,9 +105,9 @@ def jitter_speed(rec: Any, rng: random.Random) -> None:
 
 def fill(db: Path, doc: Run, commits: list[str]) -> float:
     rng, t = random.Random(1), time.perf_counter()
-    with contextlib.closing(history.connect(db)) as conn, history.transaction(conn):
+    with contextlib.closing(schema.connect(db)) as conn, schema.transaction(conn):
         for i, commit in enumerate(commits):
-            history.insert_run(conn, variant(doc, i, commit, rng))
+            recording.insert_run(conn, variant(doc, i, commit, rng))
     return time.perf_counter() - t
 
 
@@ -254,7 +254,7 @@ def builds(
     assert colds[-1]["rendered"] == min(args.runs, args.last) and (out / "index.html").is_file()
     rng, nights = random.Random(3), []
     for i, commit in enumerate(nightly):  # a nightly run: one more run recorded, then the site again
-        history.record_run(variant(doc, args.runs + i, commit, rng), db)
+        recording.record_run(variant(doc, args.runs + i, commit, rng), db)
         nights.append(build(tree, db, root / "mirror", out, args.last, cold=False))
         assert nights[-1]["rendered"] == 1
     ordered = "ancestry" if "in ancestry order" in (out / "index.html").read_text() else "time"

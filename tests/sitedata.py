@@ -22,7 +22,7 @@ from typing import Any
 
 from testdata import DATA_ROOT
 
-from specsuite.history.db import record_run
+from specsuite.history.recording import record_run
 from specsuite.results.document import decode_run
 
 REAL = [DATA_ROOT / "results" / f"site-real-{i}" for i in (1, 2, 3)]

@@ -22,7 +22,7 @@ from testdata import DATA_ROOT, as_history_run
 
 from specsuite import cli
 from specsuite.common import errors, paths
-from specsuite.history import db as history
+from specsuite.history import recording
 from specsuite.results.document import decode_run
 
 DATA = DATA_ROOT / "results"
@@ -195,7 +195,7 @@ def test_invoke_compare_takes_the_readmes_command_lines(tmp_path: Path) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPEC_HISTORY", env["SPEC_HISTORY"])
         baseline = decode_run(as_history_run(base, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")
-        assert history.record_run(baseline) is not None
+        assert recording.record_run(baseline) is not None
     auto = _run("compare", str(run_b), "--against", "auto", "--no-plot", tool="invoke", env=env)
     assert auto.returncode == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in auto.stdout, auto.stderr
     assert "accept_rate 0.4500 is 27.4 % below 0.6200" in auto.stdout

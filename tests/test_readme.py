@@ -296,11 +296,11 @@ def run(
 @pytest.fixture(scope="module")
 def drift(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The history of docs/gates.md's change-point example: real synthetic-tier runs, -3 % a commit."""
-    from specsuite.history import db
+    from specsuite.history import recording
 
     folder = tmp_path_factory.mktemp("drift")
     docs = histories.history_docs(histories.SHAPES["drift"])
-    db.import_runs(histories.write(docs, folder / "runs"), folder / "history.sqlite")
+    recording.import_runs(histories.write(docs, folder / "runs"), folder / "history.sqlite")
     return folder / "history.sqlite"
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
+from specsuite.history import queries
 from specsuite.history.ancestry import default_mirror, in_commit_order
 from specsuite.history.changecache import SplitCache, series_key
 from specsuite.results import config
@@ -260,7 +260,7 @@ def _segment(points: Sequence[Point], lo: int, hi: int, alpha: float, found: dic
 
 
 def drift_window(rows: Sequence[dict[str, Any]], size: int) -> list[dict[str, Any]]:
-    """The earlier runs a drift is judged over (``rows`` nearest first, as history.earlier_runs gives
+    """The earlier runs a drift is judged over (``rows`` nearest first, as baseline.earlier_runs gives
     them), oldest first: the nearest ``size - 1``, cut after the nearest one that already failed
     ``regressed`` or ``drifted``. That red run named its change; the window starts at its level, so one
     change is red once and a drift that goes on is red again when it has lost rtol more."""
@@ -390,7 +390,7 @@ def find_changes(
     point outside the window would mark nothing. ``cache``: the splits of series computed before. An
     unknown metric is a UserError."""
     check_metric(metric)
-    rows = history.series(path, case=case, device=device, runs=runs)
+    rows = queries.series(path, case=case, device=device, runs=runs)
     out = []
     for key, series in _series(rows, default_mirror() if mirror is None else mirror).items():
         for m, points in points_by_metric(series, [metric] if metric else METRICS).items():
@@ -445,7 +445,7 @@ def config_changes(
 ) -> list[ConfigChange]:
     """Every configuration change in the history, per device class and backend in commit order (as the
     change points: ancestry where the mirror knows every commit, else time)."""
-    rows = history.config_series(path, device=device)
+    rows = queries.config_series(path, device=device)
     if runs is not None:
         rows = [row for row in rows if row["run_id"] in runs]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}

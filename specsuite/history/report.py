@@ -14,8 +14,7 @@ from typing import Any
 from specsuite.common import atomic, table
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
-from specsuite.history import changes
-from specsuite.history import db as history
+from specsuite.history import changes, queries, recording, schema
 
 HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup",
           "block x token")  # fmt: skip
@@ -163,12 +162,12 @@ def history_command(
     An empty or absent history is one line and exit 0 (the file is not created); an unknown case or
     device filter, a bad ``last`` or an unreadable file is a UserError saying what exists or what to do.
     """
-    target = Path(path) if path is not None else history.default_path()
+    target = Path(path) if path is not None else schema.default_path()
     if last is not None and last < 1:
         raise UserError(f"--last {last}: give a number of runs, 1 or more")
     if plot is not None:
         _pyplot()  # before any output: without matplotlib, the one message and nothing else
-    cases, devices = history.names(target)
+    cases, devices = queries.names(target)
     if not devices:  # no file, or no run in it
         if as_json:
             print("[]")  # --json output stays parseable; the explanation goes to stderr
@@ -179,7 +178,7 @@ def history_command(
         raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
     if device is not None and device.lower() not in {d.lower() for d in devices}:
         raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
-    rows = history.case_rows(target, case=case, device=device, last=last)
+    rows = queries.case_rows(target, case=case, device=device, last=last)
     if not rows:
         print(f"no runs of case {case!r} on device {device!r} in {target}")
         return 0
@@ -285,9 +284,9 @@ def changes_command(
     as_json: bool,
 ) -> int:
     """Print every change point (one table per case, or JSON); exit 0, also when there is none."""
-    target = Path(path) if path is not None else history.default_path()
+    target = Path(path) if path is not None else schema.default_path()
     changes.check_metric(metric)
-    cases, devices = history.names(target)
+    cases, devices = queries.names(target)
     if case is not None and cases and case not in cases:
         raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
     if device is not None and devices and device.lower() not in {d.lower() for d in devices}:
@@ -338,10 +337,10 @@ def _change_table(points: list[changes.ChangePoint], configs: list[changes.Confi
 
 def import_command(files: Sequence[Path], path: Path | None) -> int:
     """``history import``: enter finished runs; one line per run entered, one for the total."""
-    target = Path(path) if path is not None else history.default_path()
+    target = Path(path) if path is not None else schema.default_path()
     try:
-        entered = history.import_runs(files, target)
-    except history.Refused as exc:  # one error line for each refused file, the last one raised
+        entered = recording.import_runs(files, target)
+    except recording.Refused as exc:  # one error line for each refused file, the last one raised
         for line in exc.lines[:-1]:
             print(f"error: {line}", file=sys.stderr)
         raise UserError(exc.lines[-1]) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 from specsuite.common import paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
+from specsuite.history import schema
 from specsuite.history.ancestry import default_mirror
 from specsuite.history.report import existing_db
 from specsuite.report.data import LAST
@@ -52,7 +52,7 @@ def parser() -> CommandParser:
 
 def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
-    db = Path(a.db) if a.db is not None else history.default_path()
+    db = Path(a.db) if a.db is not None else schema.default_path()
     results = Path(a.results) if a.results is not None else paths.RESULTS_DIR
     if a.last < 0:
         raise UserError(f"--last {a.last}: give a number of runs, or 0 for all")

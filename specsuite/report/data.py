@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
+from specsuite.history import queries, schema
 from specsuite.history.ancestry import in_commit_order
 from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
@@ -165,12 +165,12 @@ def load_runs(path: Path, device: str | None, last: int = LAST) -> list[RunRow]:
     An unknown device is a UserError naming the devices the history has."""
     where, args = "1", {"last": last, "device": device}
     if device is not None:
-        _, devices = history.names(path)
+        _, devices = queries.names(path)
         if device.lower() not in {d.lower() for d in devices}:
             have = ", ".join(devices) or "none"
             raise UserError(f"--device {device!r}: not in the history; it has: {have}")
         where = "lower(r.device_name) = lower(:device) OR lower(r.device_class) = lower(:device)"
-    with history.reading(path) as conn:
+    with schema.reading(path) as conn:
         if conn is None:
             return []
         conn.row_factory = sqlite3.Row
@@ -236,11 +236,11 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
     cases.toml (its sha256; every record of a run that names none); the baseline run only for the
     points ``baselines`` is asked about."""
     by_pk = {r.pk: r for r in runs}
-    with history.reading(path) as conn:
+    with schema.reading(path) as conn:
         if conn is None or not by_pk:
             return []
         _temp_runs(conn, runs)
-        version = history.schema_version(conn)
+        version = schema.schema_version(conn)
         columns = [m.column if version >= m.since else "NULL" for m in METRICS]
         sql = _POINTS_SQL.format(metrics=", ".join(columns))
         keys = [m.key for m in METRICS]
@@ -262,7 +262,7 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
 
 def baselines(path: Path, wanted: Iterable[Point]) -> None:
     """Fill in the baseline run of each of ``wanted`` (from its stored record)."""
-    with history.reading(path) as conn:
+    with schema.reading(path) as conn:
         if conn is not None:
             for p in wanted:
                 p.baseline_run = _fields(conn, p)[2]
@@ -287,7 +287,7 @@ class Member:
 
 def sweeps(path: Path, runs: Sequence[RunRow]) -> dict[int, dict[str, list[Member]]]:
     """For each run (by id), its sweeps' members by np; none in a history from before sweeps (schema v3)."""
-    with history.reading(path) as conn:
+    with schema.reading(path) as conn:
         if conn is None or not runs:
             return {}
         if "sweep" not in {row[1] for row in conn.execute("PRAGMA table_info(cases)")}:
@@ -316,7 +316,7 @@ def case_records(path: Path, runs: Sequence[RunRow]) -> Iterator[tuple[RunRow, l
     by_pk = {r.pk: r for r in runs}
     if not by_pk:
         return
-    with history.reading(path) as conn:
+    with schema.reading(path) as conn:
         if conn is None:
             return
         conn.row_factory = sqlite3.Row

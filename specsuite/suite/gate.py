@@ -2,7 +2,7 @@
 runs, the counters against the baseline's, and the run's own record.
 
 The baseline of a case is the nearest earlier measured llama.cpp commit on the same device class and backend
-with the same cases.toml (history.find_baseline): nearest in ancestry when the binary came from a git
+with the same cases.toml (baseline.find_baseline): nearest in ancestry when the binary came from a git
 checkout (the llama.cpp mirror, or LLAMA_CPP_DIR), else the latest earlier run; always a run that started
 before the one judged. A drop beyond ``rtol`` fails the case with reason ``regressed`` naming that commit
 (``regress.regressions``). A case that passed that gate fails with reason ``drifted`` when its last
@@ -22,9 +22,9 @@ from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
-from specsuite.history import changes, regress
-from specsuite.history import db as history
+from specsuite.history import baseline, changes, queries, regress
 from specsuite.history.ancestry import ancestors
+from specsuite.history.recording import try_record
 from specsuite.results import config
 from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
@@ -95,9 +95,9 @@ def _setup(ctx: GateContext, name: str) -> dict[str, Any]:
     }
 
 
-def _lookup(ctx: GateContext, name: str) -> history.Baseline | None:
+def _lookup(ctx: GateContext, name: str) -> baseline.Baseline | None:
     skipped: list[str] = []
-    found = history.find_baseline(None, **_setup(ctx, name), recording=ctx.recording, skipped=skipped)
+    found = baseline.find_baseline(None, **_setup(ctx, name), recording=ctx.recording, skipped=skipped)
     ctx.note.broken += [
         f"{name} at run {run_id}" for run_id in skipped
     ]  # said in the summary, not only stderr
@@ -159,7 +159,7 @@ def judge(
 
 def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -> list[Failure]:
     try:
-        rows = history.earlier_runs(
+        rows = baseline.earlier_runs(
             None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
         )
     except UserError as exc:
@@ -198,7 +198,7 @@ def _config_across(
     """The configuration changes across a drift's change point (the judged run's own when it is the run
     after it). A history that cannot be read leaves them out: the drift itself was read from it."""
     try:
-        stored = history.run_configs(None, [before, after], recording=ctx.recording)
+        stored = queries.run_configs(None, [before, after], recording=ctx.recording)
     except UserError:
         return []
     cfg_after = ctx.config if after == ctx.run_id else stored.get(after)
@@ -242,7 +242,7 @@ def record(run: Run) -> None:
     The reason goes into the document (history.warning, and the summary's history line) as well as to
     stderr: pytest keeps a passing session's teardown output to itself, so stderr alone would lose it."""
     note = run.history = run.history or HistoryNote()
-    row, problem = history.try_record(run)
+    row, problem = try_record(run)
     note.recorded = row is not None
     if problem:
         print(f"warning: history not recorded: {problem}", file=sys.stderr)
@@ -250,7 +250,7 @@ def record(run: Run) -> None:
         note.line = f"{note.line or 'history'} (this run was NOT recorded: {problem})"
 
 
-def baselines_for(run: Run, rtol: float = 0.05) -> dict[str, history.Baseline]:
+def baselines_for(run: Run, rtol: float = 0.05) -> dict[str, baseline.Baseline]:
     """``compare --against auto``: each case's baseline by the gate's rule, for a finished run."""
     ctx = context(run, rtol)
     if isinstance(ctx, str):

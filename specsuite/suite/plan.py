@@ -29,7 +29,7 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
-from specsuite.history import db
+from specsuite.history import queries
 from specsuite.models.lock import load_lock
 
 DEFAULT_S_PER_GIB = 25.0  # a first run on a GPU runner: load, warm-up and rounds of a 4B Q4 target (~60 s)
@@ -148,7 +148,7 @@ def make_plan(
     if not cases:
         raise UserError(f"{tier!r} selects no case: nothing to plan")
     try:
-        measured = db.case_durations(history, device_class=device_class)
+        measured = queries.case_durations(history, device_class=device_class)
     except UserError as exc:  # a broken history: the plan stands on model sizes, and says why
         print(f"warning: {exc}; durations estimated from model size", file=sys.stderr)
         measured = {}

@@ -17,8 +17,7 @@ from histories import CASES, SHAPES, commit
 
 from specsuite import cli
 from specsuite.common.errors import UserError
-from specsuite.history import changes
-from specsuite.history import db as history
+from specsuite.history import changes, queries, recording
 from specsuite.history.ancestry import topo_positions
 from specsuite.history.changes import ChangePoint, Point, find_changes
 
@@ -28,7 +27,7 @@ ACCEPTANCE = ("accept_rate", "accept_len", "pos0_rate")
 def make_db(tmp_path: Path, accept: list[float], speed: list[float] | None = None) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     db = tmp_path / "history.sqlite"
-    history.import_runs(histories.write(histories.history_docs(accept, speed), tmp_path / "runs"), db)
+    recording.import_runs(histories.write(histories.history_docs(accept, speed), tmp_path / "runs"), db)
     return db
 
 
@@ -63,7 +62,7 @@ def test_a_step_is_one_change_point_at_its_commit_on_every_acceptance_metric(tmp
 def test_runs_bound_the_series_to_a_window(tmp_path: Path) -> None:
     """The site's window (its last runs): a step before it is no change point, one inside it still is."""
     db = make_db(tmp_path, SHAPES["step"])  # the step at run h06
-    ids = {str(row["run_id"]) for row in history.series(db)}
+    ids = {str(row["run_id"]) for row in queries.series(db)}
     assert find_changes(db, metric="accept_rate", runs={i for i in ids if i >= "h06"}) == []
     around = {i for i in ids if i >= "h04"}
     found = find_changes(db, metric="accept_rate", runs=around)
@@ -112,7 +111,7 @@ def test_a_nondeterministic_case_is_judged_with_statistics(tmp_path: Path) -> No
     for doc in docs:
         doc["cases"][CASES[0]]["nondeterministic"] = True
     db = tmp_path / "h.sqlite"
-    history.import_runs(histories.write(docs, tmp_path / "runs"), db)
+    recording.import_runs(histories.write(docs, tmp_path / "runs"), db)
     [c] = find_changes(db, case=CASES[0], metric="accept_rate")
     assert c.after_commit == commit(6) and c.p_value is not None and c.p_value < changes.ALPHA
 
@@ -140,7 +139,7 @@ def test_ancestry_orders_what_time_does_not(tmp_path: Path) -> None:
     for doc, sha, started in zip(docs, shas, when, strict=True):
         doc["binary"]["commit"], doc["started"] = sha, started
     db = tmp_path / "h.sqlite"
-    history.import_runs(histories.write(docs, tmp_path / "runs"), db)
+    recording.import_runs(histories.write(docs, tmp_path / "runs"), db)
 
     [c] = find_changes(db, case=CASES[0], metric="accept_rate", mirror=repo)
     assert (c.before_commit, c.after_commit) == (shas[5], shas[6])
@@ -253,7 +252,7 @@ def test_the_real_tier_run_counts_every_round(tmp_path: Path) -> None:
         assert rec.rounds[1] == rec.rounds[2] == rec.rounds[3] != rec.rounds[0]
         assert rec.accepted == rec.rounds[0].accepted  # the first round is the one reported
     db = tmp_path / "h.sqlite"
-    assert history.import_runs([DATA_ROOT / "results" / "synthetic-tier-real"], db) == ["syn-2"]
+    assert recording.import_runs([DATA_ROOT / "results" / "synthetic-tier-real"], db) == ["syn-2"]
     assert find_changes(db) == []  # one run: nothing to compare
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from specsuite import cli
-from specsuite.history import changes
-from specsuite.history import db as history
+from specsuite.history import baseline, changes, queries, recording, schema
 from specsuite.results.config import BuildOptions, CaseConfig, RunConfig
 from specsuite.results.document import Binary, Device, Run
 from specsuite.results.record import CaseRecord
@@ -61,7 +60,7 @@ def db(tmp_path: Path) -> Path:
         run("d4d4d4d", 4, "0.00", 0.8571),
         run("e5e5e5e", 5, "0.00", 0.8571, fa="all"),
     ):
-        assert history.record_run(r, path) is not None
+        assert recording.record_run(r, path) is not None
     return path
 
 
@@ -69,9 +68,9 @@ def test_a_run_is_recorded_with_its_configuration_and_its_baseline_hands_it_over
     with sqlite3.connect(db) as conn:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         stored = dict(conn.execute("SELECT run_id, config FROM runs"))
-    assert version == len(history.MIGRATIONS) and stored["r1-a1a1a1a"] is None
+    assert version == len(schema.MIGRATIONS) and stored["r1-a1a1a1a"] is None
     assert json.loads(stored["r2-b2b2b2b"])["defaults"][P_MIN] == "0.75"
-    base = history.find_baseline(
+    base = baseline.find_baseline(
         db,
         case="tiny-simple-random",
         device_class="cpu-x86-64",
@@ -82,14 +81,14 @@ def test_a_run_is_recorded_with_its_configuration_and_its_baseline_hands_it_over
     )
     assert base is not None and base.run_id == "r5-e5e5e5e" and base.config is not None
     assert base.config.build is not None and base.config.build.options == {"GGML_CUDA_FA_QUANTS": "all"}
-    assert history.run_configs(db, ["r1-a1a1a1a", "r4-d4d4d4d"])["r1-a1a1a1a"] is None
-    assert [r["run_id"] for r in history.config_series(db)] == [
+    assert queries.run_configs(db, ["r1-a1a1a1a", "r4-d4d4d4d"])["r1-a1a1a1a"] is None
+    assert [r["run_id"] for r in queries.config_series(db)] == [
         "r2-b2b2b2b",
         "r3-c3c3c3c",
         "r4-d4d4d4d",
         "r5-e5e5e5e",
     ]
-    assert history.runs(db)[-1]["config"]["defaults"][P_MIN] == "0.00"  # parsed, as models are
+    assert queries.runs(db)[-1]["config"]["defaults"][P_MIN] == "0.00"  # parsed, as models are
 
 
 def test_config_changes_between_consecutive_runs_and_beside_the_change_point(db: Path) -> None:
@@ -124,5 +123,5 @@ def test_a_configuration_that_does_not_decode_is_a_warning(
 ) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET config = '{\"defaults\": 7}' WHERE run_id = 'r4-d4d4d4d'")
-    assert [r["run_id"] for r in history.config_series(db)] == ["r2-b2b2b2b", "r3-c3c3c3c", "r5-e5e5e5e"]
+    assert [r["run_id"] for r in queries.config_series(db)] == ["r2-b2b2b2b", "r3-c3c3c3c", "r5-e5e5e5e"]
     assert "history run r4-d4d4d4d: its configuration does not decode" in capsys.readouterr().err

@@ -23,8 +23,11 @@ from testdata import DATA_ROOT
 
 from specsuite.common import settings
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
-from specsuite.history.db import MIGRATIONS, connect, find_baseline, migrate, record_run, runs
+from specsuite.history import baseline, queries, recording, schema
+from specsuite.history.baseline import find_baseline
+from specsuite.history.queries import runs
+from specsuite.history.recording import record_run
+from specsuite.history.schema import MIGRATIONS, connect, migrate
 from specsuite.results.document import Run, decode_run, load_run
 from specsuite.results.record import decode_record
 
@@ -142,9 +145,9 @@ def warned(capsys: pytest.CaptureFixture[str], path: Path) -> str:
 def test_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("SPEC_HISTORY", raising=False)
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
-    assert history.default_path() == tmp_path / "cache" / "history.sqlite"
+    assert schema.default_path() == tmp_path / "cache" / "history.sqlite"
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
-    assert history.default_path() == tmp_path / "h.sqlite"
+    assert schema.default_path() == tmp_path / "h.sqlite"
 
 
 def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> None:
@@ -292,7 +295,7 @@ def test_the_lock_wait_comes_from_the_environment(
     db = tmp_path / "h.sqlite"
     record_run(doc("abcdef0"), db)
     monkeypatch.setenv("SPEC_HISTORY_TIMEOUT_S", "0.3")
-    assert history.busy_timeout_s() == 0.3
+    assert schema.busy_timeout_s() == 0.3
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -410,7 +413,7 @@ def test_a_newer_database_is_not_touched(tmp_path: Path, capsys: pytest.CaptureF
 WRITER = """
 import json, os, sys, time
 from pathlib import Path
-from specsuite.history.db import record_run
+from specsuite.history.recording import record_run
 from specsuite.results.document import decode_run
 db, doc = Path(sys.argv[1]), decode_run(json.loads(Path(sys.argv[2]).read_text()), "doc")
 ready, go = Path(sys.argv[3]), Path(sys.argv[4])
@@ -469,20 +472,20 @@ def _v1_database_with_a_run(db: Path) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     migrate(conn, MIGRATIONS[:1])
     d = doc("abcdef0")
-    with history.transaction(conn):
+    with schema.transaction(conn):
         later_runs = ("config",)  # columns of later versions
-        run_row = {k: v for k, v in history._run_row(d, "abcdef0").items() if k not in later_runs}
-        run = history._insert(conn, "runs", run_row)
+        run_row = {k: v for k, v in recording._run_row(d, "abcdef0").items() if k not in later_runs}
+        run = recording._insert(conn, "runs", run_row)
         for rec in d.cases.values():
-            later = ("nondeterministic", *history._concurrency_columns(rec),
-                     *(c.split()[-2] for c in history._V6))  # columns of later versions  # fmt: skip
+            later = ("nondeterministic", *recording._concurrency_columns(rec),
+                     *(c.split()[-2] for c in schema._V6))  # columns of later versions  # fmt: skip
             row = {
                 "run": run,
-                **{k: v for k, v in history._case_row(rec).items() if k not in later},
+                **{k: v for k, v in recording._case_row(rec).items() if k not in later},
                 "message": "v1 text",
-                "record": history._json(rec),
+                "record": recording._json(rec),
             }
-            history._insert(conn, "cases", row)
+            recording._insert(conn, "cases", row)
     conn.close()
 
 
@@ -555,19 +558,19 @@ def test_runs_oldest_first_with_filters(three_runs: Path) -> None:
 
 
 def test_case_rows_over_commits(three_runs: Path) -> None:
-    got = history.case_rows(three_runs, case="mtp")
+    got = queries.case_rows(three_runs, case="mtp")
     assert [(r["commit"], r["device"], r["case"], r["accept_rate"], r["speedup"]) for r in got] == [
         ("aaaaaaa", "NVIDIA H200", "mtp", 0.63, 1.667),
         ("bbbbbbb", "cpu", "mtp", 0.63, 1.667),
     ]
-    assert [r["case"] for r in history.case_rows(three_runs, last=2)] == ["dflash", "mtp"]
+    assert [r["case"] for r in queries.case_rows(three_runs, last=2)] == ["dflash", "mtp"]
     devices = sorted(["NVIDIA H200", "nvidia-h200", "cpu", "cpu-x86_64"])
-    assert history.names(three_runs) == (["dflash", "mtp"], devices)
+    assert queries.names(three_runs) == (["dflash", "mtp"], devices)
 
 
 def test_reading_never_creates_the_file(tmp_path: Path) -> None:
     absent = tmp_path / "none" / "h.sqlite"
-    assert runs(absent) == [] and history.case_rows(absent) == [] and history.names(absent) == ([], [])
+    assert runs(absent) == [] and queries.case_rows(absent) == [] and queries.names(absent) == ([], [])
     assert base(absent, A) is None
     assert not absent.parent.exists()
 
@@ -582,7 +585,7 @@ def test_reading_a_corrupt_database_is_a_user_error(tmp_path: Path) -> None:
 # --- the baseline ----------------------------------------------------------------------------------------
 
 
-def base(db: Path, commit: str, ancestors: list[str] | None = None, **kw: Any) -> history.Baseline | None:
+def base(db: Path, commit: str, ancestors: list[str] | None = None, **kw: Any) -> baseline.Baseline | None:
     args: dict[str, Any] = {
         "case": "mtp",
         "device_class": "nvidia-h200",
@@ -719,8 +722,8 @@ def test_a_reader_writes_nothing_into_any_file(tmp_path: Path, make: Any, error:
     before = _files(tmp_path)
     readers = (
         lambda: runs(db),
-        lambda: history.case_rows(db),
-        lambda: history.names(db),
+        lambda: queries.case_rows(db),
+        lambda: queries.names(db),
         lambda: base(db, C),
     )
     for read in readers:
@@ -789,8 +792,8 @@ def _real_files(tmp_path: Path, n: int = 3) -> list[Path]:
 
 def test_import_twice_enters_each_run_once(tmp_path: Path) -> None:
     db, files = tmp_path / "h.sqlite", _real_files(tmp_path)
-    assert history.import_runs(files, db) == ["h00", "h01", "h02"]
-    assert history.import_runs([*files, files[0].parent], db) == []  # again, also as a folder
+    assert recording.import_runs(files, db) == ["h00", "h01", "h02"]
+    assert recording.import_runs([*files, files[0].parent], db) == []  # again, also as a folder
     assert rows(db, "SELECT run_id, count(*) FROM runs GROUP BY run_id") == [
         ("h00", 1),
         ("h01", 1),
@@ -811,14 +814,14 @@ def test_import_is_all_or_nothing(tmp_path: Path) -> None:
     with pytest.raises(
         UserError, match=r"h02/results.json: binary.commit 'not-a-commit' is not a git commit"
     ):
-        history.import_runs(files, db)
+        recording.import_runs(files, db)
     assert not db.exists()  # the good documents before it were not entered either
     (tmp_path / "bad.json").write_text('{"cases": ')
     with pytest.raises(UserError, match=r"bad.json: cannot read it as a JSON results file"):
-        history.import_runs([files[0], tmp_path / "bad.json"], db)
+        recording.import_runs([files[0], tmp_path / "bad.json"], db)
     (tmp_path / "empty.json").write_text(json.dumps({**json.loads(files[0].read_text()), "cases": {}}))
     with pytest.raises(UserError, match=r"empty\.json: no cases: nothing to enter"):
-        history.import_runs([tmp_path / "empty.json"], db)
+        recording.import_runs([tmp_path / "empty.json"], db)
     assert not db.exists()
 
 
@@ -855,8 +858,8 @@ def test_per_block_overhead_and_an_implausible_speed_are_columns_of_the_case(tmp
         ("mtp", 4.2, 1.1, 3.82, 3.875, "[3.8,3.82,3.9]", 0),
         ("odd", None, None, None, None, None, 1),
     ]
-    series = {r["case"]: r for r in history.series(db)}
+    series = {r["case"]: r for r in queries.series(db)}
     assert series["mtp"]["block_ratio"] == 3.82 and not series["mtp"]["implausible_speed"]
     assert series["odd"]["implausible_speed"] == 1
-    [row] = history.case_rows(db, case="mtp")
+    [row] = queries.case_rows(db, case="mtp")
     assert (row["block_ratio"], row["block_ms"]) == (3.82, 4.2)

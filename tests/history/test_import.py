@@ -20,7 +20,7 @@ from testdata import DATA_ROOT
 
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
+from specsuite.history import baseline, recording
 from specsuite.results.document import decode_run
 
 REAL = DATA_ROOT / "results" / "synthetic-real-1" / "results.json"  # a real run of four cases
@@ -121,7 +121,7 @@ def test_an_impossible_document_is_refused_with_its_reason(
 ) -> None:
     why = {**{k: v[1] for k, v in HOSTILE.items()}, **{k: v[2] for k, v in RAW.items()}}[name]
     with pytest.raises(UserError) as exc:
-        history.import_runs([hostile[name]], tmp_path / "h.sqlite")
+        recording.import_runs([hostile[name]], tmp_path / "h.sqlite")
     assert str(exc.value).startswith(f"{hostile[name]}: ") and why in str(exc.value), str(exc.value)
     assert "\n" not in str(exc.value) and len(str(exc.value)) < 400
     assert not (tmp_path / "h.sqlite").exists()
@@ -154,7 +154,7 @@ def test_an_imported_baseline_with_rate_7_cannot_judge_a_live_run(
     db = tmp_path / "h.sqlite"
     assert specsuite("history", "import", str(hostile["rate-7"]), "--db", str(db)).returncode == 2
     doc = decode_run(real(), "real")
-    assert not db.exists() or history.find_baseline(
+    assert not db.exists() or baseline.find_baseline(
         db, case=CASE, device_class=str(doc.device_class), backend=str(doc.binary.backend),
         cases_sha256=str(doc.cases_sha256), commit="f" * 40, ancestors=None,
     ) is None  # fmt: skip
@@ -188,7 +188,7 @@ def test_a_document_over_the_limit_is_refused_reading_no_more(tmp_path: Path, mo
     big.write_text(REAL.read_text())
     monkeypatch.setattr(document, "_MAX_RESULTS_BYTES", 1000)
     with pytest.raises(UserError, match=r"big.json: more than 1000 bytes is too big for a results.json"):
-        history.import_runs([big], tmp_path / "h.sqlite")
+        recording.import_runs([big], tmp_path / "h.sqlite")
 
 
 # --- item 2: one run id never names two runs --------------------------------------------------------------
@@ -202,10 +202,10 @@ def test_a_second_run_under_one_id_is_refused_by_the_import(tmp_path: Path) -> N
         started="2026-12-04T21:13:07+00:00", finished="2026-12-04T21:14:07+00:00"
     )  # another run, its id
     second.write_text(json.dumps(doc))
-    assert history.import_runs([first], db) == [doc["run_id"]]
-    assert history.import_runs([first], db) == []  # the same run again: already there
+    assert recording.import_runs([first], db) == [doc["run_id"]]
+    assert recording.import_runs([first], db) == []  # the same run again: already there
     with pytest.raises(UserError, match=r"b.json: run id 'sub-1' already names another run in the history"):
-        history.import_runs([second], db)
+        recording.import_runs([second], db)
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT run_id, started FROM runs").fetchall() == [("sub-1", real()["started"])]
 
@@ -215,7 +215,7 @@ def test_two_runs_under_one_id_in_one_call_are_refused(tmp_path: Path) -> None:
     first.write_text(REAL.read_text())
     second.write_text(json.dumps({**real(), "started": "2026-12-04T21:13:07+00:00", "finished": None}))
     with pytest.raises(UserError, match=r"b.json: run id 'sub-1' already names another run"):
-        history.import_runs([first, second], tmp_path / "h.sqlite")
+        recording.import_runs([first, second], tmp_path / "h.sqlite")
     with sqlite3.connect(tmp_path / "h.sqlite") as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
 
@@ -230,7 +230,7 @@ def test_a_live_run_under_a_taken_id_is_not_recorded_and_says_why(tmp_path: Path
     ]
     problems: list[str | None] = []
     threads = [
-        threading.Thread(target=lambda d=d: problems.append(history.try_record(d, db)[1])) for d in docs
+        threading.Thread(target=lambda d=d: problems.append(recording.try_record(d, db)[1])) for d in docs
     ]
     for t in threads:
         t.start()

@@ -10,8 +10,8 @@ import pytest
 from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
-from specsuite.history.db import record_run
+from specsuite.history import queries, schema
+from specsuite.history.recording import record_run
 from specsuite.history.report import history_command
 from specsuite.results.document import decode_run
 
@@ -73,7 +73,7 @@ def test_json_rows(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ("0c1e570", "ngram-mod", 1.0),
         ("1234567", "ngram-mod", 0.8),
     ]
-    assert rows == history.case_rows(db, case="ngram-mod")
+    assert rows == queries.case_rows(db, case="ngram-mod")
 
 
 def test_an_empty_history_is_one_line_and_creates_nothing(tmp_path: Path, capsys) -> None:
@@ -85,7 +85,7 @@ def test_an_empty_history_is_one_line_and_creates_nothing(tmp_path: Path, capsys
     )
     assert not absent.parent.exists()
     empty = tmp_path / "empty.sqlite"
-    history.connect(empty).close()
+    schema.connect(empty).close()
     code, out = run(capsys, path=empty, case="mtp")
     assert code == 0 and out.startswith("no runs recorded yet")
 
@@ -169,6 +169,6 @@ def test_a_broken_models_or_options_text_is_skipped_too(db: Path, capsys: pytest
 
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET models = '{not json', options = '[' WHERE id = 1")
-    rows = history.runs(db)
+    rows = queries.runs(db)
     assert (rows[0]["models"], rows[0]["options"]) == (None, None) and rows[1]["models"] is not None
     assert "warning: broken JSON in history run " in capsys.readouterr().err

@@ -15,7 +15,7 @@ from histories import CASES, SHAPES
 from sitepage import page
 
 from specsuite.cli import main as cli
-from specsuite.history import db as history
+from specsuite.history import recording
 from specsuite.report.site import Built, Sources, build_site
 
 GROUP = "cpu-x86-64-avx2--cpu"
@@ -24,7 +24,7 @@ NOISY = len(CASES) * 2  # each case's speedup and decode_tps (acceptance is exac
 
 def _history(tmp: Path, docs: list[dict]) -> Path:
     db = tmp / "h.sqlite"
-    history.import_runs(histories.write(docs, tmp / "runs"), db)
+    recording.import_runs(histories.write(docs, tmp / "runs"), db)
     return db
 
 
@@ -52,7 +52,7 @@ def test_unchanged_series_come_from_the_cache_and_show_the_same(tmp_path: Path) 
     # one case gains a run: its two noisy series are computed, the other cases' read back
     doc = histories.history_docs([*SHAPES["step"], 0.8], [*speed, 0.2])[-1]
     doc["cases"] = {CASES[0]: doc["cases"][CASES[0]]}
-    history.import_runs(histories.write([doc], tmp_path / "more"), db)
+    recording.import_runs(histories.write([doc], tmp_path / "more"), db)
     gained, _ = _build(src, out)
     assert (gained.series_cached, gained.series_computed) == (NOISY - 2, 2)
     # every series loses its oldest run (a window of the last 12): all computed

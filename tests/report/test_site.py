@@ -366,7 +366,7 @@ def test_a_failed_build_leaves_the_old_site(tmp_path: Path, monkeypatch: pytest.
 
 def test_page_weight_for_a_thousand_runs(tmp_path: Path) -> None:
     """A case page with 1 000 runs, with everything it loads, stays under 2 MB."""
-    from specsuite.history import db as history
+    from specsuite.history import recording, schema
     from specsuite.results.document import decode_run
 
     doc = real(2)
@@ -374,9 +374,9 @@ def test_page_weight_for_a_thousand_runs(tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite"
     import contextlib
 
-    with contextlib.closing(history.connect(path)) as conn, history.transaction(conn):
+    with contextlib.closing(schema.connect(path)) as conn, schema.transaction(conn):
         for n in range(1000):
-            history.insert_run(conn, decode_run(at(doc, f"{n:040x}", n), "bench"))
+            recording.insert_run(conn, decode_run(at(doc, f"{n:040x}", n), "bench"))
     out = tmp_path / "site"
     build_site(Sources(path, None, None), out)
     html = out / "cases" / GROUP / "tiny-mtp-random.html"

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from specsuite.history import db as history
+from specsuite.history import recording
 from specsuite.report.site import Sources, build_site
 from specsuite.results.config import BuildOptions, RunConfig
 from specsuite.results.document import Binary, Device, Run
@@ -57,7 +57,7 @@ def test_configuration_changes_on_the_case_page_and_first_on_the_run_page(tmp_pa
         _run("b2b2b2b", 2, "0.75", 1.0),
         _run("c3c3c3c", 3, "0.00", 0.8571, [LINE]),
     ):
-        history.record_run(r, db)
+        recording.record_run(r, db)
     out = tmp_path / "site"
     build_site(Sources(db, None, None), out)
     [case_page] = (out / "cases").glob(f"*/{CASE}.html")

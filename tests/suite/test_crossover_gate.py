@@ -13,7 +13,7 @@ from pathlib import Path
 import histories
 import pytest
 
-from specsuite.history import db as history
+from specsuite.history import recording
 from specsuite.results.crossover import annotate
 from specsuite.results.document import Run
 from specsuite.results.record import Concurrency
@@ -65,7 +65,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPEC_HISTORY", str(path))
     base = sweep_run(0, PAYS_TO_4)
     assert [c.pays_up_to for c in annotate(base.cases.values())] == [4]  # as finish_run writes it
-    assert history.record_run(base, path) is not None
+    assert recording.record_run(base, path) is not None
     return path
 
 

@@ -18,7 +18,7 @@ import histories
 import pytest
 from histories import CASES, SHAPES, commit
 
-from specsuite.history import db as history
+from specsuite.history import recording
 from specsuite.results.document import Run
 from specsuite.results.summary import summary_markdown
 from specsuite.results.verdict import verdict
@@ -42,7 +42,7 @@ def judge_in_turn(docs: list[dict], db: Path, monkeypatch: pytest.MonkeyPatch, w
             if failures := gate.judge(ctx, rec):
                 rec.status, rec.reason = "failed", failures[0].reason
                 rec.message = "\n".join(f.message for f in failures)
-        assert history.record_run(run, db) is not None
+        assert recording.record_run(run, db) is not None
         out.append(run)
     return out
 

@@ -25,7 +25,7 @@ from fakellama import fake_llama
 
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.history import db as history
+from specsuite.history import queries, recording
 from specsuite.results.document import load_run
 from specsuite.results.junit import JUNIT_METRICS
 from specsuite.suite import gate
@@ -125,7 +125,7 @@ def db(seed: Seed, tmp_path: Path) -> Path:
     """A copy of the history that holds run A only (closed: SQLite checkpointed its WAL into the file)."""
     copy = tmp_path / "history.sqlite"
     shutil.copyfile(seed.db, copy)
-    assert len(history.runs(copy)) == 1
+    assert len(queries.runs(copy)) == 1
     return copy
 
 
@@ -134,7 +134,7 @@ def run_b(seed: Seed, tmp_path: Path, db: Path, counters: dict, *args: str, **en
 
 
 def commits(db: Path) -> list[str]:
-    return [r["llama_commit"] for r in history.runs(db)]
+    return [r["llama_commit"] for r in queries.runs(db)]
 
 
 def test_a_drop_against_the_earlier_commit_fails_regressed_naming_it(seed: Seed, db: Path, tmp_path) -> None:
@@ -267,7 +267,7 @@ def test_a_broken_baseline_record_never_turns_a_green_run_red(
 
     c = dict(seed.run.doc, run_id="c-run", started=seed.run.doc["finished"])  # after A, before B
     c["binary"] = {**c["binary"], "commit": "c3c3c3c"}
-    assert history.record_run(decode_run(c, "c"), db) is not None
+    assert recording.record_run(decode_run(c, "c"), db) is not None
     with sqlite3.connect(db) as conn:
         c_id = "(SELECT id FROM runs WHERE run_id = 'c-run')"
         conn.execute(f"UPDATE case_texts SET record = ? WHERE run = {c_id}", (broken,))

@@ -13,7 +13,7 @@ import pytest
 from specsuite import cli
 from specsuite.cases.schema import Case, load_cases, parse_case_file, select_cases
 from specsuite.common.errors import UserError
-from specsuite.history import db
+from specsuite.history import recording
 from specsuite.results.document import Binary, Device, Run
 from specsuite.results.record import CaseRecord
 from specsuite.suite import plan
@@ -52,7 +52,7 @@ def _record(path: Path, walls: dict[str, float], *, started: str, device: str = 
         binary=Binary(commit="abc1234", backend="cuda"),
         device=Device(name=device, device_class=device),
     )
-    row, problem = db.try_record(run, path)
+    row, problem = recording.try_record(run, path)
     assert row is not None, problem
 
 

@@ -165,7 +165,7 @@ def test_recorded_real_smoke_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, capsys) -> None:
-    from specsuite.history import db as history
+    from specsuite.history import recording
 
     monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "h.sqlite"))
     monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
@@ -178,7 +178,7 @@ def test_against_auto_uses_the_history_baseline(tmp_path: Path, monkeypatch, cap
         )
         compare_command(a=None, b=b, against="auto", plot=False)
     assert (
-        history.record_run(decode_run(as_history_run(BASE, "a" * 40, "2026-12-01T00:00:00+00:00"), "a"))
+        recording.record_run(decode_run(as_history_run(BASE, "a" * 40, "2026-12-01T00:00:00+00:00"), "a"))
         is not None
     )
     code, out = _cmp(None, b, capsys, against="auto", markdown=False)

@@ -1,0 +1,171 @@
+"""The baseline of a case: the run it is judged against (``find_baseline``: the nearest earlier measured
+llama.cpp commit on the same setup, by ancestry where the mirror knows it), and the runs before it that the
+drift gate reads (``earlier_runs``, by the same rule).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsuite.common.errors import UserError
+from specsuite.history.queries import RUN_TIME, configs_of, series_columns, series_row
+from specsuite.history.schema import reading, schema_version
+from specsuite.results.config import RunConfig
+from specsuite.results.record import CaseRecord, decode_record
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run a case is judged against, and the case's record there."""
+
+    run_id: str
+    commit: str
+    started: str  # the run's start time (its record time when the run had none)
+    record: CaseRecord  # the case record at that run
+    config: RunConfig | None = None  # that run's configuration (None: recorded before it was)
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """Short and full spellings of one commit match (either is a prefix of the other)."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def _by_ancestry(rows: list[sqlite3.Row], ancestors: list[str]) -> list[sqlite3.Row]:
+    """The rows of ancestor commits, nearest ancestor first (a commit's latest run first)."""
+    by_prefix: dict[str, list[sqlite3.Row]] = {}
+    for row in rows:  # newest first, so the first row of a commit is its latest run
+        by_prefix.setdefault(row["llama_commit"][:7], []).append(row)
+    out = []
+    for anc in ancestors:
+        anc = anc.lower()
+        out += [row for row in by_prefix.get(anc[:7], ()) if _same_commit(anc, row["llama_commit"])]
+    return out
+
+
+def _stored_record(
+    conn: sqlite3.Connection, row: sqlite3.Row, case: str, skipped: list[str] | None = None
+) -> CaseRecord | None:
+    """The case's stored record at ``row``'s run; None (a warning naming the run, which ``skipped`` also
+    gets) when it is broken. (Schema v1, read as it is by a reader that never migrates, kept it in the
+    cases table.)"""
+    table = "case_texts" if schema_version(conn) >= 2 else "cases"
+    found = conn.execute(f"SELECT record FROM {table} WHERE run = ? AND name = ?", (row["run"], case))
+    (text,) = found.fetchone() or ("null",)
+    try:
+        return decode_record(case, json.loads(str(text)), f"history run {row['run_id']}")
+    except (TypeError, ValueError, RecursionError, UserError) as exc:
+        why = " ".join(str(exc).split())[:300]
+        print(f"warning: skipping a broken history record of {case!r} in run {row['run_id']}: {why}",
+              file=sys.stderr)  # fmt: skip
+        if skipped is not None:
+            skipped.append(str(row["run_id"]))
+        return None
+
+
+def _check_time(conn: sqlite3.Connection, when: str | None) -> None:
+    """A time SQLite cannot read would silently match no run: say so instead."""
+    if when is not None and conn.execute("SELECT julianday(?)", (when,)).fetchone()[0] is None:
+        raise UserError(f"start time {when!r} is not an ISO 8601 time (e.g. 2026-12-01T10:00:00+00:00)")
+
+
+def find_baseline(
+    path: Path | None,
+    *,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None = None,
+    recording: bool = False,
+    skipped: list[str] | None = None,
+) -> Baseline | None:
+    """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
+
+    Candidates ran on the same device class and backend with the same cases.toml (same prompts, n_max and
+    models), and measured the case (passed, or failed only for a floor or regression, with numbers).
+
+    With ``ancestors`` (``commit``'s ancestry from the llama.cpp mirror, nearest first) the nearest
+    ancestor that has such a run wins (its latest run), and only ancestors qualify: a sibling branch's
+    commit says nothing about what this commit changed. Without, the latest such run by time.
+
+    ``before`` (the judged run's start, ISO 8601): only runs that started earlier qualify, so judging an
+    old run (``compare --against auto``) never takes a run recorded after it; None: every run.
+
+    A run of ``commit`` itself is never its baseline: a rerun of a bad commit would otherwise compare
+    with its own earlier run, pass, and hide the regression that commit introduced. Commits match by
+    prefix, so a short recorded sha equals its full spelling. A candidate whose stored record is broken
+    (not JSON, the wrong shape) is skipped with a warning, and its run id goes into ``skipped`` (for the
+    run's summary: pytest keeps a passing case's stderr): the next one is the baseline. None when there is
+    no candidate (or no history yet); a history that cannot be read is a UserError. ``recording``: the
+    lookup of a run that records itself (see ``reading``); otherwise the file is opened read-only.
+    """
+    with reading(path, recording=recording) as conn:
+        if conn is None:
+            return None
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        for row in rows:
+            if (record := _stored_record(conn, row, case, skipped)) is not None:  # a broken row: the next
+                config = configs_of(conn, [row["run_id"]]).get(row["run_id"])
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record, config)
+    return None
+
+
+def _candidates(
+    conn: sqlite3.Connection,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None,
+) -> list[sqlite3.Row]:
+    """find_baseline's candidates for ``case`` at ``commit``, nearest first (see there)."""
+    commit = commit.strip().lower()
+    # julianday: times compare as instants whatever their offset spelling (+00:00, Z, +02:00)
+    sql = (
+        f"SELECT {series_columns(conn)} FROM cases c JOIN runs r ON r.id = c.run "
+        "WHERE c.name = :case AND c.measured = 1 AND r.device_class = :device_class "
+        "AND r.backend = :backend AND r.cases_sha256 = :cases_sha256 "
+        f"AND (:before IS NULL OR julianday({RUN_TIME}) < julianday(:before)) "
+        f"ORDER BY {RUN_TIME} DESC, r.id DESC"
+    )
+    args = {"case": case, "device_class": device_class, "backend": backend, "cases_sha256": cases_sha256}
+    _check_time(conn, before)
+    conn.row_factory = sqlite3.Row
+    found = conn.execute(sql, {**args, "before": before}).fetchall()
+    rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
+    return _by_ancestry(rows, ancestors) if ancestors is not None else rows
+
+
+def earlier_runs(
+    path: Path | None,
+    *,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None = None,
+    limit: int,
+    recording: bool = False,
+) -> list[dict[str, Any]]:
+    """The ``limit`` runs nearest before ``commit`` that measured ``case``, by find_baseline's rule
+    (same setup, measured, ancestors only when ``ancestors`` is given, started ``before``), nearest first.
+
+    Each: run_id, commit, started, status, reason, accept_rate, accept_len, pos0_rate, speedup (the median
+    of the repeats), decode_tps, speed_repeat, nondeterministic (1, 0, or None: not recorded), block_ratio,
+    block_ms, implausible_speed. ``recording`` as in find_baseline."""
+    with reading(path, recording=recording) as conn:
+        if conn is None:
+            return []
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        return [series_row(r) for r in rows[:limit]]
