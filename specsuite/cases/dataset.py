@@ -27,18 +27,23 @@ UNRESOLVED_MARKERS = ("FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE",)
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
+    try:  # JSON Lines are UTF-8 (RFC 8259): a prompt of other bytes is no text to send
+        lines = path.read_bytes().decode("utf-8").split("\n")  # not splitlines: U+2028 may be in a string
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}): not a JSON Lines file"
+        ) from None
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise UserError(f"{path}: line {n} is not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}: line {n} is not a JSON object")
-            rows.append(row)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise UserError(f"{path}: line {n} is not JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: line {n} is not a JSON object")
+        rows.append(row)
     return rows
 
 

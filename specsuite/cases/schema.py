@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,7 +20,7 @@ from msgspec import Meta
 
 from specsuite.common import declared, paths, tomldata
 from specsuite.common.errors import UserError
-from specsuite.common.serverflags import SPEC_FLAG_PREFIXES, server_args_problem
+from specsuite.common.serverflags import ALLOWED, SPEC_FLAG_PREFIXES, server_args_problem, speculative_option
 from specsuite.common.settings import MAX_REPEAT
 
 LABEL = "cases.toml"
@@ -70,7 +71,10 @@ MAX_N_PREDICT = 16384
 NPredict = Annotated[
     int, Meta(ge=1, le=MAX_N_PREDICT, description=f"an integer from 1 to {MAX_N_PREDICT} (tokens)")
 ]
-Temperature = Annotated[float, Meta(ge=0, le=2, description="a number in [0, 2]")]
+MAX_TEMPERATURE = 2.0
+Temperature = Annotated[
+    float, Meta(ge=0, le=MAX_TEMPERATURE, description=f"a number in [0, {MAX_TEMPERATURE:g}]")
+]
 FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
 # The concurrency axis: the server's slots (--parallel) and the concurrent streams of requests. --ctx-size
 # grows with the slots (llama.cpp divides it among them), so every slot holds CTX_SIZE whatever the slots.
@@ -87,6 +91,18 @@ class CategoryFloors(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     min_accept_rate: Unit | None = None
     min_accept_len: Annotated[float, Meta(ge=0, description="a number >= 0")] | None = None
+
+    def __post_init__(self) -> None:
+        _check_finite(self)
+
+
+def _check_finite(table: msgspec.Struct) -> None:
+    """TOML has inf and nan; no key of a case means either (min_speedup = inf is a case that cannot pass,
+    accept_len_tolerance = inf a check that cannot fail), whatever range its type declares."""
+    for key in table.__struct_fields__:
+        value = getattr(table, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{key} = {value}: not a finite number")
 
 
 class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -161,6 +177,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     calibration: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         self._check_method()
         self._check_defaults()
         self._check_floors()
@@ -219,7 +236,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         given = [
             k for k in ("n_max", "n_min", "p_min", "synth_rates", "synth_len") if getattr(self, k) is not None
         ]
-        given += [a for a in self.server_args if a.split("=", 1)[0].startswith(SPEC_FLAG_PREFIXES)]
+        given += [
+            a
+            for a in self.server_args
+            if a.split("=", 1)[0].startswith(SPEC_FLAG_PREFIXES)
+            or (a in ALLOWED and speculative_option(ALLOWED[a].spellings))
+        ]  # -ctkd: --spec-draft-type-k
         if given:
             raise ValueError(
                 f"defaults = true leaves every speculative setting at the binary's default; remove "
@@ -243,7 +265,8 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         case's servers on one thread."""
         if self.pin_cpu and not _one_thread(self.server_args):
             raise ValueError(
-                'pin_cpu puts the servers on one CPU: give them one thread (server_args = ["--threads", "1"])'
+                "pin_cpu puts the servers on one CPU: give them one thread "
+                '(server_args = ["--threads", "1"]; every thread flag 1, the last of each counting)'
             )
         if (why := server_args_problem(self.server_args, mode_case=self.mode is not None)) is not None:
             raise ValueError(f"server_args: {why}")
@@ -278,10 +301,17 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"synth_rates {rates} must be non-increasing (entry i = P(first i+1 accepted))")
 
 
+# Every flag that sets a thread count of a server (its first spelling in CASE_FLAGS): on one pinned CPU, each
+# must be 1 (the batch and draft threads default to --threads).
+_THREAD_FLAGS = ("-t", "-tb", "--spec-draft-threads", "--spec-draft-threads-batch")
+
+
 def _one_thread(args: tuple[str, ...]) -> bool:
-    """Whether ``server_args`` set one thread (``--threads 1``, ``-t 1`` or ``--threads=1``)."""
-    pairs = [*itertools.pairwise(args), *(tuple(a.split("=", 1)) for a in args if "=" in a)]
-    return any(flag in ("--threads", "-t") and value == "1" for flag, value in pairs)
+    """Whether ``server_args`` leave the servers one thread: ``--threads 1`` (or ``-t 1``), the last of each
+    thread flag 1 (llama.cpp takes the last: ``--threads 1 --threads 2`` runs two)."""
+    last = {ALLOWED[flag].spellings[0]: value for flag, value in itertools.pairwise(args) if flag in ALLOWED}
+    threads = {k: v for k, v in last.items() if k in _THREAD_FLAGS}
+    return threads.get("-t") == "1" and all(v == "1" for v in threads.values())
 
 
 class Case(CaseTable, frozen=True):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common.errors import UserError
-from specsuite.history.queries import RUN_TIME, configs_of, series_columns, series_row
+from specsuite.history.queries import RUN_TIME, configs_of, series_columns, series_row, sound_series
 from specsuite.history.schema import reading, schema_version
 from specsuite.results.config import RunConfig
 from specsuite.results.record import CaseRecord, decode_record
@@ -168,4 +168,4 @@ def earlier_runs(
         if conn is None:
             return []
         rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
-        return [series_row(r) for r in rows[:limit]]
+        return sound_series([series_row(r) for r in rows])[:limit]

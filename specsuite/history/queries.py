@@ -14,7 +14,7 @@ import json
 import sqlite3
 import statistics
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +115,47 @@ def _broken(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _sound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+# The numbers the change points and the drift gate read (series_columns): a text there was a TypeError and
+# exit 3 in `changes`, `report` and a live run's drift gate.
+_SERIES_NUMBERS = (
+    "accept_rate",
+    "accept_len",
+    "pos0_rate",
+    "speedup",
+    "decode_tps",
+    "block_ratio",
+    "block_ms",
+)
+_SERIES_FLAGS = ("speed_repeat", "nondeterministic", "implausible_speed")
+
+
+def _series_broken(row: dict[str, Any]) -> str | None:
+    for key in _SERIES_NUMBERS:
+        if row[key] is not None and finite(row[key]) is None:
+            return f"{key} is {row[key]!r}, not a number"
+    for key in _SERIES_FLAGS:
+        if row[key] is not None and (not isinstance(row[key], int) or row[key] < 0):
+            return f"{key} is {row[key]!r}, not a whole number"
+    return None
+
+
+def _sound(
+    rows: list[dict[str, Any]], broken: Callable[[dict[str, Any]], str | None] = _broken
+) -> list[dict[str, Any]]:
+    """The rows ``broken`` finds nothing wrong with; one warning for each other one."""
     out = []
     for row in rows:
-        if (why := _broken(row)) is None:
+        if (why := broken(row)) is None:
             out.append(row)
             continue
-        print(f"warning: skipping a broken history row of {row['case']!r} in run {row['run_id']}: {why}",
-              file=sys.stderr)  # fmt: skip
+        of = f" of {row['case']!r}" if "case" in row else ""
+        print(f"warning: skipping a broken history row{of} in run {row['run_id']}: {why}", file=sys.stderr)
     return out
+
+
+def sound_series(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``series_row`` rows whose numbers are numbers (a hand-edited history may hold text there)."""
+    return _sound(rows, _series_broken)
 
 
 def case_rows(
@@ -270,4 +302,5 @@ def series(
             + f"ORDER BY c.name, {RUN_TIME}, r.id"
         )
         conn.row_factory = sqlite3.Row
-        return [series_row(r) for r in conn.execute(sql, [*args, *([case] if case is not None else [])])]
+        found = conn.execute(sql, [*args, *([case] if case is not None else [])])
+        return sound_series([series_row(r) for r in found])

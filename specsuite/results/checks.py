@@ -19,9 +19,12 @@ from typing import Any
 
 import msgspec
 
+from specsuite.cases.schema import MAX_PARALLEL, MAX_TEMPERATURE
+from specsuite.common.settings import MAX_REPEAT
 from specsuite.results.document import KNOWN_SCHEMAS, Run, run_id_problem
-from specsuite.results.record import STATUSES, CaseRecord, SpeedSamples, finite
+from specsuite.results.record import STATUSES, CaseRecord, Np1, SpeedSamples, finite
 from specsuite.server.metrics import Delta
+from specsuite.server.probe import plain_text_problem
 
 # A counter of one case in one run: tokens a server drafted or accepted. A trillion is far beyond any run
 # (a nightly tier drafts millions) and far inside SQLite's 64-bit INTEGER, so a counter of 2^80 is refused
@@ -30,6 +33,13 @@ MAX_COUNT = 10**12
 # Another machine's clock may run ahead of this one's; by more than this, a start is in the future.
 CLOCK_SKEW = dt.timedelta(hours=1)
 _UNIT = ("accept_rate", "pos0_rate", "identical_fraction")
+# Linux's largest CPU count (NR_CPUS) is 8192: a pinned CPU's number is below it.
+MAX_CPU = 8192
+# The parts of a record that hold only amounts, each >= 0: times, speeds, sizes, counts, rates. A negative
+# one (or a count beyond any run) in an imported document would be a baseline no live run could beat or
+# lose to (a block ratio of -5 makes every later run's overhead a regression; a crossover of 2^80
+# overflows the history's integer).
+_AMOUNTS = ("blocks", "memory", "prefill", "concurrency", "categories")
 
 
 def _short(value: Any) -> str:
@@ -121,6 +131,95 @@ def _speed_problem(rec: CaseRecord) -> str | None:
     return next((f"{key} {v:g} is negative" for key, v in _finite_values(times) if v < 0), None)
 
 
+def _amount_problems(value: Any, path: str) -> Iterator[str]:
+    """Every negative number, and every integer beyond MAX_COUNT, in a plain-data value, by its path."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not 0 <= value <= MAX_COUNT:
+        yield f"{path} {_short(value)} is not an amount (an integer from 0 to {MAX_COUNT})"
+    elif isinstance(value, float) and value < 0:
+        yield f"{path} {value:g} is negative"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _amount_problems(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _amount_problems(v, f"{path}[{i}]")
+
+
+def _text_problems(value: Any, path: str) -> Iterator[str]:
+    """Every text of a configuration (keys too) that no binary states: control characters, or longer than
+    a --help default is kept (server.probe.stated_default); such text reached the terminal and the site."""
+    if isinstance(value, str):
+        if (why := plain_text_problem(value)) is not None:
+            yield f"{path} {_short(value)} {why}: not a configuration a binary states"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _text_problems(k, f"{path} key")
+            yield from _text_problems(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _text_problems(v, f"{path}[{i}]")
+
+
+def _added_problems(rec: CaseRecord) -> list[str]:
+    """The fields added since the first checks (per-block cost, memory, prefill, concurrency, categories,
+    temperature, pinned CPUs, repeats): what a live run writes there, and nothing else."""
+    data = msgspec.to_builtins(rec)
+    out = [p for key in ("block_ms", "token_ms", "block_ratio", "tokens_per_block", *_AMOUNTS)
+           for p in _amount_problems(data.get(key), key)]  # fmt: skip
+    out += _text_problems(data.get("config"), "config")
+    out += _slots_problem("parallel", rec.parallel) + _slots_problem("streams", rec.streams)
+    if not 0 <= rec.temperature <= MAX_TEMPERATURE:
+        out.append(f"temperature {rec.temperature:g} is outside [0, {MAX_TEMPERATURE:g}]")
+    if rec.cpus is not None and not all(0 <= c < MAX_CPU for c in rec.cpus):
+        out.append(f"cpus {_short(rec.cpus)} are not CPU numbers from 0 to {MAX_CPU - 1}")
+    if rec.speed is not None and rec.speed.repeat is not None and not 1 <= rec.speed.repeat <= MAX_REPEAT:
+        out.append(f"speed.repeat {_short(rec.speed.repeat)} is not a whole number from 1 to {MAX_REPEAT}")
+    return out + _concurrency_problems(rec) + _category_problems(rec)
+
+
+def _slots_problem(key: str, value: int, low: int = 1) -> list[str]:
+    ok = low <= value <= MAX_PARALLEL
+    return [] if ok else [f"{key} {_short(value)} is not a slot count from {low} to {MAX_PARALLEL}"]
+
+
+def _concurrency_problems(rec: CaseRecord) -> list[str]:
+    conc = rec.concurrency
+    if conc is None:
+        return []
+    out = _slots_problem("concurrency.parallel", conc.parallel)
+    out += _slots_problem("concurrency.streams", conc.streams)
+    if conc.crossover_np is not None:
+        out += _slots_problem("concurrency.crossover_np", conc.crossover_np, low=0)
+    for i, r in enumerate(conc.per_request):
+        if r.accepted > r.drafted:
+            out.append(f"concurrency.per_request[{i}]: accepted {r.accepted} > drafted {r.drafted}")
+    np1 = conc.np1 or Np1(source="")
+    for key in ("accept_rate", "identical_fraction"):
+        if (v := getattr(np1, key)) is not None and v > 1:
+            out.append(f"concurrency.np1.{key} {v:g} is outside [0, 1]")
+    if np1.accept_len is not None and np1.accept_len < 1:
+        out.append(f"concurrency.np1.accept_len {np1.accept_len:g} is below 1")
+    return out
+
+
+def _category_problems(rec: CaseRecord) -> list[str]:
+    out = []
+    for name, cat in rec.categories.items():
+        unit = {"accept_rate": cat.accept_rate, "identical_fraction": cat.identical_fraction}
+        out += [
+            f"categories.{name}.{k} {v:g} is outside [0, 1]"
+            for k, v in unit.items()
+            if v is not None and v > 1
+        ]
+        if any(r is not None and r > 1 for r in cat.per_position_rate):
+            out.append(f"categories.{name}.per_position_rate has a rate above 1")
+        if None not in (cat.drafted, cat.accepted) and cat.accepted > cat.drafted:  # type: ignore[operator]
+            out.append(f"categories.{name}: accepted {cat.accepted} > drafted {cat.drafted}")
+    return out
+
+
 def record_problems(rec: CaseRecord) -> list[str]:
     """Why this case record cannot be a live run's (empty: it can).
 
@@ -133,6 +232,9 @@ def record_problems(rec: CaseRecord) -> list[str]:
     if rec.n_max is not None and rec.n_max < 1:
         out.append(f"n_max {rec.n_max} is not a draft length >= 1")
     if out:  # a NaN makes every range below meaningless
+        return out
+    out += _added_problems(rec)
+    if out:
         return out
     insane = rec.status == "failed" and rec.reason == "sanity"
     out += _counters("", rec.drafted, rec.accepted, rec.drafts, rec.per_position, relations=not insane)
@@ -164,6 +266,7 @@ def header_problems(run: Run) -> list[str]:
         out.append(f"finished {run.finished} is before started {run.started}")
     header = msgspec.to_builtins(msgspec.structs.replace(run, cases={}))
     out += _not_finite(header, "")
+    out += _text_problems(header.get("config"), "config")
     if (wall := finite(run.wall_s)) is not None and wall < 0:
         out.append(f"wall_s {wall:g} is negative")
     return out

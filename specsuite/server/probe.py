@@ -32,7 +32,7 @@ from specsuite.common.serverflags import (
 )
 from specsuite.common.statcache import StatCache
 
-SCHEMA = 4  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 5  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
@@ -186,6 +186,31 @@ def parse_speculative(help_text: str) -> tuple[frozenset[str], frozenset[str]]:
 
 
 _DEFAULT_RE = re.compile(r"\bdefault:\s*([^)]*?)\s*\)")
+# A default as --help states it is a few words (the pinned build's longest: 34 characters). The text is the
+# binary's (LLAMA_SERVER_BIN_PATH may name a wrapper printing anything): it goes into results.json, the
+# history, the summary, `changes` on a terminal and every case page of the site, so what is kept is bounded
+# and printable (a 10 MB default made an 84 MB case page; an ANSI escape cleared the terminal of `changes`).
+MAX_DEFAULT_TEXT = 200
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def plain_text_problem(text: str) -> str | None:
+    """Why ``text`` is not a default as a binary states one (None: it is): control characters, or more than
+    MAX_DEFAULT_TEXT characters."""
+    if _CONTROL_RE.search(text):
+        return "holds control characters"
+    return (
+        f"is {len(text)} characters long (at most {MAX_DEFAULT_TEXT})"
+        if len(text) > MAX_DEFAULT_TEXT
+        else None
+    )
+
+
+def stated_default(text: str) -> str:
+    """A default's text as a run records it: control characters as U+FFFD, cut at MAX_DEFAULT_TEXT (a cut
+    default ends with "..."), so that a default that changed still shows as changed."""
+    text = _CONTROL_RE.sub("\ufffd", text)
+    return text if len(text) <= MAX_DEFAULT_TEXT else text[: MAX_DEFAULT_TEXT - 3] + "..."
 
 
 def parse_defaults(help_text: str) -> dict[str, tuple[tuple[str, ...], str | None]]:
@@ -203,7 +228,7 @@ def parse_defaults(help_text: str) -> dict[str, tuple[tuple[str, ...], str | Non
         if key is None or REMOVED_MARKER in desc.lower():
             continue
         m = _DEFAULT_RE.search(desc)
-        out[key] = (tuple(names), m.group(1).strip("'\"") if m else None)
+        out[key] = (tuple(names), stated_default(m.group(1).strip("'\"")) if m else None)
     return out
 
 

@@ -82,6 +82,13 @@ def test_a_line_that_is_not_a_json_object(tmp_path) -> None:
             read_rows(path, _src())
 
 
+def test_a_file_that_is_not_utf8_is_one_error(tmp_path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "\\u00e9 ok", "category": "x"}\n{"id": "b", "text": "\xff\xfe"}\n')
+    with pytest.raises(UserError, match=r"d\.jsonl: not UTF-8 \(invalid start byte at byte \d+\)"):
+        read_rows(path, _src())
+
+
 def test_parquet(tmp_path) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -93,6 +93,13 @@ def test_full_vocabulary_parses() -> None:
         ("speed_rtol = 1.0\n", "speed_rtol must be a fraction in (0, 1), got 1.0"),
         ("decode_rtol = 0\n", "decode_rtol must be a fraction in (0, 1), got 0"),
         ('pin_cpu = true\nserver_args = ["-t", "2"]\n', "give them one thread"),
+        # round five: TOML's inf and nan, and llama.cpp taking the last of a repeated flag
+        ("min_speedup = inf\n", "min_speedup = inf: not a finite number"),
+        ("expect_accept_len = nan\naccept_len_tolerance = 0.1\n", "expect_accept_len = nan: not a finite"),
+        ("expect_accept_len = 2.0\naccept_len_tolerance = inf\n", "accept_len_tolerance = inf: not a finite"),
+        ("category_floors = { x = { min_accept_len = inf } }\n", "min_accept_len = inf: not a finite number"),
+        ('pin_cpu = true\nserver_args = ["--threads", "1", "--threads", "2"]\n', "give them one thread"),
+        ('pin_cpu = true\nserver_args = ["--threads", "1", "-tb", "8"]\n', "give them one thread"),
     ],
 )
 def test_bad_case_is_one_clear_error(extra: str, needle: str) -> None:
@@ -451,6 +458,8 @@ def test_a_defaults_case_gives_the_type_and_nothing_else_speculative() -> None:
         ("synth_len = 2.0\n", "synth_len"),
         ('server_args = ["--threads", "1", "--spec-draft-p-split", "0.2"]\n', "--spec-draft-p-split"),
         ('server_args = ["--spec-draft-type-k=q8_0"]\n', "--spec-draft-type-k=q8_0"),
+        ('server_args = ["-ctkd", "q8_0"]\n', "-ctkd"),  # --spec-draft-type-k by its other spelling
+        ('server_args = ["--threads-draft", "2"]\n', "--threads-draft"),
     ):
         with pytest.raises(
             UserError, match=f"leaves every speculative setting at the binary's default; remove {named}"
@@ -458,6 +467,12 @@ def test_a_defaults_case_gives_the_type_and_nothing_else_speculative() -> None:
             parse_cases(DEFAULTS + extra)
     with pytest.raises(UserError, match="give spec_type"):
         parse_cases(DEFAULTS.replace('spec_type = "draft-mtp"\n', "spec_default = true\n"))
+
+
+def test_a_pinned_case_with_every_thread_flag_1_loads() -> None:
+    args = '["--threads", "2", "--threads", "1", "-tb", "1"]'
+    (c,) = _one(f"pin_cpu = true\nserver_args = {args}\n")
+    assert c.pin_cpu and c.server_args[-1] == "1"
 
 
 def test_the_real_defaults_cases_pin_nothing_speculative() -> None:

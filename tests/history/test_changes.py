@@ -327,3 +327,21 @@ def test_the_p_value_is_scipys_permutation_test() -> None:
             rng=np.random.default_rng(1),
         ).pvalue
         assert abs(ours - theirs) < 0.05, (shift, ours, theirs)
+
+
+@pytest.mark.parametrize(("column", "value"), [("block_ratio", "fast"), ("speed_repeat", "lots")])
+def test_text_in_a_number_column_skips_the_row_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: str
+) -> None:
+    """A hand-edited history (round five): a text where the change points read a number was a TypeError,
+    exit 3, in `changes`, `report` and a live run's drift gate."""
+    import sqlite3
+
+    db = make_db(tmp_path, SHAPES["step"])
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE cases SET {column} = ? WHERE run = 1", (value,))
+    assert cli.main(["changes", "--db", str(db), "--case", CASES[0]]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: skipping a broken history row of {CASES[0]!r} in run h00: {column} is {value!r}" in err
+    rows = queries.series(db, case=CASES[0])
+    assert "h00" not in {r["run_id"] for r in rows} and len(rows) == 11

@@ -81,6 +81,34 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     "id-path": (lambda d: d.update(run_id="../../etc"), "run_id '../../etc' is not a plain name"),
     "id-newline": (lambda d: d.update(run_id="a\nb"), "is not a plain name"),
     "id-slash": (lambda d: d.update(run_id="a/b"), "run_id 'a/b' is not a plain name"),
+    # round five: the fields added since (per-block cost, concurrency, memory, configuration)
+    "block-ratio-negative": (lambda d: _set(d, "block_ratio", -5.0), "block_ratio -5 is negative"),
+    "crossover-2^80": (
+        lambda d: _set(d, "concurrency", {"parallel": 2, "streams": 2, "crossover_np": 2**80}),
+        "concurrency.crossover_np 1208925819614629174706176 is not an amount",
+    ),
+    "crossover-10^9": (
+        lambda d: _set(d, "concurrency", {"parallel": 2, "streams": 2, "crossover_np": 10**9}),
+        "concurrency.crossover_np 1000000000 is not a slot count from 0 to 64",
+    ),
+    "np1-rate-7": (
+        lambda d: _set(d, "concurrency", {"np1": {"source": "x", "accept_rate": 7.0}}),
+        "concurrency.np1.accept_rate 7 is outside [0, 1]",
+    ),
+    "streams-10^9": (lambda d: _set(d, "streams", 10**9), "streams 1000000000 is not a slot count from 1"),
+    "memory-negative": (
+        lambda d: _set(d, "memory", {"peak_rss_mib": -100.0}),
+        "memory.peak_rss_mib -100 is negative",
+    ),
+    "temperature": (lambda d: _set(d, "temperature", -1.0), "temperature -1 is outside [0, 2]"),
+    "config-escape": (
+        lambda d: d.update(config={"defaults": {"--poll": "\x1b[2J50"}}),
+        "config.defaults.--poll '\\x1b[2J50' holds control characters",
+    ),
+    "config-1mb": (
+        lambda d: d.update(config={"defaults": {"--poll": "5" * 2**20}}),
+        "is 1048576 characters long (at most 200)",
+    ),
 }
 # NaN and infinities (strict JSON has none, json.loads reads them) and half a character: written as text
 RAW: dict[str, tuple[str, str, str]] = {

@@ -389,3 +389,17 @@ def test_real_build(capsys):
         assert (caps.options, caps.removed, caps.spec_types) == recorded
     probe_report.print_table(caps, None)
     assert f"commit:  {caps.commit}" in capsys.readouterr().out
+
+
+def test_a_default_is_kept_bounded_and_printable() -> None:
+    """A wrapper posing as llama-server may state any default: a 10 MB one made an 84 MB case page of the
+    site, an ANSI escape cleared the terminal of `changes` (hostile inputs, round five)."""
+    text = (HELP_DIR / "current.txt").read_text(encoding="utf-8")
+    assert "(default: 0.00)" in text and "default: 50)" in text
+    hostile = text.replace("(default: 0.00)", f"(default: {'9' * 10**7})", 1)
+    hostile = hostile.replace("default: 50)", "default: \x1b[2J5\x070)", 1)
+    found = probe.parse_defaults(hostile)
+    p_min, poll = found["--spec-draft-p-min"][1], found["--poll"][1]
+    assert p_min is not None and len(p_min) == probe.MAX_DEFAULT_TEXT and p_min.endswith("...")
+    assert poll == "\ufffd[2J5\ufffd0"
+    assert probe.parse_defaults(text)["--poll"][1] == "50"  # a real default as it is
