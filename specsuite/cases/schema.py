@@ -128,7 +128,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     min_identical_fraction: Unit | None = None
     min_speedup: Positive | None = None
     uncalibrated: bool = False  # report-only until `calibrate` writes its floors
-    n_min: int | None = None
+    n_min: Annotated[int, Meta(ge=0, description="an integer >= 0")] | None = None
     p_min: Unit | None = None
     synth_rates: Annotated[tuple[Unit, ...], Meta(min_length=1, description="a non-empty list")] | None = None
     synth_len: Annotated[float, Meta(ge=1, description="a mean accept length >= 1")] | None = None
@@ -193,6 +193,10 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(
                 f"n_max = {self.n_max} is more than n_predict = {self.n_predict}: a draft longer than the "
                 "generation it speeds up is never accepted"
+            )
+        if self.n_min is not None and self.n_max is not None and self.n_min > self.n_max:
+            raise ValueError(
+                f"n_min = {self.n_min} is more than n_max = {self.n_max}: no draft can be both (lower n_min)"
             )
         if (self.expect_accept_len is None) != (self.accept_len_tolerance is None):
             raise ValueError("expect_accept_len and accept_len_tolerance go together")

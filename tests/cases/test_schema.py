@@ -138,6 +138,8 @@ def test_missing_floor_and_unknown_spec_type() -> None:
         (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "detect"]'), "cannot be part of a chain"),
         (('spec_type = "ngram-mod"', 'spec_type = ["ngram-mod", "ngram-mod"]'), "names a type twice"),
         (("n_max = 3\n", ""), "missing n_max"),
+        (("n_max = 3\n", "n_max = 3\nn_min = -5\n"), "an integer >= 0"),
+        (("n_max = 3\n", "n_max = 3\nn_min = 4\n"), "n_min = 4 is more than n_max = 3"),
         (
             ('spec_type = "ngram-mod"', 'spec_type = ["none", "ngram-mod"]'),
             "'none' cannot be part of a chain",
