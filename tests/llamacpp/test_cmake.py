@@ -481,7 +481,11 @@ def test_buildinfo_load_rejects_garbage(isolated: Path) -> None:
 def _blocking_tree(root: Path, gate: Path) -> Path:
     """A tiny tree whose compile waits until ``gate`` exists: a build that holds its folder's lock."""
     tree = fake_tree(root)
-    (tree / "gate.sh").write_text(f"while [ ! -e {gate} ]; do sleep 0.1; done\n")
+    # ninja runs each command in a process group of its own: killing the build's group leaves this script,
+    # so the test opens the gate when it ends, and the script gives up after 10 minutes whatever happens
+    (tree / "gate.sh").write_text(
+        f"i=0; while [ ! -e {gate} ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done\n"
+    )
     wait = "add_custom_target(gate COMMAND sh ${CMAKE_SOURCE_DIR}/gate.sh)\n"
     (tree / "CMakeLists.txt").write_text(FAKE_CMAKE + wait + "add_dependencies(llama-server gate)\n")
     return tree
@@ -537,6 +541,7 @@ def test_a_build_waiting_for_another_build_of_its_folder_says_so_and_names_it(
         for proc in started:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
+        (isolated / "never").touch()  # the compile's gate script, outside the build's group, ends
     head = f"build: waiting for the build folder {plan.build_dir}: pid {started[0].pid} "
     assert waiter[-1].startswith(head + f"({Path(sys.executable).name} -c from specsuite"), waiter
     assert waiter[-1].endswith(f") holds {lock}")
