@@ -8,12 +8,12 @@ import json
 import math
 import random
 import re
-import subprocess
 from pathlib import Path
 
 import histories
 import pytest
 from histories import CASES, SHAPES, commit
+from sitedata import git_commits
 
 from specsuite import cli
 from specsuite.common.errors import UserError
@@ -119,25 +119,11 @@ def test_a_nondeterministic_case_is_judged_with_statistics(tmp_path: Path) -> No
 # --- ordering by ancestry --------------------------------------------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
-    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
-    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def test_ancestry_orders_what_time_does_not(tmp_path: Path) -> None:
     """Twelve commits run in a shuffled order: with the mirror the step is at its commit, by time not."""
     repo = tmp_path / "llama.cpp"
-    repo.mkdir()
-    _git(repo, "init", "--quiet")
-    shas = []
-    for i in range(12):
-        _git(repo, "commit", "--quiet", "--allow-empty", "-m", f"commit {i}")
-        shas.append(_git(repo, "rev-parse", "HEAD"))
-    docs = histories.history_docs(SHAPES["step"])
-    when = [doc["started"] for doc in docs]
-    random.Random(3).shuffle(when)
-    for doc, sha, started in zip(docs, shas, when, strict=True):
-        doc["binary"]["commit"], doc["started"] = sha, started
+    shas = git_commits(repo, 12)
+    docs = histories.run_out_of_order(histories.history_docs(SHAPES["step"]), shas)
     db = tmp_path / "h.sqlite"
     recording.import_runs(histories.write(docs, tmp_path / "runs"), db)
 

@@ -5,13 +5,12 @@ runs (tests/histories.py: real speed noise, four cases)."""
 
 from __future__ import annotations
 
-import random
-import subprocess
 from pathlib import Path
 
 import histories
 import pytest
 from histories import CASES, SHAPES
+from sitedata import git_commits
 from sitepage import page
 
 from specsuite.cli import main as cli
@@ -61,25 +60,10 @@ def test_unchanged_series_come_from_the_cache_and_show_the_same(tmp_path: Path) 
     assert shown == _build(Sources(db, None, tmp_path / "no-mirror", last=12), tmp_path / "plain")[1]
 
 
-def _git(repo: Path, *args: str) -> str:
-    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args]
-    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def test_a_series_whose_order_changed_is_computed_again(tmp_path: Path) -> None:
     """The same runs ordered by time, then by the mirror's ancestry (they were run out of order)."""
     repo = tmp_path / "mirror"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    shas = []
-    for i in range(12):
-        _git(repo, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
-        shas.append(_git(repo, "rev-parse", "HEAD"))
-    docs = histories.history_docs(SHAPES["step"])
-    when = [doc["started"] for doc in docs]
-    random.Random(3).shuffle(when)
-    for doc, sha, started in zip(docs, shas, when, strict=True):
-        doc["binary"]["commit"], doc["started"] = sha, started
+    docs = histories.run_out_of_order(histories.history_docs(SHAPES["step"]), git_commits(repo, 12))
     db = _history(tmp_path, docs)
     cache, out = tmp_path / "changes.json", tmp_path / "site"
     by_time = build_site(Sources(db, None, tmp_path / "no-mirror", cache=cache), out)
