@@ -95,10 +95,16 @@ def effective(run: RunConfig | None, case: CaseConfig | None) -> dict[str, tuple
     return out
 
 
-def _changed(kind: str, before: dict[str, Any], after: dict[str, Any], skip: set[str]) -> list[str]:
+def _differing(before: dict[str, Any], after: dict[str, Any], order: Any = None) -> list[str]:
+    """The keys one side lacks or the two sides give different values, in ``order`` (a sort key)."""
+    keys = set(before) | set(after)
+    return sorted((k for k in keys if (k in before, before.get(k)) != (k in after, after.get(k))), key=order)
+
+
+def _changed(kind: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     out = []
-    for key in sorted(set(before) | set(after)):
-        if key in skip or before.get(key) == after.get(key):
+    for key in _differing(before, after):
+        if before.get(key) == after.get(key):  # a key given as null on one side only: no change to name
             continue
         if key not in before:
             out.append(f"{kind}{key}: new ({after[key]})")
@@ -129,8 +135,8 @@ def changes(
     pinned = set(case_a.passed if case_a else {}) | set(case_b.passed if case_b else {})
     out = []
     a, b = run_a.defaults, run_b.defaults
-    for key in sorted(set(a) | set(b), key=_order):
-        if key in pinned or (key in a and key in b and a[key] == b[key]):
+    for key in _differing(a, b, _order):
+        if key in pinned:
             continue
         if key not in a:
             out.append(f"new flag {key} (default {_stated(b[key])}){at}")
@@ -139,8 +145,8 @@ def changes(
         else:
             out.append(f"default of {key}: {_stated(a[key])} -> {_stated(b[key])}{at}")
     if case_a is not None and case_b is not None:
-        out += [line + at for line in _changed("passed ", case_a.passed, case_b.passed, set())]
-        out += [line + at for line in _changed("/props ", case_a.props, case_b.props, set())]
+        out += [line + at for line in _changed("passed ", case_a.passed, case_b.passed)]
+        out += [line + at for line in _changed("/props ", case_a.props, case_b.props)]
     if run_a.build is not None and run_b.build is not None:
         out += [line + at for line in _build_changes(run_a.build, run_b.build)]
     return out
@@ -156,7 +162,7 @@ def _build_changes(a: BuildOptions, b: BuildOptions) -> list[str]:
     shared = set(a.options) & set(b.options)
     left = {"backend": a.backend, **{k: v for k, v in a.options.items() if k in shared}}
     right = {"backend": b.backend, **{k: v for k, v in b.options.items() if k in shared}}
-    return _changed("build ", left, right, set())
+    return _changed("build ", left, right)
 
 
 def summary_line(lines: list[str]) -> str:
