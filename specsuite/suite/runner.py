@@ -351,18 +351,14 @@ def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str
         return run_streams(srv.connection, prompts, case.n_predict, case.streams, case.temperature)
 
     if case.streams > 1:
-        return {s: side(spec if s == "spec" else base, case.prompt_texts) for s in abba(r + 1)[r]}
-    passes: dict[str, list[Pass]] = {"spec": [], "base": []}
-
-    def one(srv: LlamaServer, name: str) -> Callable[[str, str], Completion]:
-        def ask(pid: str, text: str) -> Completion:
-            passes[name].append(side(srv, ((pid, text),)))
-            return passes[name][-1].completions[0]
-
-        return ask
-
-    interleaved_round(one(spec, "spec"), one(base, "base"), case.prompt_texts, r * len(case.prompt_texts))
-    return {k: functools.reduce(operator.add, v) for k, v in passes.items()}
+        return {s: side(spec if s == "spec" else base, case.prompt_texts) for s in abba(r + 1)[-1]}
+    got = interleaved_round(
+        lambda pid, text: side(spec, ((pid, text),)),
+        lambda pid, text: side(base, ((pid, text),)),
+        case.prompt_texts,
+        r * len(case.prompt_texts),
+    )
+    return {k: functools.reduce(operator.add, v) for k, v in got.items()}
 
 
 def _np1(
