@@ -6,8 +6,9 @@
 Runs ``specsuite run-tier smoke --no-history`` (probe, fetch check, pytest, every case, results, summary),
 then replays the exact server command lines recorded in its results.json with nothing but subprocess and
 requests, in the tier's order: the baseline server of the target started once and kept; per case its
-server, the warm-up request, /metrics, the baseline round and the speculative round, /metrics, the chat
-request; stop. Goal: tier / plain <= 1.25. With ``--results DIR`` the tier's recorded wall_s is used.
+server, /metrics, the cold pass (the prompts), /metrics, the warm-up request, one round (each prompt on
+the baseline and the speculative server back to back), /metrics, the chat request; stop. Goal: tier /
+plain <= 1.25. With ``--results DIR`` the tier's recorded wall_s is used.
 """
 
 from __future__ import annotations
@@ -72,10 +73,13 @@ def plain_replay(doc: dict) -> float:
             continue
         case = cases[name]
         spec = Plain(rec["command"])
-        spec.completion(case.prompt_texts[0][1], WARMUP_N_PREDICT)
         spec.get("/metrics")
-        for srv in (base, spec):
-            for _, text in case.prompt_texts:
+        for _, text in case.prompt_texts:  # the cold pass, counted by /metrics
+            spec.completion(text, case.n_predict)
+        spec.get("/metrics")
+        spec.completion(case.prompt_texts[0][1], WARMUP_N_PREDICT)
+        for _, text in case.prompt_texts:  # one round, each prompt's two requests back to back
+            for srv in (base, spec):
                 srv.completion(text, case.n_predict)
         spec.get("/metrics")
         requests.post(f"{spec.url}/v1/chat/completions", json=chat_body(case.prompt_texts[0][1]), timeout=600)
