@@ -12,7 +12,7 @@
    change points included): cold, into a new folder with no change-point cache, and nightly, after one
    more run was recorded (its page rendered, the others carried over; the cache of the build before);
    medians of ``--repeats``. Each build in a fresh process, as the command runs, timed around
-   ``build_site`` (the interpreter's start and specsuite's own imports left out; numpy's, scipy's and the
+   ``build_site`` (the interpreter's start and specsuite's own imports left out; numpy's and the
    rest the build itself imports counted). Goal: < 5 s. Beside it, the plain tool over the same runs:
    ``history --last N``'s text tables. ``--before TREE``: the same builds of another specsuite checkout
    (main before a change) over a copy of the same history, in the same run.

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "report": "specsuite.report.command",
     "resolve": "specsuite.server.resolver",
     "bisect": "specsuite.bisect.command",
+    "replay": "specsuite.replay.command",
     "bench": "specsuite.bench.command",
     "gpu-check": "specsuite.tools.gpucheck",
 }

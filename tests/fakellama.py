@@ -22,6 +22,10 @@ DEFAULT: dict[str, Any] = {
     "version": "version: 9999 (build 1, commit abc1234)",
     "drop_types": [],  # spec types removed from the recorded --help
     "drop_options": [],  # options removed from the recorded --help
+    "help_subs": [],  # [old, new] replacements in the recorded --help (another build's defaults, say)
+    # /metrics exports the spec_decode_* counters (False: a build before b10289, whose counters are only in
+    # the responses' timings)
+    "spec_metrics": True,
     "devices": "Available devices:\n",  # what --list-devices prints: no GPU
     # per /completion request of a speculative server: (drafted, accepted, drafts, per-position counts)
     "drafted": 12,
@@ -66,6 +70,8 @@ args = sys.argv[1:]
 if args[:1] == ["--help"]:
     for t in CONFIG["drop_types"]:
         HELP = HELP.replace("," + t, "")
+    for old, new in CONFIG["help_subs"]:
+        HELP = HELP.replace(old, new)
     lines = [l for l in HELP.splitlines() if not any(l.startswith(o) for o in CONFIG["drop_options"])]
     print("\n".join(lines)); sys.exit(0)
 if args[:1] == ["--version"]:
@@ -124,6 +130,10 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/health":
             return self._send(200, {"status": "ok"})
         if self.path == "/metrics":
+            if not CONFIG["spec_metrics"]:
+                return self._send(200, "# TYPE llamacpp:tokens_predicted_total counter\n"
+                                  "llamacpp:tokens_predicted_total %d\n" % state["requests"],
+                                  "text/plain; version=0.0.4")
             lines = ["# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
                      "llamacpp:spec_decode_num_draft_tokens_total %d" % state["drafted"],
                      "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",

@@ -25,7 +25,7 @@ LAYERS = (
     ("results",),
     ("history",),
     ("suite",),
-    ("tools", "bisect", "bench", "report"),
+    ("tools", "bisect", "bench", "report", "replay"),
     ("cli", "__main__", "__init__"),
 )
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

@@ -20,6 +20,7 @@ from specsuite.cases.schema import CTX_SIZE, parse_case_file, read_text
 from specsuite.common import atomic, errors, paths, procs
 from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.identity import short
 from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.models.gguf import check_models
 from specsuite.models.lock import load_lock
@@ -213,7 +214,9 @@ def write_reports(ctx: BenchContext, runs: list[ModeRun], out: Path, started: st
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "bench.md", text)
     atomic.write_json(out / "bench.json", document(ctx, runs, started, utc_now()))
-    title = f"{ctx.model}: llama.cpp {(ctx.commit or '?')[:7]} ({ctx.backend}, {'GPU' if ctx.gpu else 'CPU'})"
+    title = (
+        f"{ctx.model}: llama.cpp {short(ctx.commit or '?', 7)} ({ctx.backend}, {'GPU' if ctx.gpu else 'CPU'})"
+    )
     png = plot_bench(runs, title, out / "bench.png")
     print(text)
     if png is None:

@@ -10,36 +10,19 @@ which is why build.configure/compile_target (they unpublish on failure) are not 
 
 from __future__ import annotations
 
-import importlib
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from specsuite.cases.schema import Case
-from specsuite.common import locks
 from specsuite.common.errors import UserError
-from specsuite.common.procs import last_line, run_forwarding
 from specsuite.llamacpp import cmake as build
-from specsuite.llamacpp import toolchain
+from specsuite.llamacpp import inplace, toolchain
+from specsuite.llamacpp.inplace import BuildFailed, load_builder  # BuildFailed: the step exits 125
 
 DEFAULT_BUILDER = "specsuite.bisect.build:build_commit"
 Builder = Callable[[Path, Path, list[str]], Path]
-
-
-class BuildFailed(Exception):
-    """This commit does not build: the step is skipped (exit 125), the bisect goes on."""
-
-
-def load_builder(spec: str) -> Builder:
-    module, _, name = spec.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UserError(f"builder {spec!r} cannot be loaded ({exc}); give it as module:function") from None
-    if not callable(found):
-        raise UserError(f"builder {spec!r} is not a function")
-    return found
+__all__ = ["BuildFailed", "build_commit", "load_builder", "parse_build_argv", "preflight"]
 
 
 def parse_build_argv(build_argv: list[str]) -> list[str]:
@@ -84,27 +67,7 @@ def preflight(tree: Path, build_argv: list[str], case: Case, allow_cpu: bool) ->
 
 
 def build_commit(tree: Path, log: Path, build_argv: list[str]) -> Path:
-    """Configure once, then ninja llama-server in the worktree's build folder; the binary's path."""
-    cmake, ninja = toolchain.ensure_build_tools()
-    p = plan(tree, build_argv)
-    p.build_dir.mkdir(parents=True, exist_ok=True)
-    with locks.held(str(p.build_dir) + ".lock", f"the build folder {p.build_dir}"):
-        if not build.is_configured(p.build_dir):
-            (p.build_dir / "build.ninja").unlink(missing_ok=True)  # a failed configure must not look done
-            _run("configure", build.configure_command(p, cmake.path, ninja.path), log, p.env)
-        _run("ninja", build.ninja_command(p, ninja.path), log, p.env)
-    binary = p.build_dir / "bin" / build.TARGET
-    if not binary.is_file():
-        raise BuildFailed(f"ninja succeeded but {binary} does not exist")
+    """Configure once, then ninja llama-server in the worktree's build folder (``llamacpp.inplace``); the
+    binary's path, its build-info.json beside its ``bin/`` folder."""
+    binary, _ = inplace.build(plan(tree, build_argv), log, lambda line: print(f"bisect: {line}", flush=True))
     return binary
-
-
-def _run(what: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
-    t0 = time.monotonic()
-
-    def heartbeat() -> None:
-        print(f"bisect:   {what} {time.monotonic() - t0:.0f} s: {last_line(log)[:120]}", flush=True)
-
-    code = run_forwarding(cmd, env=env, log=log, heartbeat=heartbeat)
-    if code != 0:
-        raise BuildFailed(f"{what} failed (exit {code}): {last_line(log)[:300]}")

@@ -52,7 +52,7 @@ def plan(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
     good and bad commits, the metric, the reason, rtol and the speed rounds."""
     entries, notes = [], []
     for run in runs:
-        bad, opts = run.binary.commit, run.run_options
+        bad, opts = run.binary.key, run.run_options
         for rec in run.cases.values():
             if rec.status != "failed" or rec.reason not in BISECTABLE:
                 continue

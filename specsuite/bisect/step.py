@@ -25,6 +25,7 @@ from specsuite.bisect.judge import Judgement, judge
 from specsuite.common import atomic, paths
 from specsuite.common.errors import UserError
 from specsuite.common.procs import interrupt_on_sigterm, last_line, run_forwarding
+from specsuite.llamacpp.identity import short
 from specsuite.results.document import load_run
 
 STEP_FILE = "step.json"
@@ -95,7 +96,7 @@ def run_case_command(params: Params, binary: Path, results: Path) -> tuple[list[
 
 
 def _progress(label: str, commit: str, what: str) -> None:
-    print(f"bisect: {label} {commit[:10]}: {what}", flush=True)
+    print(f"bisect: {label} {short(commit, 10)}: {what}", flush=True)
 
 
 def _build(params: Params, folder: Path, label: str, commit: str) -> tuple[Path | None, float, str]:
@@ -133,7 +134,7 @@ def run_step(params: Params, label: str, folder_name: str) -> Step:
     tree, out = Path(params.tree), Path(params.out)
     commit = bisect_git.head(tree)
     subject = bisect_git.subject(tree, commit)
-    folder = out / f"{folder_name}-{commit[:10]}"
+    folder = out / f"{folder_name}-{short(commit, 10)}"
     folder.mkdir(parents=True, exist_ok=True)
     _progress(label, commit, repr(subject))
     binary, build_s, failure = _build(params, folder, label, commit)

@@ -1,5 +1,6 @@
 """A llama.cpp commit's ancestry from the local git mirror: which runs can be baselines (nearest first), and
-the one commit order of a history's runs (the site's series and ``specsuite changes`` alike)."""
+the one order of a history's runs (the site's series and ``specsuite changes`` alike): ancestry where the
+mirror knows every commit, else upstream's build numbers where every run has one, else time."""
 
 from __future__ import annotations
 
@@ -75,13 +76,28 @@ def topo_positions(mirror: Path, commits: list[str]) -> dict[str, int] | None:
     return found
 
 
+ANCESTRY, BUILD, TIME = "ancestry", "build number", "time"  # the three orders, as the site names them
+
+
 def in_commit_order(
-    items: Sequence[T], commit: Callable[[T], str], mirror: Path | None
-) -> tuple[list[T], bool]:
-    """``items`` (given in time order) by their commits' ancestry (``topo_positions``), items of one commit
-    in the order given; True when ancestry ordered them. Without a mirror, or with a commit it lacks, they
-    stay in time order (False)."""
+    items: Sequence[T],
+    commit: Callable[[T], str],
+    mirror: Path | None,
+    build: Callable[[T], int | None] | None = None,
+) -> tuple[list[T], str]:
+    """``items`` (given in time order) in the history's one order, and which order it is:
+
+    1. ``ANCESTRY``: the mirror knows every commit (``topo_positions``);
+    2. ``BUILD``: else, when every item has an upstream build number (``build``): upstream's build number
+       counts commits on master, so it is a linear history even with no git at all (PyPI's builds);
+    3. ``TIME``: else the order given.
+
+    Items of one commit (or one build) keep the order given."""
     pos = topo_positions(mirror, [commit(i) for i in items]) if mirror is not None and items else None
-    if pos is None:
-        return list(items), False
-    return sorted(items, key=lambda i: pos[commit(i).lower()]), True
+    if pos is not None:
+        return sorted(items, key=lambda i: pos[commit(i).lower()]), ANCESTRY
+    numbers = [build(i) for i in items] if build is not None and items else []
+    if numbers and all(n is not None for n in numbers):
+        order = sorted(range(len(items)), key=lambda k: (numbers[k], k))
+        return [items[k] for k in order], BUILD
+    return list(items), TIME

@@ -15,6 +15,7 @@ from typing import Any
 from specsuite.common.errors import UserError
 from specsuite.history.queries import RUN_TIME, configs_of, series_columns, series_row, sound_series
 from specsuite.history.schema import reading, schema_version
+from specsuite.llamacpp.identity import is_commit
 from specsuite.results.config import RunConfig
 from specsuite.results.record import CaseRecord, decode_record
 
@@ -31,7 +32,10 @@ class Baseline:
 
 
 def _same_commit(a: str, b: str) -> bool:
-    """Short and full spellings of one commit match (either is a prefix of the other)."""
+    """Short and full spellings of one commit match (either is a prefix of the other); a build (``b9246``)
+    or a tree's content hash matches only itself (``b924`` is not ``b9246``)."""
+    if not (is_commit(a) and is_commit(b)):
+        return a == b
     return a.startswith(b) or b.startswith(a)
 
 
@@ -85,6 +89,7 @@ def find_baseline(
     before: str | None = None,
     recording: bool = False,
     skipped: list[str] | None = None,
+    build: int | None = None,
 ) -> Baseline | None:
     """The run to judge ``case`` at ``commit`` against: the nearest earlier measured llama.cpp commit.
 
@@ -93,7 +98,10 @@ def find_baseline(
 
     With ``ancestors`` (``commit``'s ancestry from the llama.cpp mirror, nearest first) the nearest
     ancestor that has such a run wins (its latest run), and only ancestors qualify: a sibling branch's
-    commit says nothing about what this commit changed. Without, the latest such run by time.
+    commit says nothing about what this commit changed. Without, and with ``build`` (upstream's build
+    number: a linear history, ``ancestry.in_commit_order``), the nearest lower build wins, then runs that
+    recorded no build number by time; a higher build never qualifies. Without either, the latest such run
+    by time.
 
     ``before`` (the judged run's start, ISO 8601): only runs that started earlier qualify, so judging an
     old run (``compare --against auto``) never takes a run recorded after it; None: every run.
@@ -109,7 +117,7 @@ def find_baseline(
     with reading(path, recording=recording) as conn:
         if conn is None:
             return None
-        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before, build)
         for row in rows:
             if (record := _stored_record(conn, row, case, skipped)) is not None:  # a broken row: the next
                 config = configs_of(conn, [row["run_id"]]).get(row["run_id"])
@@ -126,6 +134,7 @@ def _candidates(
     commit: str,
     ancestors: list[str] | None,
     before: str | None,
+    build: int | None = None,
 ) -> list[sqlite3.Row]:
     """find_baseline's candidates for ``case`` at ``commit``, nearest first (see there)."""
     commit = commit.strip().lower()
@@ -142,7 +151,17 @@ def _candidates(
     conn.row_factory = sqlite3.Row
     found = conn.execute(sql, {**args, "before": before}).fetchall()
     rows = [r for r in found if not _same_commit(r["llama_commit"], commit)]
-    return _by_ancestry(rows, ancestors) if ancestors is not None else rows
+    if ancestors is not None:
+        return _by_ancestry(rows, ancestors)
+    return _by_build(rows, build) if build is not None else rows
+
+
+def _by_build(rows: list[sqlite3.Row], build: int) -> list[sqlite3.Row]:
+    """The rows of lower builds, nearest first (a build's latest run first), then those of runs that
+    recorded no build number, newest first (the time rule they were judged by); higher builds never."""
+    numbered = [r for r in rows if isinstance(r["llama_build"], int) and r["llama_build"] < build]
+    unnumbered = [r for r in rows if not isinstance(r["llama_build"], int)]
+    return sorted(numbered, key=lambda r: -r["llama_build"]) + unnumbered
 
 
 def earlier_runs(
@@ -157,6 +176,7 @@ def earlier_runs(
     before: str | None = None,
     limit: int,
     recording: bool = False,
+    build: int | None = None,
 ) -> list[dict[str, Any]]:
     """The ``limit`` runs nearest before ``commit`` that measured ``case``, by find_baseline's rule
     (same setup, measured, ancestors only when ``ancestors`` is given, started ``before``), nearest first.
@@ -167,5 +187,5 @@ def earlier_runs(
     with reading(path, recording=recording) as conn:
         if conn is None:
             return []
-        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before)
+        rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before, build)
         return sound_series([series_row(r) for r in rows])[:limit]

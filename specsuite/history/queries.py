@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from specsuite.common.errors import UserError
 from specsuite.history.schema import reading, schema_version
 from specsuite.results.config import RunConfig
 from specsuite.results.record import finite
@@ -249,14 +250,41 @@ def config_series(path: Path | None = None, *, device: str | None = None) -> lis
             return []
         sql = (
             f"SELECT r.run_id, r.llama_commit AS 'commit', {RUN_TIME} AS started, r.device_class, r.backend, "
-            f"r.config FROM runs r WHERE r.config IS NOT NULL AND {where} ORDER BY {RUN_TIME}, r.id"
+            f"{build_column(conn)}, r.config FROM runs r WHERE r.config IS NOT NULL AND {where} "
+            f"ORDER BY {RUN_TIME}, r.id"
         )
         rows = _dicts(conn.execute(sql, args))
     out = []
     for row in rows:
         if (config := _decoded_config(row["run_id"], row.pop("config"))) is not None:
-            out.append({**row, "config": config})
+            out.append({**row, "build": _build(row.pop("llama_build")), "config": config})
     return out
+
+
+def measured_below(
+    case: str, device_class: str, backend: str, build: int, path: Path | None = None
+) -> tuple[str, int] | None:
+    """(run id, build) of the highest build below ``build`` that measured ``case`` on this device class
+    and backend (any cases.toml), or None: whether a method a build lacks existed before it. A history
+    that cannot be read says nothing (None), as before v7 (no build numbers)."""
+    try:
+        with reading(path) as conn:
+            if conn is None or schema_version(conn) < 7:
+                return None
+            row = conn.execute(
+                "SELECT r.run_id, r.llama_build FROM cases c JOIN runs r ON r.id = c.run WHERE c.name = ? "
+                "AND c.measured = 1 AND r.device_class = ? AND r.backend = ? AND r.llama_build < ? "
+                "AND typeof(r.llama_build) = 'integer' ORDER BY r.llama_build DESC LIMIT 1",
+                (case, device_class, backend, build),
+            ).fetchone()
+    except UserError:
+        return None
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def build_column(conn: sqlite3.Connection) -> str:
+    """The run's upstream build number; a history older than v7 has none: null."""
+    return "r.llama_build" if schema_version(conn) >= 7 else "NULL AS llama_build"
 
 
 def series_columns(conn: sqlite3.Connection) -> str:
@@ -266,14 +294,19 @@ def series_columns(conn: sqlite3.Connection) -> str:
     return (
         f"r.run_id, r.llama_commit, {RUN_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
         f"c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, "
-        f"{flag}, {overhead_columns(conn)}"
+        f"{flag}, {overhead_columns(conn)}, {build_column(conn)}"
     )
 
 
 def series_row(row: sqlite3.Row) -> dict[str, Any]:
     """A row of ``series_columns`` as ``series`` and ``earlier_runs`` give it: commit and started by name."""
-    out = {k: row[k] for k in row.keys() if k not in ("llama_commit", "t", "run")}  # noqa: SIM118
-    return {**out, "commit": row["llama_commit"], "started": row["t"]}
+    out = {k: row[k] for k in row.keys() if k not in ("llama_commit", "llama_build", "t", "run")}  # noqa: SIM118
+    return {**out, "commit": row["llama_commit"], "build": _build(row["llama_build"]), "started": row["t"]}
+
+
+def _build(value: Any) -> int | None:
+    """A stored build number, or None (a hand-edited row may hold anything there: it then orders nothing)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def series(

@@ -29,6 +29,7 @@ from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, finite
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _json(value: Any) -> str | None:
@@ -37,14 +38,22 @@ def _json(value: Any) -> str | None:
 
 
 def _commit(run: Run) -> tuple[str | None, str | None]:
-    """(the llama.cpp commit, None) or (None, why the run cannot be placed in history)."""
-    raw = run.binary.commit
-    if raw is None:
-        return None, "binary.commit is null: a run without its llama.cpp commit has no place in history"
-    commit = raw.strip().lower()
-    if not _HEX.fullmatch(commit):
+    """(the llama.cpp identity key: the commit, else b<N>, else tree-<hash>; None) or (None, why the run
+    cannot be placed in history)."""
+    raw, build = run.binary.commit, run.binary.build
+    if raw is not None and not _HEX.fullmatch(raw.strip().lower()):
         return None, f"binary.commit {raw!r} is not a git commit (7 to 40 hex digits)"
-    return commit, None
+    if build is not None and not 0 <= build < 10**7:
+        return None, f"binary.build {build!r} is not an upstream build number (0 to 9999999)"
+    if run.binary.tree_sha256 is not None and not _SHA256.fullmatch(run.binary.tree_sha256):
+        return None, f"binary.tree_sha256 {run.binary.tree_sha256[:80]!r} is not a sha256 (64 hex digits)"
+    binary = msgspec.structs.replace(run.binary, commit=raw.strip().lower() if raw else None)
+    if binary.key is None:
+        return None, (
+            "binary.commit, binary.build and binary.tree_sha256 are null: a run without its llama.cpp "
+            "identity has no place in history"
+        )
+    return binary.key, None
 
 
 def device_class(name: str) -> str:
@@ -63,6 +72,7 @@ def _run_row(run: Run, commit: str) -> dict[str, Any]:
     return {
         "run_id": run.run_id or f"unnamed-{now}",
         "llama_commit": commit,
+        "llama_build": run.binary.build,
         "harness_commit": harness.commit,
         "harness_version": harness.version,
         "results_schema": run.schema,

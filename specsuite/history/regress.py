@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.identity import short
 from specsuite.results.crossover import Point, pays_up_to, speedup
 from specsuite.results.record import CaseRecord, CategoryStats, finite, is_number
 
@@ -159,7 +160,7 @@ def regressions(
     decode = speed if decode_rtol is None else decode_rtol
     _fraction("speed rtol", speed)
     _fraction("decode rtol", decode)
-    at = baseline_commit[:7]
+    at = short(baseline_commit, 7)
     found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
     found += [_check_speed(current, baseline, speed, at), _check_decode(current, baseline, decode, at)]
     found.append(_check_blocks(current, baseline, block_rtol, at))
@@ -215,7 +216,8 @@ def crossover_moved(
     cur = [v for v in map(finite, current.concurrency.speedups) if v is not None]
     base = [v for v in map(finite, baseline.concurrency.speedups) if v is not None]
     head = (
-        f"{current.sweep}: speculation paid up to np {was} at baseline {baseline_commit[:7]}, now up to np "
+        f"{current.sweep}: speculation paid up to np {was} at baseline {short(baseline_commit, 7)}, now up "
+        "to np "
         f"{now}: at np {current.parallel} {_x(speedup(current))} against {_x(speedup(baseline))}"
     )
     if len(cur) < MIN_SAMPLES or len(base) < MIN_SAMPLES:
@@ -283,10 +285,12 @@ def _category_changes(current: CaseRecord, baseline: CaseRecord) -> list[str]:
 
 
 # --- Mann–Whitney U -------------------------------------------------------------------------------------
-# Written by hand, although scipy is a dependency: scipy.stats.mannwhitneyu(method="exact") counts the
-# arrangements as if no two values were tied (its p is wrong with ties: 0.155 where the true one is 0.136),
-# and its PermutationMethod enumerates every arrangement (C(60, 30) for 30 repeats a side). The exact
-# distribution with ties, for the repeats a run makes, is a short dynamic program.
+# Written by hand, not scipy.stats.mannwhitneyu: its method="exact" counts the arrangements as if no two
+# values were tied, and the speedups, recorded to 4 decimals, tie (scipy 1.17.1, x = [1, 2, 2, 3] below
+# y = [2, 3, 3, 4]: 0.100, where counting all C(8, 4) = 70 arrangements gives 1/7 = 0.143); its
+# PermutationMethod is exact only where it enumerates every arrangement (C(60, 30) for 30 repeats a side),
+# else a random estimate. The exact distribution with ties, for the repeats a run makes, is a short dynamic
+# program; and scipy is no runtime dependency (importing scipy.stats: 1.7 s, history/changes.py).
 
 
 def _doubled_midranks(values: Sequence[float]) -> list[int]:

@@ -15,6 +15,7 @@ from specsuite.common import atomic, table
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.history import changes, queries, recording, schema
+from specsuite.llamacpp.identity import short
 
 HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup",
           "block x token")  # fmt: skip
@@ -265,8 +266,8 @@ def _change_cells(c: changes.ChangePoint) -> list[str]:
     return [
         c.metric,
         f"{c.device_class}/{c.backend}",
-        f"{c.before_commit[:10]} ({_runs(c.runs_before)})",
-        f"{c.after_commit[:10]} ({c.after_run_id}, {_runs(c.runs_after)})",
+        f"{short(c.before_commit, 10)} ({_runs(c.runs_before)})",
+        f"{short(c.after_commit, 10)} ({c.after_run_id}, {_runs(c.runs_after)})",
         format(c.mean_before, fmt),
         format(c.mean_after, fmt),
         change,
@@ -315,12 +316,12 @@ CONFIG_HEADER = ("device", "before", "after (first run)", "what changed")
 
 
 def _config_cells(c: changes.ConfigChange) -> list[str]:
-    between = f" between {c.before_commit[:7]} and {c.after_commit[:7]}"
+    between = f" between {short(c.before_commit, 7)} and {short(c.after_commit, 7)}"
     what = "; ".join(line.removesuffix(between) for line in c.changes)
     return [
         f"{c.device_class}/{c.backend}",
-        c.before_commit[:10],
-        f"{c.after_commit[:10]} ({c.after_run_id})",
+        short(c.before_commit, 10),
+        f"{short(c.after_commit, 10)} ({c.after_run_id})",
         what,
     ]
 

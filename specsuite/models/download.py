@@ -427,6 +427,12 @@ def _round(st: _State, conns: int) -> None:
         raise job.error
 
 
+HUB_MISMATCH_FIX = (
+    "The server serves other content than the lock names: check `specsuite lock-models --check` and "
+    "HF_ENDPOINT"
+)
+
+
 def download(
     url: str,
     final: Path,
@@ -438,11 +444,13 @@ def download(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     origin: str | None = None,
+    mismatch_fix: str = HUB_MISMATCH_FIX,
 ) -> str:
     """Download ``url`` to ``final``; returns "downloaded" or "resumed". UserError on a fatal problem.
 
     The caller holds the per-file lock. ``final`` is replaced only by bytes whose size and sha256 match;
-    its stamp records ``origin`` (what the sha256 came from).
+    its stamp records ``origin`` (what the sha256 came from); ``mismatch_fix``: what to do when the bytes
+    served twice are not the ones named (the Hub's advice by default).
     """
     policy = policy or Policy()
     progress = _Serial(progress or _Quiet())
@@ -472,6 +480,5 @@ def download(
             st.start_over(f"sha256 mismatch ({got}, expected {sha256})")
             continue
         store.publish(final, size=size, sha256=sha256, got=got, what=f"as downloaded (twice) from {url}",
-                      fix="The server serves other content than the lock names: check "
-                      "`invoke lock-models --check` and HF_ENDPOINT", origin=origin)  # fmt: skip
+                      fix=mismatch_fix, origin=origin)  # fmt: skip
         return status

@@ -25,6 +25,7 @@ from specsuite.common.errors import UserError
 from specsuite.models.store import Cancelled
 
 if TYPE_CHECKING:  # urllib3 is imported with the first request: a warm run makes none
+    import requests
     import urllib3
 
 RETRY_STATUS = frozenset({408, 429, *range(500, 600)})
@@ -187,6 +188,44 @@ def sleep(seconds: float, cancel: threading.Event | None) -> None:
         time.sleep(seconds)
     elif cancel.wait(seconds):
         raise Cancelled()
+
+
+def send(
+    sess: requests.Session,
+    method: str,
+    url: str,
+    *,
+    what: str,
+    hint: str,
+    refused: Callable[[int, str], str],
+    note: Callable[[str], None],
+    policy: Policy | None = None,
+    cancel: threading.Event | None = None,
+    **kwargs: Any,
+) -> requests.Response:
+    """One request under the retry policy: timeouts, resets, 408, 429 and 5xx are retried with backoff and
+    jitter (honouring Retry-After); a refused connection, a name that does not resolve and 401/403/404 are
+    one UserError at once (``refused(status, what)`` words the last). ``hint``: what to check when it gives
+    up. Returns the first other answer."""
+    import requests
+    import urllib3.exceptions
+
+    policy = policy or Policy.from_env()
+    tries = Attempts(policy, what, note, cancel, hint, method)
+    while True:
+        try:
+            r = sess.request(method, url, timeout=(policy.connect, policy.stall), **kwargs)
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            tries.failed(transport_error(exc))
+            continue
+        if r.status_code in FATAL_STATUS:
+            r.close()
+            raise UserError(refused(r.status_code, what))
+        if r.status_code in RETRY_STATUS:
+            r.close()
+            tries.failed(retry_for_status(r))
+            continue
+        return r
 
 
 def http_hint(status: int, what: str) -> str:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -26,15 +24,8 @@ from specsuite import __version__
 from specsuite.common.errors import UserError
 from specsuite.common.procs import TOKEN_VARS
 from specsuite.models import hfcache
-from specsuite.models.http import (
-    FATAL_STATUS,
-    RETRY_STATUS,
-    Attempts,
-    Policy,
-    http_hint,
-    retry_for_status,
-    transport_error,
-)
+from specsuite.models.http import http_hint
+from specsuite.models.http import send as http_send
 
 if TYPE_CHECKING:
     import requests
@@ -124,46 +115,13 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def send(
-    sess: requests.Session,
-    method: str,
-    url: str,
-    *,
-    what: str,
-    policy: Policy | None = None,
-    note: Callable[[str], None] | None = None,
-    cancel: threading.Event | None = None,
-    **kwargs: Any,
-) -> requests.Response:
-    """One request under the retry policy (``models.http``): timeouts, resets, 408, 429 and 5xx are retried
-    with backoff and jitter (honouring Retry-After); a refused connection, a name that does not resolve and
-    401/403/404 are one UserError at once. Returns the first other answer."""
-    import requests
-    import urllib3.exceptions
-
-    policy = policy or Policy.from_env()
-    tries = Attempts(
-        policy,
-        what,
-        _stderr if note is None else note,
-        cancel,
-        f"check the network and HF_ENDPOINT ({endpoint()})",
-        method,
-    )
-    while True:
-        try:
-            r = sess.request(method, url, timeout=(policy.connect, policy.stall), **kwargs)
-        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-            tries.failed(transport_error(exc))
-            continue
-        if r.status_code in FATAL_STATUS:
-            r.close()
-            raise UserError(http_hint(r.status_code, what))
-        if r.status_code in RETRY_STATUS:
-            r.close()
-            tries.failed(retry_for_status(r))
-            continue
-        return r
+def send(sess: requests.Session, method: str, url: str, *, what: str, **kwargs: Any) -> requests.Response:
+    """One Hub request under the retry policy (``models.http.send``: ``policy``, ``note``, ``cancel`` and
+    requests' own keywords pass through), refusals worded for the Hub, notes on stderr by default."""
+    if kwargs.get("note") is None:
+        kwargs["note"] = _stderr
+    hint = f"check the network and HF_ENDPOINT ({endpoint()})"
+    return http_send(sess, method, url, what=what, hint=hint, refused=http_hint, **kwargs)
 
 
 def _etag(value: str | None) -> str | None:

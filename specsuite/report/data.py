@@ -38,13 +38,15 @@ _NUMBERS = msgspec.json.Decoder(list[float | None])
 class RunRow:
     """One run of the history: its ``runs`` row (every column; models and options as stored JSON)."""
 
-    __slots__ = ("commit", "group", "pk", "row", "run_id", "slug", "started")
+    __slots__ = ("build", "commit", "group", "pk", "row", "run_id", "slug", "started")
 
     def __init__(self, row: dict[str, Any]) -> None:
         self.row = row
         self.pk = int(row["id"])
         self.run_id = str(row["run_id"])
         self.commit = str(row["llama_commit"])
+        build = row.get("llama_build")  # schema v7 on; a hand-edited value orders nothing
+        self.build = build if isinstance(build, int) and not isinstance(build, bool) and build >= 0 else None
         self.started = str(row["started"] or row["recorded"] or "")
         self.group = (str(row["device_class"]), str(row["backend"]))
         self.slug = ""  # its page: runs/<slug>.html
@@ -121,7 +123,9 @@ class Group:
     device_class: str
     backend: str
     runs: list[RunRow] = field(default_factory=list)
-    ordered_by: str = "time"  # "ancestry" when the mirror knew every commit
+    ordered_by: str = (
+        "time"  # "ancestry" when the mirror knew every commit, "build number" when every run had one
+    )
     series: dict[str, list[Point]] = field(default_factory=dict)
 
     @property
@@ -395,9 +399,10 @@ def run_document(run: RunRow, records: Sequence[CaseRecord]) -> Run:
         host=r.get("host"),
         harness=Harness(commit=r.get("harness_commit"), version=r.get("harness_version")),
         cases_sha256=r.get("cases_sha256"),
-        binary=Binary(
+        binary=Binary(  # commit: the history's key (a commit, b<N> or tree-<hash>), as the page shows it
             sha256=r.get("binary_sha256"),
             commit=run.commit,
+            build=run.build,
             backend=r.get("backend"),
             source=BinarySource(kind=r.get("source_kind")),
         ),
@@ -422,8 +427,9 @@ def groups(runs: Sequence[RunRow], mirror: Path | None) -> dict[tuple[str, str],
     for run in sorted(runs, key=lambda r: (r.started, r.pk)):
         out.setdefault(run.group, Group(*run.group)).runs.append(run)
     for group in out.values():
-        group.runs, by_ancestry = in_commit_order(group.runs, lambda r: r.commit, mirror)
-        group.ordered_by = "ancestry" if by_ancestry else "time"
+        group.runs, group.ordered_by = in_commit_order(
+            group.runs, lambda r: r.commit, mirror, lambda r: r.build
+        )
     return out
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from specsuite.history.changes import ChangePoint, ConfigChange, relative
+from specsuite.llamacpp.identity import short
 from specsuite.report.data import Point
 from specsuite.report.render import percent
 from specsuite.results.record import finite
@@ -82,11 +83,10 @@ def change_row(span: Sequence[tuple[int, ChangePoint]], series: Sequence[Point])
     ps = [cp.p_value for _, cp in span]
     sure = None if any(p is None for p in ps) else max(p for p in ps if p is not None)
     if len(span) == 1:
-        label = f"{percent(change)} at {head.after_commit[:7]}"
+        label = f"{percent(change)} at {short(head.after_commit, 7)}"
     else:
-        label = (
-            f"{percent(change)} over {len(span)} commits, {head.before_commit[:7]}..{tail.after_commit[:7]}"
-        )
+        since, until = short(head.before_commit, 7), short(tail.after_commit, 7)
+        label = f"{percent(change)} over {len(span)} commits, {since}..{until}"
     run = series[first].run
     return {
         "index": first,
@@ -122,7 +122,7 @@ def latest(rows: Sequence[dict[str, Any]], order: Sequence[str]) -> dict[str, An
 
 def config_row(index: int, c: ConfigChange) -> dict[str, Any]:
     """A configuration change on a case page: the table's row and the charts' marker (its first line)."""
-    between = f" between {c.before_commit[:7]} and {c.after_commit[:7]}"
+    between = f" between {short(c.before_commit, 7)} and {short(c.after_commit, 7)}"
     what = [line.removesuffix(between) for line in c.changes]
     label = what[0] + (f" (+{len(what) - 1})" if len(what) > 1 else "")
     return {"index": index, "before_commit": c.before_commit, "after_commit": c.after_commit, "what": what,

@@ -11,6 +11,7 @@ from specsuite.report.data import METRICS, Group, Member, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
+from specsuite.results.record import NOT_IN_BUILD
 from specsuite.results.summary import config_lines
 from specsuite.results.verdict import verdict
 
@@ -31,7 +32,9 @@ def status_of(status: str | None, reason: str | None, uncalibrated: bool) -> tup
     if status == "failed" and reason == "drifted":
         return "drifted", "failed: drifted"
     kind = status if status in ("failed", "skipped", "error", "interrupted") else "unknown"
-    return kind, f"{status}: {reason}" if reason else status
+    kind = "skipped" if status == NOT_IN_BUILD else kind  # drawn as a skip; its words say which
+    said = "not in this build" if status == NOT_IN_BUILD else status
+    return kind, f"{said}: {reason}" if reason else said
 
 
 def point_status(p: Point) -> tuple[str, str]:

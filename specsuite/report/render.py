@@ -12,6 +12,8 @@ import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from specsuite.llamacpp import identity
+
 # In a <script type="application/json"> only "</script" or "<!--" could end the data early: JSON keeps
 # "<" inside strings only, so escaping it (and > and &, for good measure) as \u00XX keeps every value intact.
 _JSON_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
@@ -88,5 +90,5 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(json=embedded_json, num=number, pct=percent, shell=shlex.join)
+    env.filters.update(json=embedded_json, num=number, pct=percent, shell=shlex.join, short=identity.short)
     return env

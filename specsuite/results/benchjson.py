@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic
+from specsuite.llamacpp.identity import short
 from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, finite
 
@@ -29,7 +30,7 @@ def _speedup(rec: CaseRecord) -> tuple[float | None, str | None]:
 
 def _extra(run: Run, rec: CaseRecord) -> str:
     where = (run.device.name if run.device else None) or run.binary.backend or "?"
-    return f"llama.cpp {(run.binary.commit or '?')[:7]} on {where}; {rec.status}"
+    return f"llama.cpp {short(run.binary.key, 7)} on {where}; {rec.status}"
 
 
 def entries(run: Run) -> list[dict[str, Any]]:

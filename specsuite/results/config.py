@@ -24,6 +24,8 @@ from typing import Any
 
 import msgspec
 
+from specsuite.llamacpp.identity import short
+
 # /props fields a run records (the rest is chat templates and UI settings), and the answer's own
 PROPS_KEYS = ("total_slots", "build_info", "model_ftype")
 SHOWN_CHANGES = 6  # a summary line names this many changes, then how many more
@@ -131,7 +133,7 @@ def changes(
     (run_a, case_a), (run_b, case_b) = before, after
     if run_a is None or run_b is None:
         return []
-    at = f" between {between[0][:7]} and {between[1][:7]}"
+    at = f" between {short(between[0])} and {short(between[1])}"
     pinned = set(case_a.passed if case_a else {}) | set(case_b.passed if case_b else {})
     out = []
     a, b = run_a.defaults, run_b.defaults

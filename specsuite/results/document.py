@@ -24,7 +24,9 @@ import msgspec
 
 from specsuite.common import atomic, declared, paths
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.identity import Identity
 from specsuite.results.config import RunConfig
+from specsuite.results.names import names_phrase
 from specsuite.results.record import CaseRecord, decode_record
 
 SCHEMA = 2
@@ -142,17 +144,30 @@ class Harness(msgspec.Struct, kw_only=True):
 
 
 class BinarySource(msgspec.Struct, kw_only=True):
-    kind: str | None = None  # "pin", "dir", "ref"
+    kind: str | None = None  # "pinned-sdist", "dir", "ref", "pypi-build"
     mirror: str | None = None  # the git checkout whose ancestry orders commits
+    # a PyPI build (kind pypi-build): the sdist it came from, the sha256 the index stated and the bytes had
+    requirement: str | None = None
+    sdist_sha256: str | None = None
+    index: str | None = None
+    origin: str | None = None  # where the identity came from: git, LLAMA_CPP_BUILD, the sdist, --version
 
 
 class Binary(msgspec.Struct, kw_only=True):
     path: str | None = None
     sha256: str | None = None
-    commit: str | None = None
+    commit: str | None = None  # the llama.cpp commit, when anything names it
+    build: int | None = None  # upstream's build number (bN), when anything names it
+    tree_sha256: str | None = None  # the content hash of the tree it was built from, when no commit is known
     backend: str | None = None
     version_text: str | None = None
     source: BinarySource = msgspec.field(default_factory=BinarySource)
+
+    @property
+    def key(self) -> str | None:
+        """What the history and every reader call this binary: the commit, else ``b<N>``, else the tree's
+        content hash (``llamacpp.identity``)."""
+        return Identity(self.commit, self.build, self.tree_sha256).key
 
 
 class Device(msgspec.Struct, kw_only=True):
@@ -203,10 +218,11 @@ class HistoryNote(msgspec.Struct, kw_only=True):
     def render(self) -> str:
         if self.problem:
             return f"history unreadable, no relative gate: {self.problem}"
-        parts = [f"{base} for {', '.join(names)}" for base, names in self.used.items()]
+        total = sum(map(len, self.used.values())) + len(self.missing)  # the cases the gate judged
+        parts = [f"{base} for {names_phrase(names, total)}" for base, names in self.used.items()]
         if self.missing and (self.used or self.broken):
             gap = "no usable earlier record for" if self.broken else "no earlier commit measured for"
-            parts.append(f"{gap} {', '.join(self.missing)}")
+            parts.append(f"{gap} {names_phrase(self.missing, total)}")
         if self.broken:
             parts.append(f"broken history record(s) skipped: {', '.join(self.broken)}")
         body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"

@@ -17,10 +17,10 @@ import msgspec
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import Harness, HistoryNote, Run, RunOptions
-from specsuite.results.record import CaseRecord
+from specsuite.results.record import NOT_IN_BUILD, CaseRecord
 
 # worst last: a case two parts ran keeps the worse of its two outcomes
-RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "interrupted": 4}
+RANK = {"passed": 0, "skipped": 1, NOT_IN_BUILD: 1, "failed": 2, "error": 3, "interrupted": 4}
 NOT_RUN = "not_run"
 
 
@@ -34,7 +34,7 @@ def _options(run: Run) -> bytes:
 
 # What must be the same in every part, and how the refusal names it.
 SAME: tuple[tuple[str, Callable[[Run], Any]], ...] = (
-    ("llama.cpp commits", lambda r: r.binary.commit),
+    ("llama.cpp builds", lambda r: r.binary.key),
     ("harness commits", lambda r: (r.harness or Harness()).commit),
     ("tiers", lambda r: r.tier),
     ("cases files", lambda r: r.cases_sha256),

@@ -19,7 +19,9 @@ from specsuite.common import declared
 from specsuite.common.errors import UserError
 from specsuite.results.config import CaseConfig
 
-STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
+# not_in_build: the binary predates what the case needs (suite.vintage): no failure of today's suite
+NOT_IN_BUILD = "not_in_build"
+STATUSES = ("passed", "failed", "skipped", NOT_IN_BUILD, "error", "interrupted")
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
 MEASURED_FAIL_REASONS = frozenset(
@@ -90,7 +92,7 @@ class Counters(msgspec.Struct, kw_only=True):
 
     drafted: int
     accepted: int
-    drafts: int
+    drafts: int | None  # None: counters from the timings (a build before b10289 counts no drafts)
     per_position: list[int] = []
 
 
@@ -102,7 +104,10 @@ class CategoryStats(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None  # the prompt tokens the server processed for this category
     drafted: int | None = None
     accepted: int | None = None
-    drafts: int | None = None
+    drafts: int | None = None  # None with counters from the timings: that build counts no drafts
+    # where the counters came from: "metrics" (/metrics' spec_decode_*), "timings" (the responses', on a
+    # build before b10289, which exports none); None in records before it was said
+    counters_source: str | None = None
     accept_rate: float | None = None
     accept_len: float | None = None
     per_position: list[int] = []
@@ -226,7 +231,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
 
     name: str
     tier: str = ""
-    status: str | None = None  # passed, failed, skipped, error, interrupted
+    status: str | None = None  # passed, failed, skipped, not_in_build, error, interrupted
     reason: str | None = None
     message: str | None = None
     method: str = ""  # "draft-mtp", "ngram-mod,draft-mtp", "mode=auto", "spec-default"
@@ -243,7 +248,13 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     uncalibrated: bool = False
     drafted: int | None = None
     accepted: int | None = None
-    drafts: int | None = None
+    drafts: int | None = None  # None with counters from the timings: that build counts no drafts
+    # where the counters came from: "metrics" (/metrics' spec_decode_*), "timings" (the responses', on a
+    # build before b10289, which exports none); None in records before it was said
+    counters_source: str | None = None
+    # what this build could not give or check, each said once: a metric or counter it has not yet, a
+    # method, flag or check (a case that could not run at all is status not_in_build)
+    not_in_build: list[str] = []
     accept_rate: float | None = None
     accept_len: float | None = None
     per_position: list[int] = []

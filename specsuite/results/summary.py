@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic, table
+from specsuite.llamacpp.identity import short
 from specsuite.results import config
 from specsuite.results.crossover import crossovers
-from specsuite.results.document import Run
+from specsuite.results.document import Binary, Run
+from specsuite.results.names import SHOWN, all_but
 from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import Verdict
 
@@ -67,8 +69,9 @@ def drift_lines(run: Run) -> list[str]:
             p = "exact counters" if d.p_value is None else f"p = {d.p_value:.3g}"
             out.append(
                 f"DRIFTED {r.name}: {d.metric} {d.change * 100:+.1f} % over the last {d.runs} runs; first "
-                f"commit after the change point `{d.after_commit[:12]}` (run {d.after_run_id}), last before "
-                f"it `{d.before_commit[:12]}`; {d.mean_before:.4f} -> {d.mean_after:.4f} ({p})"
+                f"commit after the change point `{short(d.after_commit, 12)}` (run {d.after_run_id}), last "
+                "before "
+                f"it `{short(d.before_commit, 12)}`; {d.mean_before:.4f} -> {d.mean_after:.4f} ({p})"
             )
     return out
 
@@ -80,17 +83,22 @@ def _config_changes(r: CaseRecord) -> list[str]:
 def config_lines(run: Run, failed: bool) -> list[str]:
     """The configuration changes since the baseline, one line per set of changes with the cases that
     share it: those of failed cases (``failed``; their likely cause, named first), or of the others."""
-    groups: dict[tuple[str, ...], list[str]] = {}
+    groups: dict[tuple[str, ...], list[CaseRecord]] = {}
     for r in run.cases.values():
         if (r.status == "failed") == failed and (found := _config_changes(r)):
-            groups.setdefault(tuple(dict.fromkeys(found)), []).append(
-                f"{r.name} ({r.reason})" if failed else r.name
-            )
+            groups.setdefault(tuple(dict.fromkeys(found)), []).append(r)
     head = "CONFIGURATION CHANGED under" if failed else "configuration differs from the baseline under"
     return [
-        f"{head} {', '.join(names)}: {config.summary_line(list(changes))}"
-        for changes, names in groups.items()
+        f"{head} {_cases(recs, failed, list(run.cases))}: {config.summary_line(list(changes))}"
+        for changes, recs in groups.items()
     ]
+
+
+def _cases(recs: list[CaseRecord], failed: bool, everyone: list[str]) -> str:
+    """The cases a line is about: a few by name (a failed one with its reason), many counted."""
+    if failed and len(recs) <= SHOWN:
+        return ", ".join(f"{r.name} ({r.reason})" for r in recs)
+    return all_but([r.name for r in recs], everyone)
 
 
 def _spread(r: CaseRecord, metric: str) -> str:
@@ -128,7 +136,7 @@ def summary_markdown(run: Run, v: Verdict) -> str:
         lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [
         "",
-        f"binary: `{b.path}` commit `{b.commit}` backend `{b.backend}` on {run.device_name}; "
+        f"binary: `{b.path}` llama.cpp `{b.key}`{_build_note(b)} backend `{b.backend}` on {run.device_name}; "
         f"wall {run.wall_s} s",
         "",
         table.render(SUMMARY_COLUMNS, [_row(r) for r in run.cases.values()], markdown=True),
@@ -138,6 +146,13 @@ def summary_markdown(run: Run, v: Verdict) -> str:
     if cats := category_lines(run):
         lines += ["", *[f"- {c}" for c in cats]]
     return "\n".join(lines) + "\n"
+
+
+def _build_note(b: Binary) -> str:
+    """What the key leaves out: the build number beside a commit, where the identity came from."""
+    said = [f"b{b.build}"] if b.build is not None and b.commit else []
+    said += [f"from {b.source.origin}"] if b.source.origin else []
+    return f" ({', '.join(said)})" if said else ""
 
 
 RESOURCE_COLUMNS = (

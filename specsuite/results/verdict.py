@@ -15,7 +15,8 @@ import msgspec
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.results.document import Run
 from specsuite.results.merge import NOT_RUN
-from specsuite.results.record import STATUSES, CaseRecord
+from specsuite.results.names import SHOWN, all_but, names_phrase
+from specsuite.results.record import NOT_IN_BUILD, STATUSES, CaseRecord
 
 Weakening = tuple[str | None, list[str]]  # (its tag in a green headline or None, its attention lines)
 
@@ -42,11 +43,20 @@ def verdict(run: Run) -> Verdict:
         why = "no case was selected" if not recs else "no selected case ran"
         return Verdict(False, f"{failed}: {why} ({_counts(by)})", attention)
     if bad:
-        names = ", ".join(f"{r.name} ({r.reason})" for r in bad)
-        return Verdict(False, f"{failed}: {len(bad)} of {len(recs)} case(s): {names}", attention)
+        return Verdict(False, f"{failed}: {len(bad)} of {len(recs)} case(s): {_named(bad)}", attention)
     weak = [tag for tag, _ in weakening if tag]
     flag = f", with warnings ({'; '.join(weak)})" if weak else ""
     return Verdict(True, f"PASSED{flag}: {_counts(by)}", attention)
+
+
+def _named(recs: list[CaseRecord]) -> str:
+    """Failed or skipped cases with their reasons: each by name when few, else by reason, counted."""
+    if len(recs) <= SHOWN:
+        return ", ".join(f"{r.name} ({r.reason})" for r in recs)
+    by: dict[str, list[str]] = {}
+    for r in recs:
+        by.setdefault(r.reason or "?", []).append(r.name)
+    return "; ".join(f"{why}: {names_phrase(names)}" for why, names in by.items())
 
 
 def _interrupted(head: str, recs: list[CaseRecord], by: dict[str, list[CaseRecord]]) -> str:
@@ -72,7 +82,28 @@ def _scope(run: Run) -> list[str]:
 
 
 def _counts(by: dict[str, list[CaseRecord]]) -> str:
-    return ", ".join(f"{len(v)} {k}" for k, v in by.items() if v) or "0 cases"
+    return ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in by.items() if v) or "0 cases"
+
+
+def _not_in_build(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
+    """Cases an older build cannot run yet, and what a build could not give the cases it ran (counters
+    from the timings, say): said once each, with the cases, not as failures."""
+    out: list[Weakening] = []
+    everyone = list(run.cases)
+    if absent := by[NOT_IN_BUILD]:
+        reasons: dict[str, list[str]] = {}
+        for r in absent:
+            reasons.setdefault(r.reason or "?", []).append(r.name)
+        said = "; ".join(f"{why}: {names_phrase(names, len(everyone))}" for why, names in reasons.items())
+        line = f"NOT IN THIS BUILD {len(absent)} (the build predates them; not failures): {said}"
+        out.append((f"{len(absent)} NOT IN THIS BUILD", [line]))
+    lacks: dict[str, list[str]] = {}
+    for r in run.cases.values():
+        for what in r.not_in_build:
+            lacks.setdefault(what, []).append(r.name)
+    for what, names in lacks.items():
+        out.append((None, [f"NOT IN THIS BUILD: {what}, in {all_but(names, everyone)}"]))
+    return out
 
 
 def _counter_warnings(recs: list[CaseRecord]) -> dict[str, list[str]]:
@@ -113,12 +144,13 @@ def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
     opts = run.run_options
+    out += _not_in_build(run, by)
     if implausible := _implausible(run):
         out.append((f"IMPLAUSIBLE SPEED in {len(implausible)} case(s)", implausible))
     strict_off, skipped = run.options is not None and not opts.strict, by["skipped"]
     if skipped:
-        names = ", ".join(f"{r.name} ({r.reason})" for r in skipped)
-        out.append((None if strict_off else f"{len(skipped)} SKIPPED", [f"SKIPPED {len(skipped)}: {names}"]))
+        line = f"SKIPPED {len(skipped)}: {_named(skipped)}"
+        out.append((None if strict_off else f"{len(skipped)} SKIPPED", [line]))
     if strict_off:
         line = (
             "STRICT OFF (--allow-missing / SPEC_STRICT=0): a case whose method or flag the binary lacks is "

@@ -15,17 +15,20 @@ import re
 import shutil
 import subprocess
 
+from specsuite.common.procs import child_env
 from specsuite.server.probe import Capabilities
 
 _GPU_BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl")
 
 
 def smi(*args: str) -> str | None:
+    """nvidia-smi's output (stripped), or None where it is missing or fails. It runs, as every child does,
+    without the Hub token (``child_env``): whatever ``nvidia-smi`` is first on PATH gets no secret."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
         return subprocess.run(
-            ["nvidia-smi", *args], capture_output=True, text=True, timeout=30, check=True
+            ["nvidia-smi", *args], capture_output=True, text=True, timeout=30, check=True, env=child_env()
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

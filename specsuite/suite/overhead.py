@@ -19,8 +19,9 @@ from specsuite.server.metrics import Delta
 from specsuite.suite.measure import Speed
 
 
-def _div(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
+def _div(a: float, b: float | None) -> float | None:
+    """a / b; None where b is 0 or unknown (no count of drafts: counters from a build's timings)."""
+    return a / b if b else None
 
 
 def block_cost(speed: Speed, rounds: Sequence[Delta]) -> BlockCost | None:

@@ -24,8 +24,11 @@ MARGIN = 0.25
 
 
 def round_lengths(rec: CaseRecord) -> list[float]:
-    """Each speed round's accept length from its own counters (1.0 where it drafted nothing)."""
-    return [1 + r.accepted / r.drafts if r.drafts > 0 else 1.0 for r in rec.rounds]
+    """Each speed round's accept length from its own counters (1.0 where it drafted nothing); none at all
+    where a round's build counts no drafts (counters from the timings, before b10289): no bound then."""
+    if any(r.drafts is None for r in rec.rounds):
+        return []
+    return [1 + r.accepted / r.drafts if r.drafts else 1.0 for r in rec.rounds]
 
 
 def check(rec: CaseRecord, margin: float = MARGIN) -> str | None:

@@ -33,6 +33,9 @@ def elapsed(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
+NOT_IN_BUILD_MARK = "not in this build:"  # what test_speculative's skip of a not_in_build case says
+
+
 def _reason(report: pytest.TestReport) -> str:
     found = _TAG.search(report.longreprtext)
     return f"({found[1]})" if found else ""
@@ -46,7 +49,8 @@ def verdict(report: pytest.TestReport) -> tuple[str, str]:
         shown = [f"{label} {props[key]:{fmt}}" for key, label, fmt in _SHOWN if key in props]
         return "passed", f"({', '.join(shown)})" if shown else ""
     if report.skipped:
-        return "skipped", _reason(report)
+        said = "not in this build" if NOT_IN_BUILD_MARK in report.longreprtext else "skipped"
+        return said, _reason(report)
     if report.when == "call":
         return "failed", _reason(report)
     return f"error in {report.when}", ""

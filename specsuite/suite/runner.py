@@ -57,6 +57,7 @@ from specsuite.suite.measure import (
 )
 from specsuite.suite.slots import Slot
 from specsuite.suite.streams import Pass, Throughput, run_streams, warm_up
+from specsuite.suite.vintage import NOT_IN_BUILD, Vintage
 
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
@@ -105,6 +106,7 @@ class Session:
         default_factory=dict
     )
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
+    vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
 
     @property
     def flag_keys(self) -> dict[str, str]:
@@ -202,13 +204,18 @@ def new_record(case: Case) -> CaseRecord:
 # --- the steps of a case ---------------------------------------------------------------------------------
 
 
-def _missing(session: Session, what: str, reason: str) -> CaseEnd:
+def _missing(session: Session, case: Case, what: str, reason: str) -> CaseEnd:
+    """A method or flag the binary lacks: not in this build yet (an older build than the pin, where no
+    lower build measured the case: ``vintage``), else a loss (strict: failed; --allow-missing: skipped)."""
     msg = f"{session.caps.binary} cannot run this case: it has no {what}"
+    fresh, said = session.vintage.judge(case.name, what) if session.vintage else (False, "")
+    if fresh:
+        return CaseEnd(NOT_IN_BUILD, reason, f"{msg}{said}")
     if session.options.strict:
         return CaseEnd(
-            "failed", reason, f"{msg} (strict: a lost method is a regression; --allow-missing skips)"
+            "failed", reason, f"{msg}{said} (strict: a lost method is a regression; --allow-missing skips)"
         )
-    return CaseEnd("skipped", reason, f"{msg} (skipped: --allow-missing / SPEC_STRICT=0)")
+    return CaseEnd("skipped", reason, f"{msg}{said} (skipped: --allow-missing / SPEC_STRICT=0)")
 
 
 def _resolve(
@@ -234,7 +241,8 @@ def _resolve(
         msg = f"mode {case.mode!r} resolved to {got}, expected {case.expect_resolved} ({res.why})"
         raise CaseEnd("failed", "self_test", msg)
     if res.fallback_reason:
-        raise _missing(session, f"support for {case.mode!r} as resolved ({res.why})", res.fallback_reason)
+        what = f"support for {case.mode!r} as resolved ({res.why})"
+        raise _missing(session, case, what, res.fallback_reason)
     return tuple(res.flags)
 
 
@@ -243,7 +251,7 @@ def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft:
     try:
         server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
     except MissingFlag as exc:
-        raise _missing(session, exc.what, exc.reason) from None
+        raise _missing(session, case, exc.what, exc.reason) from None
 
     def at(parallel: int) -> Command:
         return lambda port: server_command(
@@ -290,12 +298,11 @@ def _cold_pass(
     done = Pass([], 0.0)
     marks, passes = [ready], []
     for cat, prompts in categories.groups(case):
-        done += run_streams(
-            spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature
-        )
+        got = run_streams(spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature)
+        done += got
         marks.append(spec.metrics())
         if cat:
-            delta = metrics.delta(marks[-2], marks[-1])
+            delta = metrics.delta(marks[-2], marks[-1], got.completions)
             passes.append(categories.CategoryPass(cat, tuple(i for i, _ in prompts), delta))
     warn = []
     if ready.drafted or ready.accepted or ready.drafts:
@@ -303,7 +310,7 @@ def _cold_pass(
             f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
-    return metrics.delta(ready, marks[-1]), done, warn, passes
+    return metrics.delta(ready, marks[-1], done.completions), done, warn, passes
 
 
 def _round_count(session: Session, case: Case) -> int:
@@ -326,8 +333,10 @@ def _rounds(
     watch.sample(case.streams)
     snapshots = [spec.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
+    spec_rounds: list[list[Completion]] = []
     for r in range(_round_count(session, case)):
         got = _round(case, spec, base, r)
+        spec_rounds.append(got["spec"].completions)
         for side in ("spec", "base"):
             watch.round(side, got[side].completions)
         watch.sample(len(got["spec"].completions))
@@ -338,7 +347,10 @@ def _rounds(
             seen.add("spec", got["spec"])
             seen.add("base", got["base"])
     assert first_base is not None
-    deltas = [metrics.delta(a, b) for a, b in itertools.pairwise(snapshots)]
+    deltas = [
+        metrics.delta(a, b, done)
+        for (a, b), done in zip(itertools.pairwise(snapshots), spec_rounds, strict=True)
+    ]
     return deltas, first_base, speed, seen
 
 
@@ -435,6 +447,7 @@ def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
         overhead.fill(rec, outcome.speed, outcome.rounds)
     rec.implausible_speed = plausible.check(rec)
     rec.warnings += outcome.delta.warnings() + ([rec.implausible_speed] if rec.implausible_speed else [])
+    rec.not_in_build = list(dict.fromkeys([*rec.not_in_build, *outcome.delta.not_in_build()]))
 
 
 def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:

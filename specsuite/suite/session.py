@@ -23,6 +23,7 @@ from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp import source
+from specsuite.llamacpp.identity import Identity
 from specsuite.results import crossover
 from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import (
@@ -44,6 +45,7 @@ from specsuite.server.probe import Capabilities, probe
 from specsuite.suite import gate, observe, slots
 from specsuite.suite.runner import Session
 from specsuite.suite.slots import Slot
+from specsuite.suite.vintage import Vintage
 
 
 def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None:
@@ -74,25 +76,52 @@ def harness_info(folder: Path) -> dict[str, Any]:
 
 
 def binary_info(caps: Capabilities) -> Binary:
-    """The binary's identity; the build's own record (build-info.json) only when it describes this binary."""
-    info = buildinfo.load() or {}
+    """The binary's identity (``llamacpp.identity``): its build's record (a build-info.json that describes
+    this binary, ``info.for_binary``) over what its ``--version`` says, since a tree without git builds a
+    binary that says ``commit unknown``. A binary nothing names is refused in one line saying how to name
+    it."""
     sha = sha256_file(Path(caps.binary))
-    if info.get("binary_sha256") != sha:  # build-info.json describes another binary (LLAMA_SERVER_BIN_PATH)
-        info = {}
+    found = buildinfo.for_binary(Path(caps.binary), sha)
+    info = found[0] if found else {}
+    ident = Identity.from_dict(info.get("identity")) or Identity(
+        info.get("commit") or caps.commit, caps.build, None, "build-info.json" if info else "--version"
+    )
+    if ident.key is None:
+        said = caps.version_text.splitlines()[0] if caps.version_text else "nothing"
+        raise UserError(
+            f"{caps.binary}: which llama.cpp this is is unknown: its --version names no commit or build "
+            f"({said!r}) and no build-info.json describes it. Build it with `specsuite build` from its "
+            "tree (LLAMA_CPP_DIR=...), which names it by git, by LLAMA_CPP_BUILD=N / LLAMA_CPP_COMMIT=HASH, "
+            "or by the tree's content hash"
+        )
     built_from = info.get("source") or {}
-    mirror = None
-    if built_from.get("kind") == "ref" and built_from.get("repository"):
-        mirror = source.mirror_path(paths.cache_dir(), built_from["repository"])
-    if built_from.get("kind") == "dir":
-        mirror = Path(built_from["path"]) if built_from.get("path") else None
     return Binary(
         path=caps.binary,
         sha256=sha,
-        commit=info.get("commit") or caps.commit,
+        commit=ident.commit,
+        build=ident.build,
+        tree_sha256=ident.tree_sha256 if ident.commit is None and ident.build is None else None,
         backend=info.get("backend") or caps.backend,
         version_text=caps.version_text,
-        source=BinarySource(kind=built_from.get("kind"), mirror=str(mirror) if mirror else None),
+        source=BinarySource(
+            kind=built_from.get("kind"),
+            mirror=_mirror(built_from),
+            requirement=built_from.get("requirement") if built_from.get("kind") == "pypi-build" else None,
+            sdist_sha256=built_from.get("sha256") if built_from.get("kind") == "pypi-build" else None,
+            index=built_from.get("index"),
+            origin=ident.origin or None,
+        ),
     )
+
+
+def _mirror(built_from: dict[str, Any]) -> str | None:
+    """The git checkout whose ancestry orders this build's commit: a LLAMA_CPP_REF build's mirror, a
+    LLAMA_CPP_DIR checkout; none for a tree without git (its build number orders it)."""
+    if built_from.get("kind") == "ref" and built_from.get("repository"):
+        return str(source.mirror_path(paths.cache_dir(), built_from["repository"]))
+    if built_from.get("kind") == "dir" and built_from.get("path") and built_from.get("commit"):
+        return str(built_from["path"])
+    return None
 
 
 def new_run(caps: Capabilities, options: settings.Settings, *, tier: str, selector: str) -> Run:
@@ -146,6 +175,7 @@ def open_session(
     session = Session(
         caps, results, options, slot=_slot(caps, cases, options, out, shape.part), part=shape.part
     )
+    session.vintage = Vintage.of(run, history=not options.no_history)
     if not options.no_history:
         gate.install(session)
     results.save()

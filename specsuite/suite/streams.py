@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from specsuite.suite.measure import WARMUP_N_PREDICT, Completion, Post, Prompts, decode_tps, request_body
+from specsuite.suite.measure import WARMUP_N_PREDICT, Completion, Post, Prompts, request_body
 
 Connect = Callable[[], AbstractContextManager[Post]]  # LlamaServer.connection
 
@@ -140,9 +140,3 @@ def _spread(
 
 def _r(x: float | None, nd: int) -> float | None:
     return None if x is None else round(x, nd)
-
-
-def round_tps(p: Pass) -> float:
-    """A round's speed for ``Speed`` (the gate's): decode tokens/s from the server's own timings, as a
-    single-stream case measures it (with several streams: tokens over the requests' decode times)."""
-    return decode_tps(p.completions) or 0.0

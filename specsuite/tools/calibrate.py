@@ -247,7 +247,7 @@ def provenance(runs: list[Run], across_machines: bool = False) -> dict[str, str]
     on several machines (a CPU tier's numbers depend on the CPU's vector ISA), so that the floors hold on
     each; the commit must still be one, and every machine is named.
     """
-    commits = sorted({r.binary.commit or "unknown" for r in runs}, key=len)
+    commits = sorted({r.binary.key or "unknown" for r in runs}, key=len)
     shas = {r.binary.sha256 for r in runs} - {None}
     devices = {r.device_name for r in runs}
     shas_text = sorted(str(s) for s in shas)

@@ -18,6 +18,7 @@ from specsuite.common import table
 from specsuite.common.argtypes import CommandParser, fraction
 from specsuite.common.errors import UserError
 from specsuite.history import regress
+from specsuite.llamacpp.identity import short
 from specsuite.results.document import Run, load_run, results_file
 from specsuite.results.plot import plot_per_position
 from specsuite.results.record import CaseRecord, is_finite
@@ -112,7 +113,7 @@ def table_rows(all_rows: list[Row], rtol: float) -> tuple[list[str], list[list[s
 
 def _run_line(label: str, run: Run, where: str) -> str:
     return (
-        f"{label}: {run.run_id or '?'} ({where}); llama.cpp {run.binary.commit or '?'} "
+        f"{label}: {run.run_id or '?'} ({where}); llama.cpp {run.binary.key or '?'} "
         f"({run.binary.backend or '?'} build) on {run.device_name}"
     )
 
@@ -125,7 +126,7 @@ def _against_history(run_b: Run) -> tuple[dict[str, CaseRecord], str]:
             "no history baseline for any case of this run (same device class, backend and cases.toml, an "
             "earlier llama.cpp commit); run the tier on an earlier commit first, or compare two runs A B"
         )
-    commits = sorted({b.commit[:12] for b in found.values()})
+    commits = sorted({short(b.commit, 12) for b in found.values()})
     recs = {name: b.record for name, b in found.items()}
     return recs, f"history baseline, commit(s) {', '.join(commits)}"
 
@@ -174,7 +175,7 @@ def compare_command(
         assert a is not None
         run_a, where_a = load_run(a), str(a)
         recs_a = run_a.cases
-        a_commit = (run_a.binary.commit or run_a.run_id or "A")[:12]
+        a_commit = short(run_a.binary.key or run_a.run_id or "A", 12)
     if not set(recs_a) & set(recs_b):
         raise UserError(
             f"A ({run_a.tier}) and B ({run_b.tier}) have no case in common: nothing to "

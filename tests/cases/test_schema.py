@@ -477,6 +477,16 @@ def test_a_pinned_case_with_every_thread_flag_1_loads() -> None:
     assert c.pin_cpu and c.server_args[-1] == "1"
 
 
+def test_every_greedy_gpu_case_gates_identical_output() -> None:
+    """docs/workloads.md and cases.toml say so: greedy speculative decoding keeps the target's argmax, so on
+    the GPU tiers (quantised targets, defaults, sweeps, quantised KV caches alike) every greedy case's tokens
+    must equal its baseline's; only the sampled cases, which the docs name, go without."""
+    gpu = [c for c in load_cases(paths.CASES_FILE) if c.gpu]
+    assert [c.name for c in gpu if c.temperature == 0 and c.min_identical_fraction != 1.0] == []
+    assert {c.name for c in gpu if c.temperature > 0} == {"dflash2-temp1", "lilicorr-temp1"}
+    assert {"sweep-mtp-np16", "mtp-defaults", "eagle3-kv-q4_0"} <= {c.name for c in gpu}  # all in the scope
+
+
 def test_the_real_defaults_cases_pin_nothing_speculative() -> None:
     found = [c for c in load_cases(paths.CASES_FILE) if c.defaults]
     assert {c.tier for c in found} == {"synthetic", "compact", "nightly"}

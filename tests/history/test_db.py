@@ -223,10 +223,10 @@ def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad", "why"),
     [
-        (doc(None), "binary.commit is null"),
+        (doc(None), "binary.commit, binary.build and binary.tree_sha256 are null"),
         (doc("unknown"), "binary.commit 'unknown' is not a git commit"),
         (doc("abc"), "binary.commit 'abc' is not a git commit"),
-        (decode_run({**raw("abcdef0"), "binary": None}, "test"), "binary.commit is null"),
+        (decode_run({**raw("abcdef0"), "binary": None}, "test"), "binary.commit, binary.build and"),
     ],
 )
 def test_refused_documents_warn_and_write_nothing(
@@ -473,7 +473,7 @@ def _v1_database_with_a_run(db: Path) -> None:
     migrate(conn, MIGRATIONS[:1])
     d = doc("abcdef0")
     with schema.transaction(conn):
-        later_runs = ("config",)  # columns of later versions
+        later_runs = ("config", "llama_build")  # columns of later versions
         run_row = {k: v for k, v in recording._run_row(d, "abcdef0").items() if k not in later_runs}
         run = recording._insert(conn, "runs", run_row)
         for rec in d.cases.values():

@@ -257,6 +257,7 @@ def test_is_measured() -> None:
         ([1, 2, 3, 4, 9], [5, 6, 7, 8, 10], Fraction(12, 252)),  # U = 4: the n=m=5 table's 0.0476
         ([4, 5, 6], [1, 2, 3], Fraction(1)),  # x above y: no evidence at all
         ([2, 2, 2], [2, 2, 2], Fraction(1)),  # all tied
+        ([1, 2, 2, 3], [2, 3, 3, 4], Fraction(10, 70)),  # ties: scipy's method='exact' says 0.100
     ],
 )
 def test_mann_whitney_known_values(x: list[float], y: list[float], p: Fraction) -> None:

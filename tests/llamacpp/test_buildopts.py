@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from specsuite.common import paths
 from specsuite.common.filehash import sha256_file
 from specsuite.llamacpp.buildopts import for_binary, parse_cmake_cache, parse_flags
 
@@ -39,13 +42,14 @@ def test_the_cmake_cache_and_the_flags() -> None:
     assert parse_flags(flags) == {"GGML_NATIVE": "ON", "GGML_CUDA_FA_ALL_QUANTS": "ON"}  # the last one wins
 
 
-def test_each_source_in_order(tmp_path: Path) -> None:
+def test_each_source_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paths, "BUILD_DIR", tmp_path / "suite-build")  # the suite's own build-info.json
     build = tmp_path / "build"
     exe = _binary(build)
     sha = sha256_file(exe)
-    assert for_binary(exe, sha, tmp_path / "none.json") == ("binary", None, {})
+    assert for_binary(exe, sha) == ("binary", None, {})
     (build / "CMakeCache.txt").write_text(CACHE)  # a binary inside its CMake build folder
-    source, backend, options = for_binary(exe, sha, tmp_path / "none.json")
+    source, backend, options = for_binary(exe, sha)
     assert (source, backend, options["GGML_CUDA_NO_VMM"]) == ("CMakeCache.txt", "cuda", "ON")
     info = {
         "binary_sha256": sha,
@@ -55,13 +59,14 @@ def test_each_source_in_order(tmp_path: Path) -> None:
         "build_dir": str(tmp_path / "gone"),
     }
     (build / "build-info.json").write_text(json.dumps(info))  # beside bin/, its build folder since removed
-    assert for_binary(exe, sha, tmp_path / "none.json") == (
+    assert for_binary(exe, sha) == (
         "cmake flags",
         "cuda",
         {"GGML_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": "90-real"},
     )
-    suite_info = tmp_path / "suite-build-info.json"
+    suite_info = paths.build_info_path()
+    suite_info.parent.mkdir()
     suite_info.write_text(json.dumps({**info, "build_options": {"GGML_NATIVE": "OFF"}}))
-    assert for_binary(exe, sha, suite_info) == ("build-info.json", "cuda", {"GGML_NATIVE": "OFF"})
+    assert for_binary(exe, sha) == ("build-info.json", "cuda", {"GGML_NATIVE": "OFF"})
     suite_info.write_text(json.dumps({**info, "binary_sha256": "0" * 64}))  # another binary's
-    assert for_binary(exe, sha, suite_info)[0] == "cmake flags"
+    assert for_binary(exe, sha)[0] == "cmake flags"

@@ -77,12 +77,14 @@ def test_broken_pin_file_is_a_clear_error(tmp_path: Path) -> None:
         source.load_pin(bad)
 
 
-def test_dir_wins_over_ref_and_pin(tmp_path: Path, cache: Path) -> None:
+def test_dir_wins_over_the_pin_and_refuses_a_ref_beside_it(tmp_path: Path, cache: Path) -> None:
     tree = make_tree(tmp_path / "llama.cpp")
-    src = source.resolve_source({"LLAMA_CPP_DIR": str(tree), "LLAMA_CPP_REF": "deadbeef"})
+    src = source.resolve_source({"LLAMA_CPP_DIR": str(tree)})
     assert src.kind == "dir" and src.path == tree.resolve()
     assert src.commit is None  # not a git checkout
     assert src.info == {"kind": "dir", "path": str(tree.resolve()), "commit": None}
+    with pytest.raises(UserError, match="both name the tree to build; unset one"):
+        source.resolve_source({"LLAMA_CPP_DIR": str(tree), "LLAMA_CPP_REF": "deadbeef"})
 
 
 def test_dir_reports_its_git_commit(tmp_path: Path, cache: Path) -> None:

@@ -107,7 +107,7 @@ def _other(run: Run, what: str) -> Run:
     """``run`` as a shard of another run, differing in ``what``."""
     r = msgspec.structs.replace
     changes = {
-        "llama.cpp commits": lambda: r(run, binary=r(run.binary, commit="b2b2b2b")),
+        "llama.cpp builds": lambda: r(run, binary=r(run.binary, commit="b2b2b2b")),
         "harness commits": lambda: r(run, harness=Harness(commit="c" * 40)),
         "tiers": lambda: r(run, tier="synthetic"),
         "cases files": lambda: r(run, cases_sha256="0" * 64),
@@ -122,7 +122,7 @@ def _other(run: Run, what: str) -> Run:
 @pytest.mark.parametrize(
     "what",
     [
-        "llama.cpp commits",
+        "llama.cpp builds",
         "harness commits",
         "tiers",
         "cases files",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specsuite.server.device import cpu_info, device_info, slug, vector_isa
+from specsuite.server.device import cpu_info, device_info, slug, smi, vector_isa
 from specsuite.server.probe import Capabilities
 
 XEON = """processor	: 0
@@ -62,3 +62,19 @@ def test_a_cpu_build_is_named_by_its_model_and_classed_by_machine_and_isa() -> N
         "driver": None,
         "cuda": None,
     }
+
+
+def test_nvidia_smi_gets_no_hub_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever ``nvidia-smi`` comes first on PATH runs without the Hub token, as every child does
+    (procs.child_env); the rest of the environment (which GPUs a runner hands the job) still reaches it."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        '#!/bin/sh\necho "token=${HF_TOKEN:-} hub=${HUGGING_FACE_HUB_TOKEN:-}'
+        ' gpus=${CUDA_VISIBLE_DEVICES:-}"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_secret")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert smi("--query-gpu=driver_version") == "token= hub= gpus=2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite.server.metrics import Delta, MetricsError, delta, parse
+from specsuite.server.metrics import ACCEPTED, DRAFT_TOKENS, Delta, MetricsError, delta, parse
 
 
 def _text(drafted: int, accepted: int, drafts: int, per_pos: list[int] | None) -> str:
@@ -73,8 +73,13 @@ def test_restart_detected_by_counters_going_backwards() -> None:
 
 
 def test_missing_spec_counters_is_an_error() -> None:
+    """One counter of three missing: a broken export, an error. All three missing: a build before b10289,
+    which exports none (its counters come from the responses' timings)."""
+    two = "".join(f"# TYPE {n} counter\n{n}_total 3\n" for n in (DRAFT_TOKENS, ACCEPTED))
     with pytest.raises(MetricsError, match="spec_decode_num_drafts_total"):
-        parse("# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 1\n")
+        parse(two)
+    none = parse("# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 1\n")
+    assert not none.exported and (none.drafted, none.accepted, none.drafts) == (0, 0, 0)
 
 
 def test_sanity_relations() -> None:

@@ -166,12 +166,28 @@ def test_minimal_pre_speculation_is_refused(tmp_path):
     assert types == frozenset() and "--spec-type" not in options
 
 
-def test_version_without_a_commit_is_refused(tmp_path):
+def test_version_without_a_commit_is_probed_and_says_so(tmp_path):
+    """A tree without git builds a binary whose --version names no commit: the probe reads it (the run
+    decides which llama.cpp it is: suite.session.binary_info), with no commit and no build number."""
     exe = help_binary(tmp_path / "llama-server", "current")
-    text = exe.read_text().replace(f"cat {HELP_DIR / 'current.version'} >&2", "echo 'version: unknown' >&2")
-    exe.write_text(text)
-    with pytest.raises(UserError, match="its --version names no commit"):
-        probe.probe(exe)
+    said = "echo 'version: 0.6.0-dev (build 0, commit unknown)' >&2"
+    exe.write_text(exe.read_text().replace(f"cat {HELP_DIR / 'current.version'} >&2", said))
+    caps = probe.probe(exe)
+    assert caps.commit is None and caps.build is None and "--spec-type" in caps.options
+
+
+@pytest.mark.parametrize(
+    ("text", "build"),
+    [
+        ("version: 0.6.0-dev (build 9246, commit unknown)", 9246),
+        ("version: 9246 (0c1e570)", 9246),
+        ("version: 0.6.0-dev (build 0, commit unknown)", None),  # a tree without git: says nothing
+        ("version: 0.5.0-dev (build 1, commit 0c1e570)", None),  # a depth-1 clone counts one commit
+        ("version: unknown", None),
+    ],
+)
+def test_build_number_from_version(text, build):
+    assert probe.parse_build(text) == build
 
 
 def test_probe_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):

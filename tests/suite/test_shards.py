@@ -89,7 +89,7 @@ def test_shards_of_two_runs_are_refused_with_one_line(tmp_path: Path, history: P
     assert cli.main(["merge", str(tmp_path / "a"), "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err
     assert (
-        err.startswith("error: cannot merge: these are shards of different llama.cpp commits: ")
+        err.startswith("error: cannot merge: these are shards of different llama.cpp builds: ")
         and err.count("\n") == 1
     )
     assert not (tmp_path / "m").exists() and not history.exists()

@@ -25,7 +25,8 @@
   }
   const num = (v, digits = 4) => (v === null || v === undefined || !isFinite(v) ? "–" : Number(v).toFixed(digits));
   const pct = (v) => (v === null || v === undefined ? "–" : (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + " %");
-  const short = (sha) => String(sha || "").slice(0, 7);
+  // a commit cut to 7 hex digits; a build (b9246) or a tree's content hash (tree-…) whole (llamacpp.identity)
+  const short = (sha) => { const s = String(sha || ""); return /^[0-9a-f]{7,40}$/.test(s) ? s.slice(0, 7) : s; };
   const when = (iso) => String(iso || "").slice(0, 16).replace("T", " ");
   const badge = (kind, words) => el("span", { className: "badge " + kind, text: words });
   const cell = (text, className) => el("td", { className, text });

@@ -1,0 +1,183 @@
+"""The end of a replay: which build changed what, by how much, and why, from the runs it made. Pure but
+for reading the runs' results.json.
+
+Each build is set beside the build before it in the replay, directly: their configurations
+(``results.config.changes``: defaults, across renamed flags, and build options), which cases arrived
+(``not_in_build`` before, measured now) or left, and the acceptance of every case both measured (the
+counters' accept rate, exact: a change of one accepted token shows). The run's own verdict, judged against
+its history baseline (the nearest lower build), is quoted with it: that is the suite's answer; the
+side-by-side is its explanation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsuite.common import table
+from specsuite.common.errors import UserError
+from specsuite.replay.state import BUILD_FAILED, DONE, Entry, Replay
+from specsuite.results import config
+from specsuite.results.document import Run, load_run
+from specsuite.results.names import names_phrase
+from specsuite.results.record import NOT_IN_BUILD, CaseRecord, finite
+
+SHOWN = 5  # cases named per line before "and N more"
+
+
+@dataclass
+class Step:
+    """One build against the build before it in the replay."""
+
+    entry: Entry
+    run: Run | None
+    lines: list[str] = field(default_factory=list)  # what changed, the cause first
+
+
+def _load(entry: Entry) -> Run | None:
+    if entry.status != DONE or not entry.results:
+        return None
+    try:
+        return load_run(Path(entry.results))
+    except UserError:
+        return None
+
+
+def _measured(run: Run) -> dict[str, CaseRecord]:
+    return {n: r for n, r in run.cases.items() if r.status in ("passed", "failed") and r.drafted is not None}
+
+
+def _rate(r: CaseRecord) -> float | None:
+    return finite(r.accept_rate)
+
+
+def acceptance_lines(before: Run, after: Run) -> list[str]:
+    """The cases whose accept rate moved between the two builds, largest move first."""
+    a, b = _measured(before), _measured(after)
+    moved = []
+    for name in sorted(set(a) & set(b)):
+        ra, rb = _rate(a[name]), _rate(b[name])
+        if (
+            ra is not None
+            and rb is not None
+            and (a[name].drafted, a[name].accepted)
+            != (
+                b[name].drafted,
+                b[name].accepted,
+            )
+        ):
+            moved.append((abs(rb - ra), f"{name} {ra:.4f} -> {rb:.4f}"))
+    if not moved:
+        both = len(set(a) & set(b))
+        return [f"acceptance counters identical in {both} case(s) measured at both"] if both else []
+    moved.sort(key=lambda m: -m[0])
+    shown = [text for _, text in moved[:SHOWN]]
+    more = f" and {len(moved) - SHOWN} more" if len(moved) > SHOWN else ""
+    return [f"accept rate moved in {len(moved)} case(s): {'; '.join(shown)}{more}"]
+
+
+def _ran(r: CaseRecord | None) -> bool:
+    return r is not None and r.status in ("passed", "failed")
+
+
+def _absent(r: CaseRecord | None) -> bool:
+    return r is not None and (r.status == NOT_IN_BUILD or (r.reason or "").startswith("binary_no_"))
+
+
+def arrival_lines(before: Run, after: Run) -> list[str]:
+    """Cases that were not in the earlier build and run now, and cases that ran and are gone now."""
+    total = len(after.cases)
+    came = [n for n, r in after.cases.items() if _ran(r) and _absent(before.cases.get(n))]
+    went = [n for n, r in after.cases.items() if _absent(r) and _ran(before.cases.get(n))]
+    out = []
+    if came:
+        out.append(f"new in this build: {names_phrase(came, total)} (not in the build before)")
+    if went:
+        out.append(f"GONE in this build: {names_phrase(went, total)} (ran in the build before)")
+    return out
+
+
+def config_lines(before: Run, after: Run, labels: tuple[str, str]) -> list[str]:
+    """What differs between the two binaries' configurations (their --help defaults, build options)."""
+    found = config.changes((before.config, None), (after.config, None), labels)
+    suffix = f" between {labels[0]} and {labels[1]}"
+    return [f"configuration: {config.summary_line([f.removesuffix(suffix) for f in found])}"] if found else []
+
+
+def verdict_lines(run: Run) -> list[str]:
+    """The run's own first lines: its verdict, and the failed cases' causes as its summary named them."""
+    out = [f"verdict: {run.verdict or '?'}"]
+    failed = [r for r in run.cases.values() if r.status in ("failed", "error")]
+    for r in failed[:SHOWN]:
+        out.append(f"{r.name}: {_failure(r)[:300]}")
+    if len(failed) > SHOWN:
+        out.append(f"and {len(failed) - SHOWN} more failed case(s) (summary.md)")
+    return out
+
+
+def _failure(r: CaseRecord) -> str:
+    """The check that failed, as the case's message words it (``- [regressed] accept_rate ...``), else its
+    first line."""
+    lines = (r.message or "").strip().splitlines()
+    found = [line.removeprefix("- ") for line in lines if line.startswith("- [")]
+    return "; ".join(found) if found else (lines[0] if lines else f"({r.reason})")
+
+
+def steps(replay: Replay) -> list[Step]:
+    """Every build in order, each with what changed since the build before it that ran."""
+    out: list[Step] = []
+    previous: Step | None = None
+    for entry in sorted(replay.entries, key=lambda e: e.build):
+        step = Step(entry, _load(entry))
+        if step.run is None:
+            step.lines = [_not_measured(entry)]
+        else:
+            step.lines = verdict_lines(step.run)
+            if previous is not None and previous.run is not None:
+                labels = (previous.entry.key, entry.key)
+                step.lines[1:1] = config_lines(previous.run, step.run, labels) + arrival_lines(
+                    previous.run, step.run
+                )
+                step.lines += acceptance_lines(previous.run, step.run)
+            previous = step
+        out.append(step)
+    return out
+
+
+def _not_measured(entry: Entry) -> str:
+    if entry.status == BUILD_FAILED:
+        return f"does not build here: {entry.message}"
+    return f"not measured ({entry.status}{': ' + entry.message if entry.message else ''})"
+
+
+def _counts(run: Run | None) -> list[str]:
+    if run is None:
+        return ["–"] * 4
+    status = [r.status for r in run.cases.values()]
+    return [str(status.count(s)) for s in ("passed", "failed", NOT_IN_BUILD, "skipped")]
+
+
+HEADER = ("build", "verdict", "passed", "failed", "not in build", "skipped", "build s", "run s")
+
+
+def _row(step: Step) -> list[str]:
+    e = step.entry
+    verdict = (step.run.verdict or "?").split(":")[0] if step.run else e.status
+    secs = [f"{s:.0f}" if s is not None else "–" for s in (e.build_s, e.run_s)]
+    return [e.key, verdict, *_counts(step.run), *secs]
+
+
+def markdown(replay: Replay, found: Sequence[Step], out: Path) -> str:
+    head = (
+        f"### specsuite replay: the {replay.tier} tier over {len(replay.builds)} upstream builds, "
+        f"b{replay.builds[0]} to b{replay.builds[-1]}"
+    )
+    lines = [head, "", table.render(HEADER, [_row(s) for s in found], markdown=True), ""]
+    lines.append("What changed, each build against the one before it here (the cause first):")
+    lines.append("")
+    for s in found:
+        lines.append(f"- **{s.entry.key}**: {s.lines[0]}")
+        lines += [f"  - {line}" for line in s.lines[1:]]
+    lines += ["", f"Every run's folder, results.json and summary.md: {out}"]
+    return "\n".join(lines) + "\n"
