@@ -113,6 +113,12 @@ def bisect(session: nox.Session) -> None:
     _specsuite(session, "bisect", extras="datasets")
 
 
+@nox.session(default=False)  # it builds each build itself: no `build` first
+def replay(session: nox.Session) -> None:
+    """Real upstream builds in turn, a tier on each, one story (-- --tier synthetic --builds b9113,b9246)."""
+    _specsuite(session, "replay", extras="datasets")
+
+
 @nox.session(default=False)  # not under -t gpu: it builds and runs on its own
 def gpu_check(session: nox.Session) -> None:
     """On a machine with a GPU: CPU and CUDA builds, synthetic and smoke tiers on each, one table."""

@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT))
 
 from specsuite.cases.schema import Case, load_cases  # noqa: E402
 from specsuite.common import paths  # noqa: E402
+from specsuite.measure.command import server_command  # noqa: E402
+from specsuite.measure.outcome import Completion, request_body  # noqa: E402
+from specsuite.measure.streams import Pass  # noqa: E402
 from specsuite.models.store import locate  # noqa: E402
 from specsuite.server.probe import Capabilities, probe  # noqa: E402
 from specsuite.server.process import LlamaServer, ServerFailed, start_server  # noqa: E402
-from specsuite.suite.command import server_command  # noqa: E402
-from specsuite.suite.measure import Completion, request_body  # noqa: E402
-from specsuite.suite.streams import Pass  # noqa: E402
 
 PROMPTS = [
     ("fox", "Hello world, the quick brown fox"),

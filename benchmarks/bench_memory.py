@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.cases.schema import load_cases, select_cases
 from specsuite.common import paths, table
+from specsuite.measure.command import server_command
+from specsuite.measure.outcome import run_prompts
+from specsuite.measure.streams import warm_up
 from specsuite.server.memory import Sampler
 from specsuite.server.probe import probe
 from specsuite.server.process import Command, start_server
-from specsuite.suite.command import server_command
-from specsuite.suite.measure import run_prompts, warm_up
 
 
 def measure(
@@ -40,7 +41,7 @@ def measure(
         mem = Sampler(srv.pid)
         done = 0
         run_prompts(srv.post, prompts, n_predict)
-        warm_up(srv.post, prompts)
+        warm_up(srv.connection, prompts)
         done += len(prompts) + 1
         steps = []
         for _ in range(passes):

@@ -27,8 +27,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.cases.schema import load_cases
+from specsuite.measure.outcome import WARMUP_N_PREDICT, chat_body, request_body
 from specsuite.server.process import free_port
-from specsuite.suite.measure import WARMUP_N_PREDICT, chat_body, request_body
 
 
 class Plain:

@@ -14,7 +14,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(specsuite.__path__, "spec
 
 
 def test_the_package_has_its_rooms() -> None:
-    assert {"specsuite.cli", "specsuite.suite.runner", "specsuite.history.changes"} <= set(MODULES)
+    assert {"specsuite.cli", "specsuite.measure.runner", "specsuite.history.changes"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -24,6 +24,7 @@ LAYERS = (
     ("llamacpp",),
     ("results",),
     ("history",),
+    ("measure",),
     ("suite",),
     ("tools", "bisect", "bench", "report", "replay"),
     ("cli", "__main__", "__init__"),

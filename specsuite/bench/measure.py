@@ -3,9 +3,9 @@
 A mode is resolved by the front end's resolver (probe + GGUF metadata), so the bench runs exactly what a
 user of that mode gets. Two modes that resolve to the same flags (``mtp`` on a model without heads falls
 back to ``--spec-default`` like ``auto``) would start the same command: it is measured once and both rows
-point at that one measurement. Per configuration: one server, one discarded warm-up request, then N rounds
-of the prompt set; tokens/s per round from the server's own ``timings``, acceptance from the ``/metrics``
-delta over all the rounds.
+point at that one measurement. Per configuration: one server; its cold pass (the prompt set on the fresh
+server: acceptance, counted by ``/metrics`` exactly as the suite's cases count it, ``measure.cold``), which
+also warms it; then N rounds of the prompt set, tokens/s per round from the server's own ``timings``.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.cases.schema import Case
+from specsuite.measure.cold import cold_pass
+from specsuite.measure.command import server_command
+from specsuite.measure.outcome import Prompts, decode_tps, run_prompts
 from specsuite.server import metrics
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import LlamaServer, ServerFailed, start_server
 from specsuite.server.resolver import Resolution, caps_from_probe, resolve_for_model
-from specsuite.suite.command import server_command
-from specsuite.suite.measure import Prompts, decode_tps, run_prompts, warm_up
 
 Say = Callable[[str], None]
 DRAFT_FLAG = "--model-draft"  # the resolver's spelling of a separate MTP drafter
@@ -47,8 +48,8 @@ class Measurement:
     """One configuration's numbers, or why there are none (``reason``: failure.classify's vocabulary)."""
 
     flags: tuple[str, ...]
-    tps: list[float] = field(default_factory=list)  # decode tokens/s of each round, warm-up excluded
-    delta: metrics.Delta | None = None
+    tps: list[float] = field(default_factory=list)  # decode tokens/s of each round, after the cold pass
+    delta: metrics.Delta | None = None  # the cold pass's counters
     command: list[str] | None = None
     log: Path | None = None
     reason: str | None = None
@@ -213,8 +214,7 @@ def measure(got: Measurement, work: Workload, say: Say) -> None:
 
 
 def _rounds(srv: LlamaServer, work: Workload, got: Measurement, say: Say) -> None:
-    warm_up(srv.post, work.prompts)
-    before = srv.metrics()
+    got.delta = cold_pass(srv, [(None, work.prompts)], work.n_predict, 1, 0.0).delta  # acceptance
     for r in range(work.repeat):
         tps = decode_tps(run_prompts(srv.post, work.prompts, work.n_predict))
         if tps is None:  # no timings: a number made up here would be worse than none
@@ -222,4 +222,3 @@ def _rounds(srv: LlamaServer, work: Workload, got: Measurement, say: Say) -> Non
             return
         got.tps.append(tps)
         say(f"bench:   round {r + 1}/{work.repeat}: {tps:.1f} tokens/s")
-    got.delta = metrics.delta(before, srv.metrics())

@@ -14,25 +14,25 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import msgspec
 from filelock import FileLock, Timeout
 
+from specsuite.bisect import builds, night
 from specsuite.bisect import git as bisect_git
-from specsuite.bisect import night
 from specsuite.bisect.build import DEFAULT_BUILDER, load_builder, parse_build_argv, preflight
 from specsuite.bisect.judge import METRICS, SPEED_METRICS
 from specsuite.bisect.report import Report, log2_bound
-from specsuite.bisect.step import STOPPED_FILE, Params, run_step, step_command, step_lock
+from specsuite.bisect.step import STOPPED_FILE, Params, reference_record, run_step, step_command, step_lock
 from specsuite.cases.schema import TIERS, Case, load_cases
 from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser, repeat_count
 from specsuite.common.errors import UserError
-from specsuite.llamacpp.source import load_pin
+from specsuite.llamacpp import toolchain
+from specsuite.llamacpp.source import BUILD_REF_RE, load_pin
 from specsuite.models.fetch import FetchOptions, fetch_models
-from specsuite.results.document import load_run, new_run_id
+from specsuite.results.document import new_run_id
 from specsuite.results.summary import append_step_summary
 
 # `git bisect run` runs the step in the worktree: `python -m` would put that llama.cpp checkout first on
@@ -153,6 +153,14 @@ def repository() -> str:
 def run_bisect(args: argparse.Namespace, build_argv: list[str]) -> int:
     rtol = check_options(args)
     case = check_case(args.case)
+    numbers = [BUILD_REF_RE.match(args.good.strip()), BUILD_REF_RE.match(args.bad.strip())]
+    if all(numbers):
+        return _bisect_builds(args, build_argv, case, rtol, [int(m.group(1)) for m in numbers if m])
+    if any(numbers):
+        raise UserError(
+            f"--good {args.good} and --bad {args.bad}: give both as upstream builds (b9113, b9246: PyPI's "
+            "builds, no git) or both as commits (git)"
+        )
     out = _out_path(args.out, case)
     load_builder(args.builder)
     repo, cache = repository(), paths.cache_dir()
@@ -211,17 +219,35 @@ def _fetch_models(case: Case) -> None:
     fetch_models(FetchOptions(methods=[case.name]))
 
 
-def _bisect(report: Report, tree: Path) -> int:
-    started = False
+def _bisect_builds(
+    args: argparse.Namespace, build_argv: list[str], case: Case, rtol: float, ends: list[int]
+) -> int:
+    """The bisect over PyPI's builds (``bisect.builds``): no git, no mirror."""
+    found = builds.candidates(ends[0], ends[1], builds.index_url())
+    out = _out_path(args.out, case)
+    params = builds.build_params(args, case, rtol, build_argv)
+    params.out, params.run_argv = str(out), _run_argv(args)
+    search = builds.BuildBisect(params, found)
+    if params.builder == builds.DEFAULT_BUILDER:
+        toolchain.ensure_build_tools()
+        toolchain.ensure_ccache()
+    _fetch_models(case)
+    out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"bisect: {case.name} by {args.metric} (rtol {rtol:g}) over the {len(found)} builds PyPI has in "
+        f"b{ends[0]}..b{ends[1]}: good, bad, then about {log2_bound(len(found) - 1)} steps; results in {out}",
+        flush=True,
+    )
+    return _finish(search.report, search.run)
+
+
+def _finish(report: Report, work: Callable[[], object], cleanup: Callable[[], None] = lambda: None) -> int:
+    """Run the bisect's ``work``; whatever happens, its report written, printed and in the job summary."""
     try:
         report.write()
-        _endpoints(report, tree)
-        bisect_git.start(tree, report.params.bad, report.params.good)
-        started = True
-        _git_run(report, tree)
+        work()
     except KeyboardInterrupt:
         report.status = "interrupted"
-        _wait_for_step(tree)
         raise
     except UserError as exc:
         if report.status == "running":
@@ -229,14 +255,32 @@ def _bisect(report: Report, tree: Path) -> int:
         report.message = str(exc)
         raise
     finally:
-        if started:
-            _save_log(report, tree)
-        bisect_git.reset(tree)
+        cleanup()
         steps = report.write()
         print(report.text(steps), flush=True)
         if (report.out / "summary.md").is_file():
             append_step_summary(report.out / "summary.md")
     return 0 if report.status == "found" else 1
+
+
+def _bisect(report: Report, tree: Path) -> int:
+    started = False
+
+    def work() -> None:
+        nonlocal started
+        _endpoints(report, tree)
+        bisect_git.start(tree, report.params.bad, report.params.good)
+        started = True
+        _git_run(report, tree)
+
+    def cleanup() -> None:
+        if report.status == "interrupted":
+            _wait_for_step(tree)  # a step may still be stopping its servers
+        if started:
+            _save_log(report, tree)
+        bisect_git.reset(tree)
+
+    return _finish(report, work, cleanup)
 
 
 def _endpoints(report: Report, tree: Path) -> None:
@@ -251,7 +295,7 @@ def _endpoints(report: Report, tree: Path) -> None:
             f"pick a good commit where the case passes (see {p.out}/{good.folder})",
             code=1,
         )
-    p.reference = _record(Path(p.out) / good.folder, p.case)
+    p.reference = reference_record(Path(p.out) / good.folder, p.case)
     report.write()  # the steps read the reference from bisect.json
     bisect_git.checkout(tree, p.bad)
     bad = run_step(p, "bad", "bad")
@@ -263,11 +307,6 @@ def _endpoints(report: Report, tree: Path) -> None:
             f"see {p.out}/{bad.folder}",
             code=1,
         )
-
-
-def _record(folder: Path, case: str) -> dict[str, Any]:
-    """The good commit's record, as bisect.json keeps it for every step to judge against."""
-    return msgspec.to_builtins(load_run(folder / "run").cases[case])
 
 
 def _git_run(report: Report, tree: Path) -> None:

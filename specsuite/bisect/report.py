@@ -11,6 +11,7 @@ from typing import Any
 
 from specsuite.bisect.step import Params, load_steps
 from specsuite.common import atomic, table
+from specsuite.llamacpp.identity import short
 from specsuite.results.document import utc_now
 
 # status -> exit code: found 0; every other end is "no answer", said in the headline
@@ -33,6 +34,8 @@ class Report:
     candidates: list[str] = field(default_factory=list)
     range_left: tuple[str, str, int] | None = None  # stopped: (last good, last bad, commits in between)
     message: str = ""
+    unit: str = "commit"  # "build": a bisect over upstream builds (bisect.builds), not git's commits
+    between: str = ""  # a build bisect's answer when builds lie far apart: the commits it leaves open
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
 
@@ -42,11 +45,13 @@ class Report:
 
     @property
     def header(self) -> list[str]:
-        return ["commit", "tested as", self.params.metric, "verdict", "rule", "build s", "run s", "subject"]
+        return [self.unit, "tested as", self.params.metric, "verdict", "rule", "build s", "run s", "subject"]
 
     def headline(self, steps: list[dict[str, Any]]) -> str:
         n = _n_steps(steps)
         what = f"{self.params.case}, {self.params.metric}, rtol {self.params.rtol:g}"
+        if self.status == "found" and self.unit == "build":
+            return f"first bad build {self.first_bad} ({what}; {n} bisect steps){self.between}"
         if self.status == "found":
             sha = self.first_bad or ""
             return f"first bad commit {sha} {self.first_bad_subject!r} ({what}; {n} bisect steps)"
@@ -55,12 +60,9 @@ class Report:
                 f"could not decide ({what}): only skipped commits left; first bad is one of {self.candidates}"
             )
         if self.status == "stopped":
-            where = (
-                f"the first bad commit is in {self.range_left[0][:10]}..{self.range_left[1][:10]} "
-                f"({self.range_left[2]} commits)"
-                if self.range_left
-                else f"the first bad commit is in {self.params.good[:10]}..{self.params.bad[:10]}"
-            )
+            left = self.range_left or (self.params.good, self.params.bad, None)
+            count = f" ({left[2]} {self.unit}s)" if left[2] is not None else ""
+            where = f"the first bad {self.unit} is in {short(left[0], 10)}..{short(left[1], 10)}{count}"
             return f"could not pin it ({what}): {self.message}; {where}"
         return f"{self.status} ({what}): {self.message}" if self.message else f"{self.status} ({what})"
 
@@ -73,7 +75,8 @@ class Report:
         verdict = s["verdict"] + (" (first bad)" if s["commit"] == self.first_bad else "")
         value = "–" if s["value"] is None else f"{s['value']:.4f}"
         build_s, run_s = _secs(s["build_s"]), _secs(s["run_s"])
-        return [s["commit"][:10], s["label"], value, verdict, s["rule"], build_s, run_s, s["subject"][:60]]
+        key, subject = short(s["commit"], 10), s["subject"][:60]
+        return [key, s["label"], value, verdict, s["rule"], build_s, run_s, subject]
 
     def doc(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
         first_bad = {"commit": self.first_bad, "subject": self.first_bad_subject} if self.first_bad else None
@@ -84,7 +87,8 @@ class Report:
             "candidates": self.candidates,
             "range_left": list(self.range_left) if self.range_left else None,
             "params": asdict(self.params),
-            "commits_in_range": self.n_commits,
+            "commits_in_range": self.n_commits,  # a build bisect: the builds after good up to bad
+            "unit": self.unit,
             "steps": _n_steps(steps),
             "log2_bound": log2_bound(self.n_commits),
             "tested": steps,
@@ -102,7 +106,7 @@ class Report:
     def _counts(self, steps: list[dict[str, Any]]) -> str:
         wall = time.monotonic() - self.t0
         return (
-            f"{self.n_commits} commits in {self.params.good[:10]}..{self.params.bad[:10]}, "
+            f"{self.n_commits} {self.unit}s in {short(self.params.good, 10)}..{short(self.params.bad, 10)}, "
             f"{_n_steps(steps)} bisect steps (log2 bound {log2_bound(self.n_commits)}), {wall:.0f} s"
         )
 
@@ -114,7 +118,8 @@ class Report:
         lines = [f"### specsuite bisect: {head}", "", f"- {self._counts(steps)}", ""]
         lines += [table.render(self.header, self.rows(steps), markdown=True), ""]
         lines += [
-            f"- `{s['commit'][:10]}` {s['label']}: {s['verdict']} ({s['rule']}) {s['detail']}" for s in steps
+            f"- `{short(s['commit'], 10)}` {s['label']}: {s['verdict']} ({s['rule']}) {s['detail']}"
+            for s in steps
         ]
         return "\n".join(lines) + "\n"
 

@@ -13,10 +13,12 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from filelock import FileLock
 
 from specsuite.bisect import git as bisect_git
@@ -99,13 +101,15 @@ def _progress(label: str, commit: str, what: str) -> None:
     print(f"bisect: {label} {short(commit, 10)}: {what}", flush=True)
 
 
-def _build(params: Params, folder: Path, label: str, commit: str) -> tuple[Path | None, float, str]:
+Build = Callable[[Path], Path]  # build log -> the binary (BuildFailed: it does not build)
+
+
+def _build(build: Build, folder: Path, label: str, commit: str) -> tuple[Path | None, float, str]:
     """(binary or None, seconds, why it failed)."""
     _progress(label, commit, f"building (log {folder / 'build.log'})")
     t0 = time.monotonic()
     try:
-        binary = load_builder(params.builder)(Path(params.tree), folder / "build.log", params.build_argv)
-        return binary, time.monotonic() - t0, ""
+        return build(folder / "build.log"), time.monotonic() - t0, ""
     except (BuildFailed, UserError) as exc:  # UserError: e.g. not a llama.cpp tree at this commit
         return None, time.monotonic() - t0, str(exc)
 
@@ -131,13 +135,21 @@ def _run(params: Params, folder: Path, label: str, commit: str, binary: Path) ->
 
 def run_step(params: Params, label: str, folder_name: str) -> Step:
     """Build and measure the worktree's HEAD; the Step is also written to its folder's step.json."""
-    tree, out = Path(params.tree), Path(params.out)
+    tree = Path(params.tree)
     commit = bisect_git.head(tree)
-    subject = bisect_git.subject(tree, commit)
-    folder = out / f"{folder_name}-{short(commit, 10)}"
+    builder = load_builder(params.builder)
+    return measure(params, label, folder_name, (commit, bisect_git.subject(tree, commit)),
+                   lambda log: builder(tree, log, params.build_argv))  # fmt: skip
+
+
+def measure(params: Params, label: str, folder_name: str, what: tuple[str, str], build: Build) -> Step:
+    """Build ``what`` (its key: a commit or ``bN``, and its subject) with ``build`` and measure the case on
+    it; the Step is also written to its folder's step.json."""
+    commit, subject = what
+    folder = Path(params.out) / f"{folder_name}-{short(commit, 10)}"
     folder.mkdir(parents=True, exist_ok=True)
     _progress(label, commit, repr(subject))
-    binary, build_s, failure = _build(params, folder, label, commit)
+    binary, build_s, failure = _build(build, folder, label, commit)
     if binary is None:
         verdict, run_s = Judgement("skip", "build", None, f"the build failed: {failure}"), None
     else:
@@ -154,6 +166,11 @@ def run_step(params: Params, label: str, folder_name: str) -> Step:
         label, commit, f"{times}{value} -> {verdict.verdict.upper()} ({verdict.rule}: {verdict.detail})"
     )
     return step
+
+
+def reference_record(folder: Path, case: str) -> dict[str, Any]:
+    """The good endpoint's record of the case, as bisect.json keeps it for every step to judge against."""
+    return msgspec.to_builtins(load_run(folder / "run").cases[case])
 
 
 def over_budget(params: Params, n: int) -> str | None:

@@ -26,12 +26,12 @@ from specsuite.history import baseline, changes, queries, regress
 from specsuite.history.ancestry import ancestors
 from specsuite.history.recording import try_record
 from specsuite.llamacpp.identity import short
+from specsuite.measure.engine import Engine
+from specsuite.measure.judge import Failure
 from specsuite.results import config
 from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
 from specsuite.results.record import BaselineRef, CaseRecord, DriftRef
-from specsuite.suite.expect import Failure
-from specsuite.suite.runner import Session
 
 
 @dataclass
@@ -228,7 +228,7 @@ def drift_message(d: DriftRef, rtol: float) -> str:
     )
 
 
-def install(session: Session) -> None:
+def install(session: Engine) -> None:
     """Give the session its gate against history; the summary line is written as cases use it."""
     run = session.results.run
     opts = session.options

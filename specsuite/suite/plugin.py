@@ -15,7 +15,7 @@ group in a suffix it writes into the node id, which pytest 9.2 no longer lets it
 1386, open): the groups are then silently ignored. So the suite hands xdist its own loadgroup scheduler
 (the ``pytest_xdist_make_scheduler`` hook) whose group of a test is its case's target.
 
-Each worker opens its own Session on its slot (its GPUs and ports) and writes its records to
+Each worker opens its own Engine on its place (its GPUs and ports) and writes its records to
 ``parts/<worker>.json`` as it goes. The controller runs no case: when the workers are done it merges their
 parts into the run's one results.json (``results.merge``), judges it once, and writes the history record,
 bench.json and summary.md, exactly as a serial run does when its session ends; pytest itself writes the
@@ -33,20 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from specsuite.cases.schema import Case, load_cases, select_cases
 from specsuite.common import paths, procs, settings
 from specsuite.common.errors import UserError
+from specsuite.measure.engine import Engine
+from specsuite.measure.outcome import spec_result_line
 from specsuite.models.lock import load_lock
 from specsuite.results.document import RunResults, claim_results_dir, load_run, utc_now
 from specsuite.results.merge import check_parts, merge_runs, not_run
 from specsuite.results.verdict import Verdict
 from specsuite.suite import plan
-from specsuite.suite.measure import spec_result_line
 from specsuite.suite.progress import CaseLines, case_name
-from specsuite.suite.runner import Session
 from specsuite.suite.session import Shape, finish_run, finish_session, open_session
 
 GPU_TIMEOUT_S = 3600  # a 41 GiB target loads for minutes; the suite's default (900 s) is for CPU tiers
@@ -174,7 +173,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
+def spec_session(request: pytest.FixtureRequest) -> Iterator[Engine]:
     config = request.config
     try:
         s = open_session(config.stash[_SELECTOR], config.stash[_CASES], shape=config.stash[_SHAPE])
@@ -186,7 +185,7 @@ def spec_session(request: pytest.FixtureRequest) -> Iterator[Session]:
         config.stash[_FINISHED] = Finished(s.results.dir, s.verdict, s.result_lines)
 
 
-def _unstarted(request: pytest.FixtureRequest, s: Session) -> list[str]:
+def _unstarted(request: pytest.FixtureRequest, s: Engine) -> list[str]:
     """The cases an interrupted run collected and never reached (a parallel run's: the controller's merge
     finds them)."""
     if s.part is not None or request.session.exitstatus != pytest.ExitCode.INTERRUPTED:
@@ -237,7 +236,7 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 def _result_lines(run: Any) -> list[str]:
     return [
-        spec_result_line(n, msgspec.structs.asdict(r)) for n, r in run.cases.items() if r.drafted is not None
+        spec_result_line(r) for r in run.cases.values() if r.drafted is not None
     ]
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from specsuite.cases.schema import load_cases
 from specsuite.common import paths, table
 from specsuite.common.argtypes import CommandParser
+from specsuite.measure.command import missing_reason
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite.command import missing_reason
 
 
 def _rows(caps: Capabilities, cases: list[Any]) -> list[tuple[str, str, str, str, str, str]]:

@@ -1,4 +1,4 @@
-"""A run of the suite from start to verdict, around ``runner.run_case``: open and finish a Session.
+"""A run of the suite from start to verdict, around ``runner.run_case``: open and finish an Engine.
 
 open: options from the environment, the binary's probe (a binary that is not a speculative llama-server is
 refused), the GPU gate (GPU tiers refuse a CPU build or a machine without a GPU), the results header.
@@ -24,6 +24,8 @@ from specsuite.common.filehash import sha256_file, sha256_text
 from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp import source
 from specsuite.llamacpp.identity import Identity
+from specsuite.measure import observe
+from specsuite.measure.engine import Engine
 from specsuite.results import crossover
 from specsuite.results.benchjson import write_bench_json
 from specsuite.results.document import (
@@ -39,12 +41,11 @@ from specsuite.results.document import (
 from specsuite.results.merge import not_run
 from specsuite.results.summary import write_summary
 from specsuite.results.verdict import Verdict, verdict
-from specsuite.server import gpus
+from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite import gate, observe, slots
-from specsuite.suite.runner import Session
-from specsuite.suite.slots import Slot
+from specsuite.server.workers import Place
+from specsuite.suite import gate
 from specsuite.suite.vintage import Vintage
 
 
@@ -149,18 +150,18 @@ class Shape:
     part: str | None = None
 
 
-def _slot(
+def _place(
     caps: Capabilities, cases: list[Case], options: settings.Settings, out: Path, part: str | None
-) -> Slot:
-    """This process's GPUs and ports: its own slot when it is one of several workers."""
+) -> Place:
+    """This process's GPUs and ports: its own place when it is one of several workers."""
     found = gpus.available(caps)
-    lay = slots.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
-    return slots.claim(lay, out / "parts") if part else slots.first(lay)
+    lay = workers.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
+    return workers.claim(lay, out / "parts") if part else workers.first(lay)
 
 
 def open_session(
     selector: str, cases: list[Case], results_dir: Path | None = None, shape: Shape | None = None
-) -> Session:
+) -> Engine:
     """Probe the binary, refuse what cannot give a meaningful answer, and start the results document."""
     options = settings.load()
     shape = shape or Shape(planned=tuple(c.name for c in cases))
@@ -172,17 +173,17 @@ def open_session(
     run.shard, run.planned = shape.shard, list(shape.planned)
     file = f"parts/{shape.part}.json" if shape.part else "results.json"
     results = RunResults(out, run, file=file)
-    session = Session(
-        caps, results, options, slot=_slot(caps, cases, options, out, shape.part), part=shape.part
+    session = Engine(
+        caps, results, options, place=_place(caps, cases, options, out, shape.part), part=shape.part
     )
-    session.vintage = Vintage.of(run, history=not options.no_history)
+    session.vintage = Vintage.of(run, history=not options.no_history).judge
     if not options.no_history:
         gate.install(session)
     results.save()
     return session
 
 
-def finish_session(session: Session, unstarted: Sequence[str] = ()) -> Verdict | None:
+def finish_session(session: Engine, unstarted: Sequence[str] = ()) -> Verdict | None:
     """Stop the baseline server; a worker's part is saved as it is (the run's controller merges the parts
     and judges the run); a whole run is judged once (``finish_run``). ``unstarted``: the cases an
     interrupted run never reached, recorded as such (its verdict names them)."""

@@ -11,7 +11,7 @@ checkout's: the cases cases.toml selects for the shards' selector (their cases.t
 what each shard says it planned; a shard case outside it is refused. A case two shards ran keeps its worst
 outcome; a planned case no shard ran is a ``not_run`` failure, so a runner that died before uploading
 anything turns the merged run red; and every passed case is judged again by cases.toml's floors
-(``expect.recheck``): a shard's own "passed" is not believed. The merged run's id comes from its shards
+(``judge.recheck``): a shard's own "passed" is not believed. The merged run's id comes from its shards
 (the earliest start and the tier), so a merge done again replaces its history record instead of adding
 one. Exit 0 when the merged run is green, 1 when it is not, 2 when the shards cannot be merged.
 """
@@ -31,12 +31,12 @@ from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_text
+from specsuite.measure import judge
 from specsuite.results.checks import run_problems
 from specsuite.results.document import Run, RunResults, load_run, make_results_dir
 from specsuite.results.junit import junit_xml
 from specsuite.results.merge import check_parts, merge_runs
 from specsuite.results.summary import append_step_summary
-from specsuite.suite import expect
 from specsuite.suite.plan import parse_shard
 from specsuite.suite.session import finish_run
 
@@ -132,12 +132,12 @@ def the_plan(parts: list[tuple[str, Run]]) -> list[Case]:
 
 
 def recheck_cases(run: Run, cases: list[Case]) -> None:
-    """Every passed case judged again by cases.toml (``expect.recheck``); one that fails is failed here."""
+    """Every passed case judged again by cases.toml (``judge.recheck``); one that fails is failed here."""
     by_name = {c.name: c for c in cases}
     for name, rec in run.cases.items():
         if rec.status != "passed" or name not in by_name:
             continue
-        if failures := expect.recheck(by_name[name], rec, speed=run.run_options.speed):
+        if failures := judge.recheck(by_name[name], rec, speed=run.run_options.speed):
             body = "; ".join(f"[{f.reason}] {f.message}" for f in failures)
             rec.status, rec.reason = "failed", failures[0].reason
             rec.message = f"{name}: the shard said passed; judged again at merge by cases.toml: {body}"

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 
 from specsuite.cases.schema import Case
+from specsuite.measure.engine import Engine
+from specsuite.measure.runner import run_case
 from specsuite.results.junit import junit_properties
 from specsuite.results.record import NOT_IN_BUILD
 from specsuite.suite.progress import NOT_IN_BUILD_MARK
-from specsuite.suite.runner import Session, run_case
 
 
 def test_speculative(
-    spec_case: Case, spec_session: Session, record_property: Callable[[str, Any], None]
+    spec_case: Case, spec_session: Engine, record_property: Callable[[str, Any], None]
 ) -> None:
     rec = run_case(spec_case, spec_session)
     for key, value in junit_properties(rec):

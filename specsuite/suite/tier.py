@@ -27,10 +27,10 @@ from specsuite.common.errors import UserError
 from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
-from specsuite.server import gpus
+from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, probe
-from specsuite.suite import plan, slots, test_speculative
+from specsuite.suite import plan, test_speculative
 from specsuite.suite.posargs import split_posargs
 from specsuite.suite.session import check_device
 
@@ -198,7 +198,7 @@ def shard_cases(tier: str, options: settings.Settings, caps: Capabilities) -> li
     return [plan.shard_entry(found, tier, options.shard, mine)]
 
 
-def spread(caps: Capabilities, cases: list[Case], options: settings.Settings) -> slots.Layout:
+def spread(caps: Capabilities, cases: list[Case], options: settings.Settings) -> workers.Layout:
     """How the run spreads over this machine: the GPUs of a CUDA build, or --workers of a CPU build."""
     found = gpus.available(caps)
     if options.workers > 1 and caps.backend != "cpu":
@@ -212,11 +212,11 @@ def spread(caps: Capabilities, cases: list[Case], options: settings.Settings) ->
             f"--gpus {options.gpus}: {why} with no CUDA GPU to give each worker; a CPU build runs cases "
             "side by side with --workers N (acceptance only)"
         )
-    return slots.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
+    return workers.layout(gpus.select(options.gpus, found) if found.gpus else found, cases, options.workers)
 
 
-def _parallel(lay: slots.Layout) -> list[str]:
-    """pytest-xdist: a worker per slot, a target's cases on one worker, in the plan's order."""
+def _parallel(lay: workers.Layout) -> list[str]:
+    """pytest-xdist: a worker per place, a target's cases on one worker, in the plan's order."""
     if lay.workers < 2:
         return []
     return ["-n", str(lay.workers), "--dist", "loadgroup", "--no-loadscope-reorder"]

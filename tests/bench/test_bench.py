@@ -119,8 +119,9 @@ def test_table_numbers_are_the_servers_speeds_and_counters(bench) -> None:
         m = b.mode(mode)
         assert (m["tps"], m["tps_median"], m["tps_spread"]) == ([100.0, 100.0], 100.0, 0.0)
         assert m["speedup"] == 2.0
-        # 3 prompts x 2 rounds; the warm-up request (which also drafted) is not counted
-        assert (m["drafted"], m["accepted"], m["drafts"]) == (72, 54, 24)
+        # the cold pass: the 3 prompts on the fresh server, counted as the suite's cases count them; the
+        # two timed rounds after it measure speed only (measure.cold: one definition of acceptance)
+        assert (m["drafted"], m["accepted"], m["drafts"]) == (36, 27, 12)
         assert (m["accept_rate"], m["accept_len"]) == (0.75, 3.25)
     off = b.mode("off")
     assert (off["tps_median"], off["speedup"], off["accept_rate"], off["accept_len"]) == (

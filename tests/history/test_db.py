@@ -644,6 +644,47 @@ def test_only_runs_that_started_before_the_judged_one_qualify(lineage: Path) -> 
         rate("yesterday")
 
 
+def _build_doc(build: int | None, started: str, rate: float, commit: str | None = None) -> Run:
+    """A run of an upstream build with no commit known (a PyPI sdist): its key is b<N>."""
+    d = doc(commit, started, cases={"mtp": case(rate)})
+    return msgspec.structs.replace(d, binary=msgspec.structs.replace(d.binary, build=build))
+
+
+def test_without_ancestry_builds_by_number_the_nearest_lower_one(tmp_path: Path) -> None:
+    """Upstream's build numbers order a linear history: the nearest lower build is the baseline, whatever
+    the order the runs were recorded in; a higher build never is; runs with no number come after."""
+    db = tmp_path / "h.sqlite"
+    record_run(_build_doc(9246, "2026-12-01T10:00:00+00:00", 0.30), db)
+    record_run(_build_doc(11434, "2026-12-02T10:00:00+00:00", 0.50), db)
+    record_run(_build_doc(9113, "2026-12-03T10:00:00+00:00", 0.94), db)  # recorded last, oldest build
+    record_run(_build_doc(None, "2026-12-04T10:00:00+00:00", 0.70, commit=X), db)  # a commit, no number
+    assert rows(db, "SELECT llama_commit, llama_build FROM runs ORDER BY id") == [
+        ("b9246", 9246),
+        ("b11434", 11434),
+        ("b9113", 9113),
+        (X, None),
+    ]
+
+    def at(build: int) -> tuple[str, float | None] | None:
+        found = base(db, f"b{build}", build=build)
+        return None if found is None else (found.commit, found.record.accept_rate)
+
+    assert at(9246) == ("b9113", 0.94)  # not b11434, recorded before it and a higher build
+    assert at(10000) == ("b9246", 0.30)
+    assert at(11434) == ("b9246", 0.30)  # its own build is never its baseline
+    assert at(9113) == (X, 0.70)  # no lower build: the unnumbered run, by time
+    assert at(9000) == (X, 0.70)
+
+
+def test_a_build_key_matches_only_itself(tmp_path: Path) -> None:
+    """b924 is not b9246, though a commit's short spelling matches its full one."""
+    db = tmp_path / "h.sqlite"
+    record_run(_build_doc(9246, "2026-12-01T10:00:00+00:00", 0.30), db)
+    record_run(_build_doc(924, "2026-12-02T10:00:00+00:00", 0.90), db)
+    found = base(db, "b9246", build=9246)
+    assert found is not None and found.commit == "b924"
+
+
 def test_only_the_same_setup_and_measured_cases_qualify(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     record_run(doc(A, "2026-12-01T10:00:00+00:00"), db)  # the one good candidate

@@ -63,6 +63,30 @@ def test_time_orders_them_without_a_mirror_or_with_an_unknown_commit(tmp_path: P
     assert group.ordered_by == "time" and other
 
 
+def test_build_numbers_order_runs_no_mirror_knows(tmp_path: Path) -> None:
+    """PyPI's builds (no commit, no git): the site orders them by upstream's build number, which counts
+    master's commits, not by when they ran; one run without a number puts the group back in time order."""
+    db, results = tmp_path / "h.sqlite", tmp_path / "results"
+    for n, build in enumerate([11434, 9113, 10289]):
+        doc = at(real(0), None, n)  # type: ignore[arg-type]
+        doc["binary"].update(commit=None, build=build)
+        doc["cases"] = {k: v for k, v in list(doc["cases"].items())[:2]}
+        record(doc, db, results)
+    (group,) = data.groups(data.load_runs(db, None), None).values()
+    assert group.ordered_by == "build number"
+    assert [r.commit for r in group.runs] == ["b9113", "b10289", "b11434"]
+    doc = at(real(0), "abcdef0", 3)
+    doc["cases"] = {k: v for k, v in list(doc["cases"].items())[:2]}
+    record(doc, db, results)
+    (group,) = data.groups(data.load_runs(db, None), None).values()
+    assert group.ordered_by == "time" and [r.commit for r in group.runs] == [
+        "b11434",
+        "b9113",
+        "b10289",
+        "abcdef0",
+    ]
+
+
 def test_records_come_back_run_by_run(three) -> None:
     db, _, ids = three
     runs = data.load_runs(db, None)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from fakeserver import HELP_DIR
 
+from specsuite.measure.observe import spellings
 from specsuite.results.config import BuildOptions, CaseConfig, RunConfig, changes, effective, passed_flags
 from specsuite.results.document import Run
 from specsuite.results.record import BaselineRef, CaseRecord, Memory, Prefill
 from specsuite.results.summary import config_lines, summary_markdown
 from specsuite.results.verdict import verdict
 from specsuite.server.probe import parse_defaults
-from specsuite.suite.observe import spellings
 
 CURRENT = parse_defaults((HELP_DIR / "current.txt").read_text())
 LEGACY = parse_defaults((HELP_DIR / "legacy.txt").read_text())

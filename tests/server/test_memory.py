@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fakellama import fake_nvidia_smi
 
+from specsuite.measure.observe import GROWTH_MIB, limit, memory_failures
 from specsuite.results.record import Memory
 from specsuite.server.memory import Sampler, gpu_mib, parse_compute_apps, proc_status
-from specsuite.suite.observe import GROWTH_MIB, limit, memory_failures
 
 # A process that holds 8 MiB more, touched, each time it reads a line, and says so.
 GROWER = (

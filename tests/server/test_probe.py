@@ -13,9 +13,9 @@ from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 from specsuite.cases.schema import Case, parse_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.measure.command import missing_reason
 from specsuite.server import probe
 from specsuite.suite import probe_report
-from specsuite.suite.command import missing_reason
 
 ALL_CURRENT_TYPES = {
     "none",

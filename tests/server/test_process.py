@@ -13,10 +13,10 @@ import pytest
 
 from specsuite.common import paths
 from specsuite.common.errors import UserError
+from specsuite.measure.command import server_command
+from specsuite.measure.outcome import request_body
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s
-from specsuite.suite.command import server_command
-from specsuite.suite.measure import request_body
 
 SMOKE = "gemma-3-270m-q4_k_m.gguf"
 

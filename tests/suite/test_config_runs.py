@@ -22,7 +22,7 @@ import pytest
 from fakeserver import real_binary
 
 from specsuite.common import paths
-from specsuite.suite.observe import limit
+from specsuite.measure.observe import limit
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # the real build: on CI's first Python only
 DROPPED = (

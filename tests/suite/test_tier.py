@@ -113,7 +113,7 @@ def test_allow_cpu_lets_a_gpu_tier_past_the_gate(tmp_path, monkeypatch, capsys) 
 def test_allow_cpu_gpu_case_is_flagged_in_the_summarys_first_line(tmp_path, chain_env, monkeypatch) -> None:
     """The GPU-tier run the gate let through says so in its headline (a compact case on synthetic models)."""
     from specsuite.cases.schema import parse_case_file
-    from specsuite.suite import runner
+    from specsuite.measure import runner
     from specsuite.suite import session as suite
 
     text = (paths.CASES_FILE.read_text().split("[[case]]")[0] + "[[case]]\n" + f"name = {SYNTH!r}\n"

@@ -11,10 +11,10 @@ import pytest
 from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import load_cases, parse_case_file, select_cases
 from specsuite.common import paths
+from specsuite.measure import runner
 from specsuite.models.fetch import FetchOptions, fetch_models, select_entries
 from specsuite.models.lock import HfDatasetEntry, load_lock
 from specsuite.results.document import load_run
-from specsuite.suite import runner
 from specsuite.suite import session as suite
 
 pytest_plugins = ["fakehub"]

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import msgspec
 
+from specsuite.measure.judge import EPS, Failure
+from specsuite.measure.outcome import Completion, first_diff
+from specsuite.measure.streams import Throughput
 from specsuite.results.record import Concurrency, Np1, RequestCounters
 from specsuite.server.metrics import Delta
-from specsuite.suite.expect import EPS, Failure
-from specsuite.suite.measure import Completion, first_diff
-from specsuite.suite.streams import Throughput
 
 SHOWN = 5  # differing requests named in a message; the rest are counted
 

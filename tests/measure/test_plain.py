@@ -11,10 +11,10 @@ from testdata import DATA_ROOT
 
 from specsuite.cases.schema import GPU_TIERS, Case, load_cases
 from specsuite.common.serverflags import FLAG_SPELLINGS, NGRAM_N_MAX, NGRAM_N_MIN, speculative_option
+from specsuite.measure.command import server_command, split_speculative, without_speculation
+from specsuite.measure.plain import plain_of
 from specsuite.server.probe import Capabilities, parse_help, parse_speculative
 from specsuite.server.resolver import caps_from_probe, resolve
-from specsuite.suite.baseline import baseline_of
-from specsuite.suite.command import server_command, split_speculative, without_speculation
 
 HELP = (DATA_ROOT / "help" / "current.txt").read_text()
 H100 = ("CUDA0: NVIDIA H100 80GB HBM3 (81007 MiB, 80468 MiB free)",)
@@ -58,7 +58,7 @@ def test_every_case_of_every_tier_differs_from_its_baseline_only_by_speculative_
     draft = Path(f"/m/{case.draft}") if case.draft else None
     command = lambda port: server_command(caps, Path(f"/m/{case.target}"), port, case, draft,  # noqa: E731
                                           _resolved(caps, case))  # fmt: skip
-    base = baseline_of(caps, command, Path(case.target), case.gpus)
+    base = plain_of(caps, command, Path(case.target), case.gpus)
     spec_argv, base_argv = command(8111), base.command(8111)
     assert spec_argv != base_argv or case.mode == "off"
     removed, j = [], 0  # the case's tokens the baseline lacks, matched greedily in order
@@ -86,7 +86,7 @@ def test_the_synthetic_tier_baselines_run_on_one_thread_as_their_cases() -> None
     caps = _caps()
     for case in (c for c in load_cases() if c.tier == "synthetic"):
         command = lambda port, c=case: server_command(caps, Path("/m/t.gguf"), port, c, None, ())  # noqa: E731
-        base = baseline_of(caps, command, Path("t.gguf")).argv
+        base = plain_of(caps, command, Path("t.gguf")).argv
         assert base[base.index("--threads") + 1] == "1", case.name
 
 

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from specsuite.suite.measure import WARMUP_N_PREDICT, Completion, Post, Prompts, request_body
+from specsuite.measure.outcome import WARMUP_N_PREDICT, Completion, Post, Prompts, request_body
 
 Connect = Callable[[], AbstractContextManager[Post]]  # LlamaServer.connection
 

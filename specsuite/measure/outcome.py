@@ -99,11 +99,6 @@ def run_prompts(post: Post, prompts: Prompts, n_predict: int, temperature: float
     ]
 
 
-def warm_up(post: Post, prompts: Prompts, temperature: float = 0.0) -> None:
-    """One discarded short request: the first request pays for allocations and graph setup."""
-    post("/completion", request_body(prompts[0][1], WARMUP_N_PREDICT, temperature))
-
-
 def decode_tps(completions: list[Completion]) -> float | None:
     """Decode tokens/s over all requests, from the server's own predicted_n / predicted_ms."""
     ms = sum(c.predicted_ms for c in completions)
@@ -277,6 +272,7 @@ class RequestOutcome:
         return None if s is None or not math.isfinite(s) else float(s)
 
     def numbers(self) -> dict[str, Any]:
+        """The record's numbers as plain data: built once per case, by ``fill``."""
         acceptance = counter_numbers(self.delta)
         rates = acceptance["per_position_rate"]
         return {
@@ -330,14 +326,14 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def spec_result_line(name: str, n: dict[str, Any]) -> str:
+def spec_result_line(rec: CaseRecord) -> str:
     """The seed suite's line, extended with the speedup."""
 
     def f(v: Any, fmt: str) -> str:
         return "n/a" if v is None else format(v, fmt)
 
     return (
-        f"SPEC_RESULT {name}: drafted={n['drafted']} accepted={n['accepted']} steps={n['drafts']} "
-        f"accept_rate={f(n['accept_rate'], '.4f')} accept_len={f(n['accept_len'], '.4f')} "
-        f"speedup={f(n['speedup'], '.3f')}"
+        f"SPEC_RESULT {rec.name}: drafted={rec.drafted} accepted={rec.accepted} steps={rec.drafts} "
+        f"accept_rate={f(rec.accept_rate, '.4f')} accept_len={f(rec.accept_len, '.4f')} "
+        f"speedup={f(rec.speedup, '.3f')}"
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,22 +27,12 @@ from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.common.settings import Settings
-from specsuite.models.gguf import check_models
-from specsuite.models.store import locate
-from specsuite.results.document import RunResults
-from specsuite.results.record import CaseRecord, Resolved
-from specsuite.results.verdict import Verdict
-from specsuite.server import metrics
-from specsuite.server.failure import log_tail
-from specsuite.server.probe import Capabilities, MissingFlag
-from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
-from specsuite.server.resolver import caps_from_probe, resolve_for_model
-from specsuite.suite import budget, categories, concurrency, expect, observe, overhead, plausible
-from specsuite.suite.baseline import Baseline, baseline_of
-from specsuite.suite.command import runs_on_cpu, server_command
-from specsuite.suite.concurrency import Reference
-from specsuite.suite.measure import (
+from specsuite.measure import budget, categories, concurrency, judge, observe, overhead, plausible
+from specsuite.measure.cold import Cold, cold_pass
+from specsuite.measure.command import server_command
+from specsuite.measure.concurrency import Reference
+from specsuite.measure.engine import CaseEnd, Engine, Np1Key
+from specsuite.measure.outcome import (
     Completion,
     Prompts,
     RequestOutcome,
@@ -55,16 +44,18 @@ from specsuite.suite.measure import (
     spec_result_line,
     usage_problem,
 )
-from specsuite.suite.slots import Slot
-from specsuite.suite.streams import Pass, Throughput, run_streams, warm_up
-from specsuite.suite.vintage import NOT_IN_BUILD, Vintage
+from specsuite.measure.plain import plain_of
+from specsuite.measure.streams import Pass, Throughput, run_streams, warm_up
+from specsuite.models.gguf import check_models
+from specsuite.results.record import NOT_IN_BUILD, CaseRecord, Resolved
+from specsuite.server import metrics
+from specsuite.server.failure import log_tail
+from specsuite.server.probe import MissingFlag
+from specsuite.server.process import Command, LlamaServer, ServerFailed
+from specsuite.server.resolver import caps_from_probe, resolve_for_model
 
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
-# What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
-Np1Key = tuple[tuple[str, ...], str, int]
-# A baseline server: the non-speculative argv (port 0), the GPUs, the pinned CPUs (suite.baseline).
-BaselineKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 
 
 @dataclass
@@ -74,112 +65,6 @@ class Measured:
     usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
     throughput: Throughput = field(default_factory=Throughput)  # the rounds as a client sees them
     np1: Reference | None = None  # a case with several slots: the np-1 output it is compared with
-
-
-class CaseEnd(Exception):
-    """How a case ended when not passed: status (failed, skipped, error), reason, message."""
-
-    def __init__(self, status: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
-
-
-# The gate against history: (case, record, whether the case already failed) -> failures; the session
-# installs it when it has one.
-Gate = Callable[[Case, CaseRecord, bool], list[expect.Failure]]
-
-
-@dataclass
-class Session:
-    """What every case of one run shares: the binary, the results document, the baseline server."""
-
-    caps: Capabilities
-    results: RunResults
-    options: Settings = field(default_factory=Settings)  # how the run judges (strict, repeat, rtol, ...)
-    gate: Gate | None = None
-    result_lines: list[str] = field(default_factory=list)
-    verdict: Verdict | None = None  # set once, when the run ends
-    slot: Slot | None = None  # a parallel run: this worker's GPUs and ports
-    part: str | None = None  # a worker of a parallel run: its results are a part of the run's
-    _base: tuple[BaselineKey, LlamaServer] | None = None
-    _base_tokens: dict[tuple[BaselineKey, str, int, float, int], list[Completion]] = field(
-        default_factory=dict
-    )
-    np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
-    vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
-
-    @property
-    def flag_keys(self) -> dict[str, str]:
-        """Every spelling of a configuration flag -> its key (a case's config.passed)."""
-        return observe.spellings(self.caps.defaults)
-
-    @property
-    def gpu(self) -> bool:
-        return self.caps.backend != "cpu" and bool(self.caps.gpus)
-
-    @property
-    def speed(self) -> bool:
-        """Whether speed is measured: not when cases run side by side on shared cores (--workers)."""
-        return self.options.workers == 1
-
-    def server_env(self, case: Case) -> dict[str, str]:
-        """What a case's servers see: the first ``case.gpus`` GPUs of this worker's slot."""
-        return self.slot.env(case.gpus) if self.slot is not None else {}
-
-    def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
-        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``)."""
-        ports = self.slot.ports if self.slot is not None else None
-        return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
-
-    def cpus(self, case: Case) -> frozenset[int] | None:
-        """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
-        last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
-        on one CPU the speed case's run medians varied by CV 8 %, free 21 % (one server of a run kept on
-        the busier core); None: any CPU."""
-        if not (case.pin_cpu and self.speed and runs_on_cpu(self.caps)):
-            return None
-        return frozenset({max(os.sched_getaffinity(0))})
-
-    def locate(self, case: Case) -> dict[str, Path]:
-        """Verified local paths of the case's models from their stamps (no hashing, no network)."""
-        try:
-            found = locate(case.models)
-        except UserError as exc:  # its message ends with the command that fixes it
-            raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
-        for m in found.values():
-            self.results.add_model(m.name, m.sha256, m.size)
-        return {name: m.path for name, m in found.items()}
-
-    def baseline_server(self, base: Baseline, case: Case) -> LlamaServer:
-        """The speculation-off server of ``base`` (the case's command without its speculative flags, slots
-        and context included, on as many GPUs as the case): started once, kept while consecutive cases
-        share it.
-
-        Warmed up once when started, like every case's server, so that no round measures a cold baseline
-        (with one round the baseline goes first: a cold one would inflate the speedup)."""
-        if self._base is not None and self._base[0] == base.key:
-            return self._base[1]
-        self.close()
-        srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
-        self._base = (base.key, srv)
-        self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
-        try:
-            warm_up(srv.connection, case.prompt_texts, case.streams)
-        except BaseException:  # a baseline that fails its warm-up is not kept for the next case
-            self.close()
-            raise
-        return srv
-
-    def baseline_tokens(self, base: Baseline, case: Case, got: list[Completion]) -> list[Completion]:
-        """The reference tokens of (baseline, prompt set, n_predict, temperature, streams): the first
-        baseline round that ran."""
-        key = (base.key, case.prompts, case.n_predict, case.temperature, case.streams)
-        return self._base_tokens.setdefault(key, got)
-
-    def close(self) -> None:
-        if self._base is not None:
-            self._base[1].stop()
-            self._base = None
 
 
 def new_record(case: Case) -> CaseRecord:
@@ -204,11 +89,11 @@ def new_record(case: Case) -> CaseRecord:
 # --- the steps of a case ---------------------------------------------------------------------------------
 
 
-def _missing(session: Session, case: Case, what: str, reason: str) -> CaseEnd:
+def _missing(session: Engine, case: Case, what: str, reason: str) -> CaseEnd:
     """A method or flag the binary lacks: not in this build yet (an older build than the pin, where no
     lower build measured the case: ``vintage``), else a loss (strict: failed; --allow-missing: skipped)."""
     msg = f"{session.caps.binary} cannot run this case: it has no {what}"
-    fresh, said = session.vintage.judge(case.name, what) if session.vintage else (False, "")
+    fresh, said = session.vintage(case.name, what) if session.vintage else (False, "")
     if fresh:
         return CaseEnd(NOT_IN_BUILD, reason, f"{msg}{said}")
     if session.options.strict:
@@ -219,7 +104,7 @@ def _missing(session: Session, case: Case, what: str, reason: str) -> CaseEnd:
 
 
 def _resolve(
-    session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None
+    session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None
 ) -> tuple[str, ...]:
     """A ``mode`` case: the front end's resolver picks the flags from the probe and the GGUF metadata."""
     res = resolve_for_model(
@@ -246,7 +131,7 @@ def _resolve(
     return tuple(res.flags)
 
 
-def _command(session: Session, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
+def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
     resolved = _resolve(session, case, rec, target, draft) if case.mode else None
     try:
         server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
@@ -270,7 +155,7 @@ def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: i
 
 
 @contextmanager
-def _serving(session: Session, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
+def _serving(session: Engine, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
     try:
         srv = session.start(command, log, case)
     except ServerFailed as exc:
@@ -281,39 +166,13 @@ def _serving(session: Session, command: Command, log: Path, case: Case) -> Itera
         srv.stop()
 
 
-def _cold_pass(
-    spec: LlamaServer, case: Case, streams: int | None = None
-) -> tuple[metrics.Delta, Pass, list[str], list[categories.CategoryPass]]:
-    """Upstream's measurement: the prompts on the fresh server, its first requests, and the counters after.
-
-    A delta from a snapshot taken when the server is ready, not the raw cumulative counters: equal to
-    upstream's numbers when the server counted nothing before its first request (the pinned build
-    counts nothing at startup: the snapshot is zero), and ``metrics.delta`` catches a restart mid-pass,
-    which a cumulative read cannot. A non-zero ready snapshot is named in a warning (upstream's numbers
-    would include it). A drafter that keeps state across requests (ngram-mod) is measured from the same
-    empty state as upstream's, which no warm-up before it may change. A categorised prompt set is sent one
-    category after another, with a snapshot after each: each category's counters are exact too.
-    ``streams``: the case's unless given (its np-1 reference's: 1); each category is one pass of them."""
-    ready = spec.metrics()
-    done = Pass([], 0.0)
-    marks, passes = [ready], []
-    for cat, prompts in categories.groups(case):
-        got = run_streams(spec.connection, prompts, case.n_predict, streams or case.streams, case.temperature)
-        done += got
-        marks.append(spec.metrics())
-        if cat:
-            delta = metrics.delta(marks[-2], marks[-1], got.completions)
-            passes.append(categories.CategoryPass(cat, tuple(i for i, _ in prompts), delta))
-    warn = []
-    if ready.drafted or ready.accepted or ready.drafts:
-        warn.append(
-            f"the server counted drafted={ready.drafted} accepted={ready.accepted} drafts={ready.drafts} "
-            "before its first request: upstream's cumulative counters would include them, ours do not"
-        )
-    return metrics.delta(ready, marks[-1], done.completions), done, warn, passes
+def _cold_pass(spec: LlamaServer, case: Case, streams: int | None = None) -> Cold:
+    """The case's cold pass (``measure.cold``): ``streams`` the case's unless given (its np-1
+    reference's: 1); each category is one pass of them."""
+    return cold_pass(spec, categories.groups(case), case.n_predict, streams or case.streams, case.temperature)
 
 
-def _round_count(session: Session, case: Case) -> int:
+def _round_count(session: Engine, case: Case) -> int:
     """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
     anything there, the round is for tokens and counters); with several slots at least two, so that
     counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
@@ -323,7 +182,7 @@ def _round_count(session: Session, case: Case) -> int:
 
 
 def _rounds(
-    session: Session, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
+    session: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
 ) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
     """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds
     (``_round``); each speculative round's counters are the ``/metrics`` delta over it (kept to show whether
@@ -374,7 +233,7 @@ def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str
 
 
 def _np1(
-    session: Session, case: Case, at: Slots, cold: metrics.Delta, comps: list[Completion]
+    session: Engine, case: Case, at: Slots, cold: metrics.Delta, comps: list[Completion]
 ) -> Reference | None:
     """A case with several slots: the np-1 output of its command (this run's, else measured now). A case
     with one slot is such an output: kept for the cases after it."""
@@ -387,21 +246,23 @@ def _np1(
     return session.np1[key]
 
 
-def _measure_np1(session: Session, case: Case, command: Command) -> Reference:
+def _measure_np1(session: Engine, case: Case, command: Command) -> Reference:
     """The cold pass of the case's command with one slot and one stream, on a fresh server."""
     log = session.results.logs / f"{case.name}-np1.log"
     with _serving(session, command, log, case) as srv:
         try:
-            cold, done, _, _ = _cold_pass(srv, case, streams=1)
+            cold = _cold_pass(srv, case, streams=1)
         except ServerFailed as exc:
             raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
-    return Reference(f"measured for {case.name}: {session.results.rel(log)}", done.completions, cold)
+    return Reference(
+        f"measured for {case.name}: {session.results.rel(log)}", cold.done.completions, cold.delta
+    )
 
 
-def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
-    like = baseline_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
+def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
+    like = plain_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
-        base = session.baseline_server(like, case)
+        base = session.plain_server(like, case)
     except ServerFailed as exc:
         raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
@@ -413,9 +274,9 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
         rec.command = spec.command
         watch = observe.Watch(spec, base, session.gpu)
         try:
-            cold, done, warned, passes = _cold_pass(spec, case)  # before any other request to this server
-            watch.sample(len(done.completions))
-            rec.warnings += warned
+            cold = _cold_pass(spec, case)  # before any other request to this server
+            watch.sample(len(cold.done.completions))
+            rec.warnings += cold.warnings
             deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
             rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
@@ -430,12 +291,12 @@ def _measure(session: Session, case: Case, rec: CaseRecord, at: Slots, target: P
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
         finally:  # read while the servers still run
             rec.memory, rec.prefill = watch.memory(), watch.prefill()
-    ref = session.baseline_tokens(like, case, base_comps)
-    comps = done.completions
+    ref = session.plain_tokens(like, case, base_comps)
+    comps = cold.done.completions
     divs = divergence(ref, comps)
-    outcome = RequestOutcome(cold, comps, divs, speed, rounds=deltas,
-                             categories=categories.numbers(passes, comps, base_comps, divs))  # fmt: skip
-    np1 = _np1(session, case, at, cold, comps)  # after the case's server stopped: one at a time
+    cats = categories.numbers(cold.categories, comps, base_comps, divs)
+    outcome = RequestOutcome(cold.delta, comps, divs, speed, rounds=deltas, categories=cats)
+    np1 = _np1(session, case, at, cold.delta, comps)  # after the case's server stopped: one at a time
     return Measured(outcome, spec.log_text(), usage, seen, np1)
 
 
@@ -450,25 +311,25 @@ def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
     rec.not_in_build = list(dict.fromkeys([*rec.not_in_build, *outcome.delta.not_in_build()]))
 
 
-def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
-    n = m.outcome.numbers()
+def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
+    """The filled record judged (the one typed record from measurement to verdict)."""
     _fill(rec, m.outcome, case)
-    line = spec_result_line(case.name, n)
+    line = spec_result_line(rec)
     print(line, flush=True)
     session.result_lines.append(line)
     sanity, against_np1 = m.outcome.delta.sanity_errors(), _concurrency(session, case, rec, m)
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
-    failures = expect.check(case, n, m.outcome.completions, sanity, m.log_text, against_np1)
+    failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
     if not session.speed or rec.implausible_speed:  # no speed measured, or none possible: no speed floor
         failures = [f for f in failures if f.reason != "speed"]
     if m.usage:
-        failures.append(expect.Failure("usage", m.usage))
+        failures.append(judge.Failure("usage", m.usage))
     failures += observe.memory_failures(rec.memory)
     if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
         failures += session.gate(case, rec, bool(failures))
     if failures:
-        per_pos = ", ".join(f"{r:.3f}" for r in n["per_position_rate"])
+        per_pos = ", ".join(f"{r:.3f}" for r in rec.per_position_rate if r is not None)
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
         if changed := [*(rec.baseline.config_changes if rec.baseline else []),
                        *(rec.drift.config_changes if rec.drift else [])]:  # fmt: skip
@@ -481,7 +342,7 @@ def _judge(session: Session, case: Case, rec: CaseRecord, m: Measured) -> None:
         )
 
 
-def _concurrency(session: Session, case: Case, rec: CaseRecord, m: Measured) -> list[expect.Failure]:
+def _concurrency(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> list[judge.Failure]:
     """A case on the concurrency axis: its record's block; with several slots, its requests against the
     np-1 output (tokens exactly, acceptance within rtol)."""
     if not case.concurrent:
@@ -508,9 +369,9 @@ def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
 
-def _gpus(session: Session, case: Case) -> None:
+def _gpus(session: Engine, case: Case) -> None:
     """A case that needs more GPUs than this run gives a worker cannot measure what it says."""
-    have = len(session.slot.gpus) if session.slot is not None else 0
+    have = len(session.place.gpus) if session.place is not None else 0
     if have and case.gpus > have:
         msg = f"the case needs {case.gpus} GPUs and this run gives each worker {have} (--gpus)"
         if session.options.strict:
@@ -518,7 +379,7 @@ def _gpus(session: Session, case: Case) -> None:
         raise CaseEnd("skipped", "too_few_gpus", f"{msg} (skipped: --allow-missing / SPEC_STRICT=0)")
 
 
-def _run(session: Session, case: Case, rec: CaseRecord) -> None:
+def _run(session: Engine, case: Case, rec: CaseRecord) -> None:
     _gpus(session, case)
     folder = paths.model_dir()
     if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
@@ -531,7 +392,7 @@ def _run(session: Session, case: Case, rec: CaseRecord) -> None:
     _judge(session, case, rec, _measure(session, case, rec, at, target))
 
 
-def run_case(case: Case, session: Session) -> CaseRecord:
+def run_case(case: Case, session: Engine) -> CaseRecord:
     """Run one case; every way it can end is in the returned record (and in results.json)."""
     rec = new_record(case)
     t0 = time.monotonic()

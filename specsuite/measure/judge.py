@@ -7,15 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import msgspec
 
 from specsuite.cases.schema import Case
+from specsuite.measure.outcome import Completion
 from specsuite.results.record import CaseRecord, finite
 from specsuite.server.failure import spec_inactive_reason
 from specsuite.server.metrics import TIMINGS
-from specsuite.suite.measure import Completion
 
 # Rounding in the report must never turn a pass into a fail: compare the exact ratios with this slack.
 EPS = 1e-9
@@ -27,109 +24,117 @@ class Failure:
     message: str
 
 
-def _drafting(case: Case, n: dict[str, Any], log_text: str) -> list[Failure]:
+def _drafting(case: Case, rec: CaseRecord, log_text: str) -> list[Failure]:
     if case.expect_no_drafts:
-        if n["drafted"] != 0:
-            return [Failure("self_test", f"expected no drafts, got drafted={n['drafted']}")]
+        if rec.drafted != 0:
+            return [Failure("self_test", f"expected no drafts, got drafted={rec.drafted}")]
         return []
-    if n["drafted"] <= 0 or (n["drafts"] is not None and n["drafts"] <= 0):  # None: no count of drafts
+    if (rec.drafted or 0) <= 0 or (rec.drafts is not None and rec.drafts <= 0):  # None: no count of drafts
         return [
             Failure(
                 spec_inactive_reason(log_text),
-                f"speculation did not run: drafted={n['drafted']} steps={n['drafts']} (need > 0)",
+                f"speculation did not run: drafted={rec.drafted} steps={rec.drafts} (need > 0)",
             )
         ]
     return []
 
 
-def _floors(case: Case, n: dict[str, Any]) -> list[Failure]:
+def _floors(case: Case, rec: CaseRecord) -> list[Failure]:
     if case.uncalibrated:  # report-only until `calibrate` writes floors measured on the runner
         return []
     out = []
-    rate, alen, ident = n["accept_rate"], n["accept_len"], n["identical_fraction"]
+    rate, alen = rec.accept_rate, rec.accept_len
+    accepted, drafted, drafts = rec.accepted or 0, rec.drafted or 0, rec.drafts or 0  # rates: counted
     if (
         rate is not None
         and case.min_accept_rate is not None
-        and n["accepted"] / n["drafted"] < case.min_accept_rate - EPS
+        and accepted / drafted < case.min_accept_rate - EPS
     ):
         out.append(
             Failure(
                 "floor",
                 f"accept_rate {rate:.4f} < floor {case.min_accept_rate:.4f} "
-                f"(accepted={n['accepted']} / drafted={n['drafted']})",
+                f"(accepted={rec.accepted} / drafted={rec.drafted})",
             )
         )
     if (
         alen is not None
         and case.min_accept_len is not None
-        and 1 + n["accepted"] / n["drafts"] < case.min_accept_len - EPS
+        and 1 + accepted / drafts < case.min_accept_len - EPS
     ):
         out.append(
             Failure(
                 "floor",
                 f"accept_len {alen:.4f} < floor {case.min_accept_len:.4f} "
-                f"(1 + accepted={n['accepted']} / steps={n['drafts']})",
-            )
-        )
-    if case.min_identical_fraction is not None and (ident or 0.0) < case.min_identical_fraction - EPS:
-        diffs = ", ".join(f"{p['id']}@{p['first_diff']}" for p in n["prompts"] if not p["identical"])
-        out.append(
-            Failure(
-                "diverged",
-                f"identical_fraction {ident} < floor {case.min_identical_fraction} "
-                f"(first differing token per prompt: {diffs})",
+                f"(1 + accepted={rec.accepted} / steps={rec.drafts})",
             )
         )
     return out
 
 
-def _category_floors(case: Case, n: dict[str, Any]) -> list[Failure]:
+def _identical(case: Case, rec: CaseRecord) -> list[Failure]:
+    """Greedy decoding must give the speculation-off server's tokens: a product rule, not a measured floor,
+    so it holds for uncalibrated cases too (as a ``min_speedup`` does)."""
+    ident = rec.identical_fraction
+    if case.min_identical_fraction is None or (ident or 0.0) >= case.min_identical_fraction - EPS:
+        return []
+    diffs = ", ".join(f"{p.id}@{p.first_diff}" for p in rec.prompts if not p.identical)
+    return [
+        Failure(
+            "diverged",
+            f"identical_fraction {ident} < floor {case.min_identical_fraction} "
+            f"(first differing token per prompt: {diffs})",
+        )
+    ]
+
+
+def _category_floors(case: Case, rec: CaseRecord) -> list[Failure]:
     """Each category's floors on that category's own counters (report-only while uncalibrated)."""
     if case.uncalibrated:
         return []
     out = []
     for name, floors in case.category_floors.items():
-        c = (n.get("categories") or {}).get(name)
+        c = rec.categories.get(name)
         if c is None:
             out.append(
                 Failure("floor", f"category {name!r} has floors but the run measured no such category")
             )
             continue
-        for key, value, floor in (("accept_rate", c["accept_rate"], floors.min_accept_rate),
-                                  ("accept_len", c["accept_len"], floors.min_accept_len)):  # fmt: skip
+        for key, value, floor in (("accept_rate", c.accept_rate, floors.min_accept_rate),
+                                  ("accept_len", c.accept_len, floors.min_accept_len)):  # fmt: skip
             if floor is not None and (value is None or value < floor - EPS):
-                counts = f"accepted={c['accepted']} drafted={c['drafted']} steps={c['drafts']}"
+                counts = f"accepted={c.accepted} drafted={c.drafted} steps={c.drafts}"
                 out.append(
                     Failure("floor", f"category {name!r}: {key} {value} < floor {floor:.4f} ({counts})")
                 )
     return out
 
 
-def _speed(case: Case, n: dict[str, Any]) -> list[Failure]:
+def _speed(case: Case, rec: CaseRecord) -> list[Failure]:
     """One-sided: speculation must not be slower than ``min_speedup`` x plain decoding (median of rounds).
 
     A product rule, not a measured floor: it holds for uncalibrated cases too when they name one."""
     if case.min_speedup is None:
         return []
-    up, rounds = n.get("speedup"), (n.get("speed") or {}).get("speedups") or []
+    up, rounds = rec.speedup, (rec.speed.speedups if rec.speed else [])
     if up is None or not math.isfinite(up):
         return [Failure("speed", f"no speedup measured, but the case requires >= {case.min_speedup:.3f}")]
     if up < case.min_speedup - EPS:
-        per_round = ", ".join(f"{x:.3f}" for x in rounds)
+        per_round = ", ".join(f"{x:.3f}" for x in rounds if x is not None)
         return [
             Failure(
                 "speed",
                 f"speedup {up:.3f} < floor {case.min_speedup:.3f} (median of {len(rounds)} round(s): "
-                f"[{per_round}]; decode {n.get('decode_tps')} vs {n.get('baseline_decode_tps')} tokens/s "
+                f"[{per_round}]; decode {rec.decode_tps} vs {rec.baseline_decode_tps} tokens/s "
                 "without speculation)",
             )
         ]
     return []
 
 
-def _self_tests(case: Case, n: dict[str, Any]) -> list[Failure]:
+def _self_tests(case: Case, rec: CaseRecord) -> list[Failure]:
     out = []
-    acc, drafted, drafts, pos = n["accepted"], n["drafted"], n["drafts"], n["per_position"]
+    acc, drafted, drafts, pos = rec.accepted or 0, rec.drafted or 0, rec.drafts, rec.per_position
     exact = {"drafted": case.expect_drafted, "accepted": case.expect_accepted, "steps": case.expect_drafts}
     for (key, want), got in zip(exact.items(), (drafted, acc, drafts), strict=True):
         if want is not None and got is None:  # counters from the timings: that build counts no drafts
@@ -145,7 +150,7 @@ def _self_tests(case: Case, n: dict[str, Any]) -> list[Failure]:
                 f"accept_len {alen:.4f} not within {case.expect_accept_len} ± {case.accept_len_tolerance}"
             )
     # [] with drafts: not exported (a warning); drafts None: counters from the timings, no positions at all
-    positions = drafts is not None and (n.get("per_position_rate") != [] or not drafts)
+    positions = drafts is not None and (rec.per_position_rate != [] or not drafts)
     if case.expect_full_positions and positions and (not pos or pos[0] != drafts or sum(pos) != drafted):
         out.append(
             f"per_position {pos}: expected position 0 == steps={drafts} and sum == drafted={drafted} "
@@ -167,7 +172,7 @@ def _log(case: Case, log_text: str) -> list[Failure]:
 
 def check(
     case: Case,
-    n: dict[str, Any],
+    rec: CaseRecord,
     completions: list[Completion],
     sanity: list[str],
     log_text: str,
@@ -179,13 +184,14 @@ def check(
     floors: a floor missed at np 4 because acceptance collapsed there is said as the collapse."""
     empty = list(dict.fromkeys(c.id for c in completions if not c.tokens))
     out = [Failure("no_tokens", f"no tokens returned for prompt(s) {', '.join(empty)}")] if empty else []
-    out += _drafting(case, n, log_text)
+    out += _drafting(case, rec, log_text)
     out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
     out += concurrency
-    out += _floors(case, n)
-    out += _category_floors(case, n)
-    out += _speed(case, n)
-    out += _self_tests(case, n)
+    out += _floors(case, rec)
+    out += _identical(case, rec)
+    out += _category_floors(case, rec)
+    out += _speed(case, rec)
+    out += _self_tests(case, rec)
     out += _log(case, log_text)
     return out
 
@@ -195,16 +201,22 @@ def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
     recorded, drafting, the floors (a rate that is null, NaN or below its floor fails), the speed floor
     (``speed``: the run measured speed) and the self-tests, from the record's own numbers. The checks on
     what the record does not hold (the tokens, the server log) stay the shard's."""
-    n = msgspec.to_builtins(rec)
     counted = ("drafted", "accepted") if rec.counters_source == TIMINGS else ("drafted", "accepted", "drafts")
-    if any(not isinstance(n[k], int) for k in counted):
+    if any(not _is_count(getattr(rec, k)) for k in counted):
         return [Failure("metrics", "the record holds no acceptance counters: nothing to judge it by")]
-    if out := _drafting(case, n, ""):
+    if out := _drafting(case, rec, ""):
         return out
     floors = not case.expect_no_drafts and not case.uncalibrated
     rates = ("accept_rate",) if rec.counters_source == TIMINGS else ("accept_rate", "accept_len")
-    missing = [k for k in rates if floors and finite(n[k]) is None]
-    out = [Failure("floor", f"{k} is {n[k]}, not a number: no floor can pass on it") for k in missing]
-    out += _floors(case, n) if not missing else []
-    out += _speed(case, n) if speed else []
-    return out + _self_tests(case, n)
+    missing = [k for k in rates if floors and finite(getattr(rec, k)) is None]
+    out = [
+        Failure("floor", f"{k} is {getattr(rec, k)}, not a number: no floor can pass on it") for k in missing
+    ]
+    out += _floors(case, rec) if not missing else []
+    out += _identical(case, rec)
+    out += _speed(case, rec) if speed else []
+    return out + _self_tests(case, rec)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

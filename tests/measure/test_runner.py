@@ -22,13 +22,13 @@ from fakellama import fake_llama
 
 from specsuite.cases.schema import Case, parse_case_file
 from specsuite.common.errors import UserError
+from specsuite.measure import runner
+from specsuite.measure.outcome import WARMUP_N_PREDICT
 from specsuite.results.document import Run, RunOptions, load_run
 from specsuite.results.verdict import verdict
 from specsuite.server import process
 from specsuite.server.process import LlamaServer
-from specsuite.suite import runner
 from specsuite.suite import session as suite
-from specsuite.suite.measure import WARMUP_N_PREDICT
 
 TARGET = "synth-target-llama-fixed.gguf"
 DRAFT = "synth-draft-llama-fixed.gguf"
@@ -85,7 +85,7 @@ SIMPLE = f"""
 """
 
 
-def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case, **fake: object) -> runner.Session:
+def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case, **fake: object) -> runner.Engine:
     exe = fake_llama(tmp_path / "bin", **fake)
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(exe))
     return suite.open_session(case.name, [case], tmp_path / "results")
@@ -93,7 +93,7 @@ def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case, **fake
 
 @pytest.fixture
 def run(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
-    sessions: list[runner.Session] = []
+    sessions: list[runner.Engine] = []
 
     def go(case: Case, **fake: object) -> runner.CaseRecord:
         s = _session(env, monkeypatch, case, **fake)

@@ -5,9 +5,9 @@ more than one), so no two measured servers ever share a GPU and the speed number
 would measure; a case's servers see the first ``gpus`` GPUs of their worker's group. A CPU build runs
 ``--workers N`` side by side, for acceptance only (they share the cores: speed is not measured).
 
-Which worker holds which slot is decided by an OS lock on a file per slot, not by the worker's number:
+Which worker holds which place is decided by an OS lock on a file per place, not by the worker's number:
 xdist numbers a worker that replaces a crashed one anew (gw4 for gw1), and the lock of a dead process is
-released by the kernel, so the replacement takes the slot its predecessor held and nothing else. Each slot
+released by the kernel, so the replacement takes the place its predecessor held and nothing else. Each place
 also has its own port range (llama.cpp's server tests give each worker 8080 + 10 N), below Linux's
 ephemeral range, so two workers never pick the same free port between the check and the bind.
 """
@@ -26,21 +26,21 @@ from specsuite.server.gpus import Gpu, GpuList
 
 PORT_BASE = 20000  # Linux's ephemeral ports start at 32768: no kernel-picked port falls in a worker's range
 PORT_SPAN = 50  # a worker runs two servers at a time; the rest is room for ports others hold
-_HELD: list[FileLock] = []  # this process's slot lock, held until it exits
+_HELD: list[FileLock] = []  # this process's place lock, held until it exits
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a run spreads over the machine: the slots (a GPU group each; empty groups on a CPU build) and
+    """How a run spreads over the machine: the places (a GPU group each; empty groups on a CPU build) and
     how many workers use them (no more than there are targets: a target's cases share one worker)."""
 
-    slots: tuple[tuple[Gpu, ...], ...]
+    places: tuple[tuple[Gpu, ...], ...]
     workers: int
     found: GpuList
 
     @property
     def gpus_per_worker(self) -> int:
-        return len(self.slots[0]) if self.slots else 0
+        return len(self.places[0]) if self.places else 0
 
     def describe(self) -> str:
         """The run's one line about where it runs."""
@@ -51,50 +51,52 @@ class Layout:
                     "measured or gated"
                 )
             return ""
-        gpus = ", ".join(g.describe() for group in self.slots for g in group)
+        gpus = ", ".join(g.describe() for group in self.places for g in group)
         per = self.gpus_per_worker
         return f"GPUs: {gpus}; {self.workers} worker(s) of {per} GPU{'s' if per > 1 else ''}"
 
 
 def layout(found: GpuList, cases: list[Case], workers: int = 1) -> Layout:
-    """The slots of a run of ``cases`` on ``found`` GPUs (or ``workers`` CPU workers without any)."""
+    """The places of a run of ``cases`` on ``found`` GPUs (or ``workers`` CPU workers without any)."""
     targets = len({c.target for c in cases}) or 1
     if not found.gpus:
         return Layout(((),) * workers, min(workers, targets), found)
     size = max((c.gpus for c in cases), default=1)
     if len(found.gpus) < size:  # too few for the largest case: it fails (too_few_gpus), the rest run
         return Layout((found.gpus,), 1, found)
-    slots = tuple(found.gpus[i : i + size] for i in range(0, len(found.gpus) - size + 1, size))
-    return Layout(slots, min(len(slots), targets), found)
+    places = tuple(found.gpus[i : i + size] for i in range(0, len(found.gpus) - size + 1, size))
+    return Layout(places, min(len(places), targets), found)
 
 
 @dataclass(frozen=True)
-class Slot:
+class Place:
+    """A worker's place in a parallel run: its GPUs and ports ("slot" is a server's --parallel slot)."""
+
     index: int
     gpus: tuple[Gpu, ...]
     found: GpuList
     ports: range | None  # None: the kernel picks (a run of one worker)
 
     def env(self, gpus: int) -> dict[str, str]:
-        """The environment that shows a case's servers the first ``gpus`` GPUs of this slot."""
+        """The environment that shows a case's servers the first ``gpus`` GPUs of this place."""
         return self.found.visible(self.gpus[:gpus]) if self.gpus else {}
 
 
-def first(lay: Layout) -> Slot:
-    """A run without workers: the first slot, its GPUs; ports as the kernel picks them."""
-    return Slot(0, lay.slots[0] if lay.slots else (), lay.found, None)
+def first(lay: Layout) -> Place:
+    """A run without workers: the first place, its GPUs; ports as the kernel picks them."""
+    return Place(0, lay.places[0] if lay.places else (), lay.found, None)
 
 
-def claim(lay: Layout, folder: Path) -> Slot:
-    """This worker's slot: the first one no live worker holds (its lock is held until this process ends)."""
+def claim(lay: Layout, folder: Path) -> Place:
+    """This worker's place: the first one no live worker holds (its lock is held until this process ends)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for index, gpus in enumerate(lay.slots):
-        lock = FileLock(folder / f"slot-{index}.lock")
+    for index, gpus in enumerate(lay.places):
+        lock = FileLock(folder / f"place-{index}.lock")
         with contextlib.suppress(Timeout):
             lock.acquire(timeout=0)
             _HELD.append(lock)
             ports = range(PORT_BASE + index * PORT_SPAN, PORT_BASE + (index + 1) * PORT_SPAN)
-            return Slot(index, gpus, lay.found, ports)
+            return Place(index, gpus, lay.found, ports)
     raise UserError(
-        f"all {len(lay.slots)} slots of this run are taken: more workers than GPUs (or --workers)"
+        f"all {len(lay.places)} places of this run are taken: more workers than GPUs (or --workers)"
     )

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsuite.cases.schema import Case
-from specsuite.server.metrics import Delta
-from specsuite.suite.measure import (
+from specsuite.measure.outcome import (
     Completion,
     PromptDivergence,
     counter_numbers,
     decode_tps,
     identical_fraction,
 )
+from specsuite.server.metrics import Delta
 
 
 @dataclass(frozen=True)

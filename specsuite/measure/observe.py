@@ -15,12 +15,12 @@ from typing import Any
 
 from specsuite.common.serverflags import CONFIG_FLAGS, FLAG_SPELLINGS, config_key
 from specsuite.llamacpp import buildopts
+from specsuite.measure.judge import Failure
+from specsuite.measure.outcome import Completion
 from specsuite.results.config import PROPS_KEYS, BuildOptions, CaseConfig, RunConfig, passed_flags
 from specsuite.results.record import Memory, Prefill
 from specsuite.server.memory import Sampler
 from specsuite.server.process import LlamaServer
-from specsuite.suite.expect import Failure
-from specsuite.suite.measure import Completion
 
 # Memory growth from the first warmed sample to the last that fails a case (reason memory_growth): more
 # than GROWTH_MIB plus GROWTH_SHARE of the server's peak. Measured on the pinned CPU build

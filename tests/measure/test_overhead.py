@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from specsuite.measure import overhead, plausible
+from specsuite.measure.outcome import Completion, Speed, decode_steps, interleaved_round
 from specsuite.results.record import CaseRecord, Counters, SpeedSamples
 from specsuite.server.metrics import Delta
-from specsuite.suite import overhead, plausible
-from specsuite.suite.measure import Completion, Speed, decode_steps, interleaved_round
 
 
 def _comps(ms: float, n: int, k: int = 3) -> list[Completion]:

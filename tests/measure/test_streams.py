@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from specsuite.suite.measure import Completion
-from specsuite.suite.streams import Pass, Throughput, run_streams, schedule
+from specsuite.measure.outcome import Completion
+from specsuite.measure.streams import Pass, Throughput, run_streams, schedule
 
 PROMPTS = [("a", "A"), ("b", "B"), ("c", "C")]
 

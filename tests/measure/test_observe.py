@@ -16,8 +16,8 @@ import pytest
 from fakellama import fake_llama, fake_nvidia_smi, gpu_devices
 
 from specsuite.common import paths
-from specsuite.suite.measure import Completion
-from specsuite.suite.observe import GROWTH_MIB, Watch
+from specsuite.measure.observe import GROWTH_MIB, Watch
+from specsuite.measure.outcome import Completion
 
 CASE = "tiny-simple-fixed"
 DROPPED = (

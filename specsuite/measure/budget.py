@@ -33,7 +33,7 @@ from types import FrameType
 
 from specsuite.cases.schema import Case
 from specsuite.common.settings import Settings
-from specsuite.suite.measure import WARMUP_N_PREDICT, chat_body
+from specsuite.measure.outcome import WARMUP_N_PREDICT, chat_body
 
 # a baseline whose log has no timing lines (not a llama-server of ours): the limit the suite had before
 UNMEASURED_S = 900.0

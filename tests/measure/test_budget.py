@@ -11,7 +11,7 @@ import pytest
 
 from specsuite.cases.schema import load_cases, select_cases
 from specsuite.common.settings import Settings
-from specsuite.suite import budget
+from specsuite.measure import budget
 
 # Two requests as the pinned build (0c1e570) logs them, copied from a synthetic run's baseline log: the
 # "prompt eval" lines are prompt processing, not decoding.

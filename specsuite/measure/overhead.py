@@ -14,9 +14,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from specsuite.measure.outcome import Speed
 from specsuite.results.record import BlockCost, CaseRecord
 from specsuite.server.metrics import Delta
-from specsuite.suite.measure import Speed
 
 
 def _div(a: float, b: float | None) -> float | None:

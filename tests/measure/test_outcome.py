@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsuite.results.record import CaseRecord
-from specsuite.server.metrics import Delta
-from specsuite.suite.measure import (
+from specsuite.measure.outcome import (
     Completion,
     RequestOutcome,
     Speed,
@@ -20,6 +18,8 @@ from specsuite.suite.measure import (
     spec_result_line,
     usage_problem,
 )
+from specsuite.results.record import CaseRecord
+from specsuite.server.metrics import Delta
 
 
 def _c(pid: str, tokens: list[int], n: int = 128, ms: float = 1000.0) -> Completion:
@@ -62,7 +62,9 @@ def test_outcome_numbers_and_result_line() -> None:
     assert n["per_position_rate"] == [0.8333, 0.6667, 0.5] and n["pos0_rate"] == 0.8333
     assert (n["decode_tps"], n["baseline_decode_tps"]) == (120.0, 60.0)
     assert n["identical_fraction"] == 1.0
-    line = spec_result_line("x", n)
+    rec = CaseRecord(name="x")
+    out.fill(rec)
+    line = spec_result_line(rec)
     assert line == (
         "SPEC_RESULT x: drafted=90 accepted=60 steps=30 accept_rate=0.6667 accept_len=3.0000 speedup=2.000"
     )

@@ -14,8 +14,8 @@ from casetext import HEAD
 from testdata import DATA_ROOT
 
 from specsuite.cases.schema import parse_case_file
+from specsuite.measure.command import missing_reason, server_command
 from specsuite.server.probe import Capabilities, MissingFlag, parse_help
-from specsuite.suite.command import missing_reason, server_command
 
 HELP = DATA_ROOT / "help" / "current.txt"
 

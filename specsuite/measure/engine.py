@@ -1,0 +1,141 @@
+"""What every case of one run shares: the binary, the results document, the speculation-off server (kept
+while consecutive cases share it), the np-1 references, and what the harness hands in (the history gate,
+whether what the binary lacks is in it yet). ``runner.run_case(case, engine)`` measures one case with it;
+nothing here knows pytest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsuite.cases.schema import Case
+from specsuite.common.errors import UserError
+from specsuite.common.settings import Settings
+from specsuite.measure import judge, observe
+from specsuite.measure.command import runs_on_cpu
+from specsuite.measure.concurrency import Reference
+from specsuite.measure.outcome import Completion
+from specsuite.measure.plain import PlainServer
+from specsuite.measure.streams import warm_up
+from specsuite.models.store import locate
+from specsuite.results.document import RunResults
+from specsuite.results.record import CaseRecord
+from specsuite.results.verdict import Verdict
+from specsuite.server.probe import Capabilities
+from specsuite.server.process import Command, LlamaServer, start_server
+from specsuite.server.workers import Place
+
+# What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
+Np1Key = tuple[tuple[str, ...], str, int]
+# A speculation-off server: the non-speculative argv (port 0), the GPUs, the pinned CPUs (measure.plain).
+PlainKey = tuple[tuple[str, ...], int, tuple[int, ...]]
+
+
+class CaseEnd(Exception):
+    """How a case ended when not passed: status (failed, skipped, error), reason, message."""
+
+    def __init__(self, status: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+# The gate against history: (case, record, whether the case already failed) -> failures; the harness
+# installs it when it has one (suite.gate).
+Gate = Callable[[Case, CaseRecord, bool], list[judge.Failure]]
+# Whether what the binary lacks is not in its build yet: (case name, what) -> (yes, what to say); the
+# harness hands it in (suite.vintage: it reads the history).
+Vintage = Callable[[str, str], tuple[bool, str]]
+
+
+@dataclass
+class Engine:
+    """What every case of one run shares: the binary, the results document, the speculation-off server."""
+
+    caps: Capabilities
+    results: RunResults
+    options: Settings = field(default_factory=Settings)  # how the run judges (strict, repeat, rtol, ...)
+    gate: Gate | None = None
+    result_lines: list[str] = field(default_factory=list)
+    verdict: Verdict | None = None  # set once, when the run ends
+    place: Place | None = None  # a parallel run: this worker's GPUs and ports
+    part: str | None = None  # a worker of a parallel run: its results are a part of the run's
+    _base: tuple[PlainKey, LlamaServer] | None = None
+    _base_tokens: dict[tuple[PlainKey, str, int, float, int], list[Completion]] = field(default_factory=dict)
+    np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
+    vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
+
+    @property
+    def flag_keys(self) -> dict[str, str]:
+        """Every spelling of a configuration flag -> its key (a case's config.passed)."""
+        return observe.spellings(self.caps.defaults)
+
+    @property
+    def gpu(self) -> bool:
+        return self.caps.backend != "cpu" and bool(self.caps.gpus)
+
+    @property
+    def speed(self) -> bool:
+        """Whether speed is measured: not when cases run side by side on shared cores (--workers)."""
+        return self.options.workers == 1
+
+    def server_env(self, case: Case) -> dict[str, str]:
+        """What a case's servers see: the first ``case.gpus`` GPUs of this worker's place."""
+        return self.place.env(case.gpus) if self.place is not None else {}
+
+    def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
+        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``)."""
+        ports = self.place.ports if self.place is not None else None
+        return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
+
+    def cpus(self, case: Case) -> frozenset[int] | None:
+        """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
+        last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
+        on one CPU the speed case's run medians varied by CV 8 %, free 21 % (one server of a run kept on
+        the busier core); None: any CPU."""
+        if not (case.pin_cpu and self.speed and runs_on_cpu(self.caps)):
+            return None
+        return frozenset({max(os.sched_getaffinity(0))})
+
+    def locate(self, case: Case) -> dict[str, Path]:
+        """Verified local paths of the case's models from their stamps (no hashing, no network)."""
+        try:
+            found = locate(case.models)
+        except UserError as exc:  # its message ends with the command that fixes it
+            raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
+        for m in found.values():
+            self.results.add_model(m.name, m.sha256, m.size)
+        return {name: m.path for name, m in found.items()}
+
+    def plain_server(self, base: PlainServer, case: Case) -> LlamaServer:
+        """The speculation-off server of ``base`` (the case's command without its speculative flags, slots
+        and context included, on as many GPUs as the case): started once, kept while consecutive cases
+        share it.
+
+        Warmed up once when started, like every case's server, so that no round measures a cold baseline
+        (with one round the baseline goes first: a cold one would inflate the speedup)."""
+        if self._base is not None and self._base[0] == base.key:
+            return self._base[1]
+        self.close()
+        srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
+        self._base = (base.key, srv)
+        self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
+        try:
+            warm_up(srv.connection, case.prompt_texts, case.streams)
+        except BaseException:  # a baseline that fails its warm-up is not kept for the next case
+            self.close()
+            raise
+        return srv
+
+    def plain_tokens(self, base: PlainServer, case: Case, got: list[Completion]) -> list[Completion]:
+        """The reference tokens of (baseline, prompt set, n_predict, temperature, streams): the first
+        baseline round that ran."""
+        key = (base.key, case.prompts, case.n_predict, case.temperature, case.streams)
+        return self._base_tokens.setdefault(key, got)
+
+    def close(self) -> None:
+        if self._base is not None:
+            self._base[1].stop()
+            self._base = None
