@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta
 
-from specsuite.common import declared, paths, tomldata
+from specsuite.common import declared, paths, statcache, tomldata
 from specsuite.common.errors import UserError
 from specsuite.common.serverflags import ALLOWED, SPEC_FLAG_PREFIXES, server_args_problem, speculative_option
 from specsuite.common.settings import MAX_REPEAT
@@ -538,9 +538,22 @@ def read_text(path: str | Path = paths.CASES_FILE) -> str:
     return tomldata.read_text(Path(path), "cases file", "--cases PATH")
 
 
+# cases.toml parsed once per process: what one run asks of it (run-tier, the plan, the plugin, a fetch) is
+# the file's cases while the file is the same file (statcache.identity: a rewrite shows); Case is frozen.
+_LOADED: dict[tuple[str, tuple[int, ...], frozenset[str] | None], list[Case]] = {}
+
+
 def load_cases(path: str | Path = paths.CASES_FILE, lock_names: set[str] | None = None) -> list[Case]:
     """Load and validate cases.toml; with ``lock_names`` also check every model name against the lock."""
-    return parse_cases(read_text(path), lock_names)
+    try:
+        resolved = Path(path).resolve()
+        key = (str(resolved), tuple(statcache.identity(resolved).values()),
+               frozenset(lock_names) if lock_names is not None else None)  # fmt: skip
+    except OSError:
+        return parse_cases(read_text(path), lock_names)  # read_text says what is wrong with the file
+    if key not in _LOADED:
+        _LOADED[key] = parse_cases(read_text(path), lock_names)
+    return list(_LOADED[key])
 
 
 def select_cases(cases: list[Case], selector: str) -> list[Case]:

@@ -46,6 +46,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     method_model_dir: str | None = _var("SPEC_METHOD_MODEL_DIR", None)  # upstream's name for model_dir
     history_path: str | None = _var("SPEC_HISTORY", None)
     results_dir: str | None = _var("SPEC_RESULTS_DIR", None)
+    # run-tier's probe of the binary, handed to its pytest child (server.probe.hand_over): probed once a run
+    probed: str | None = _var("SPEC_PROBED", None)
     # how a run judges its cases (results.json records these as its `options`)
     methods: str = _var("SPEC_METHODS", "")
     strict: bool = _var("SPEC_STRICT", True)

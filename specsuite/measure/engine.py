@@ -22,7 +22,7 @@ from specsuite.measure.plain import PlainServer
 from specsuite.measure.streams import warm_up
 from specsuite.models.store import locate
 from specsuite.results.document import RunResults
-from specsuite.results.record import CaseRecord
+from specsuite.results.record import CaseRecord, Status
 from specsuite.results.verdict import Verdict
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import Command, LlamaServer, start_server
@@ -37,7 +37,7 @@ PlainKey = tuple[tuple[str, ...], int, tuple[int, ...]]
 class CaseEnd(Exception):
     """How a case ended when not passed: status (failed, skipped, error), reason, message."""
 
-    def __init__(self, status: str, reason: str, message: str) -> None:
+    def __init__(self, status: Status, reason: str, message: str) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
 

@@ -28,7 +28,7 @@ from specsuite.history.ancestry import in_commit_order
 from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
-from specsuite.results.record import CaseRecord, SpeedSamples, decode_record, finite
+from specsuite.results.record import STATUSES, CaseRecord, SpeedSamples, decode_record, finite
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RECORD = msgspec.json.Decoder(CaseRecord)
@@ -366,7 +366,7 @@ def _from_columns(name: str, row: sqlite3.Row) -> CaseRecord:
     speedups = _numbers(row["speedups"])
     return CaseRecord(
         name=name,
-        status=row["status"] if isinstance(row["status"], str) else None,
+        status=row["status"] if row["status"] in STATUSES else None,  # a hand-edited row: no status
         reason=row["reason"] if isinstance(row["reason"], str) else None,
         accept_rate=finite(row["accept_rate"]),
         accept_len=finite(row["accept_len"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
@@ -19,9 +19,11 @@ from specsuite.common import declared
 from specsuite.common.errors import UserError
 from specsuite.results.config import CaseConfig
 
-# not_in_build: the binary predates what the case needs (suite.vintage): no failure of today's suite
-NOT_IN_BUILD = "not_in_build"
-STATUSES = ("passed", "failed", "skipped", NOT_IN_BUILD, "error", "interrupted")
+# How a case ended: the one enumeration (a results.json holding another status is refused when read).
+# not_in_build: the binary predates what the case needs (suite.vintage): no failure of today's suite.
+Status = Literal["passed", "failed", "skipped", "not_in_build", "error", "interrupted"]
+STATUSES: tuple[Status, ...] = get_args(Status)
+NOT_IN_BUILD: Status = "not_in_build"
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
 MEASURED_FAIL_REASONS = frozenset(
@@ -231,7 +233,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
 
     name: str
     tier: str = ""
-    status: str | None = None  # passed, failed, skipped, not_in_build, error, interrupted
+    status: Status | None = None
     reason: str | None = None
     message: str | None = None
     method: str = ""  # "draft-mtp", "ngram-mod,draft-mtp", "mode=auto", "spec-default"

@@ -16,8 +16,9 @@ from specsuite.cases.schema import GPU_TIERS
 from specsuite.results.document import Run
 from specsuite.results.merge import NOT_RUN
 from specsuite.results.names import SHOWN, all_but, names_phrase
-from specsuite.results.record import NOT_IN_BUILD, STATUSES, CaseRecord
+from specsuite.results.record import NOT_IN_BUILD, STATUSES, CaseRecord, Status
 
+ByStatus = dict[Status, list[CaseRecord]]
 Weakening = tuple[str | None, list[str]]  # (its tag in a green headline or None, its attention lines)
 
 
@@ -59,7 +60,7 @@ def _named(recs: list[CaseRecord]) -> str:
     return "; ".join(f"{why}: {names_phrase(names)}" for why, names in by.items())
 
 
-def _interrupted(head: str, recs: list[CaseRecord], by: dict[str, list[CaseRecord]]) -> str:
+def _interrupted(head: str, recs: list[CaseRecord], by: ByStatus) -> str:
     """An interrupted run's headline: how far it got, the case it stopped in, the cases it never ran, and
     what failed before."""
     stopped = [r.name for r in by["interrupted"] if r.reason != NOT_RUN]
@@ -81,11 +82,11 @@ def _scope(run: Run) -> list[str]:
     )
 
 
-def _counts(by: dict[str, list[CaseRecord]]) -> str:
+def _counts(by: ByStatus) -> str:
     return ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in by.items() if v) or "0 cases"
 
 
-def _not_in_build(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
+def _not_in_build(run: Run, by: ByStatus) -> list[Weakening]:
     """Cases an older build cannot run yet, and what a build could not give the cases it ran (counters
     from the timings, say): said once each, with the cases, not as failures."""
     out: list[Weakening] = []
@@ -140,7 +141,7 @@ def _implausible(run: Run) -> list[str]:
     ]
 
 
-def _weakening(run: Run, by: dict[str, list[CaseRecord]]) -> list[Weakening]:
+def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
     opts = run.run_options

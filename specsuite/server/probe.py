@@ -20,12 +20,14 @@ No library parses that; the parser below is the smallest one that follows those 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specsuite.common import atomic
 from specsuite.common.errors import UserError
 from specsuite.common.procs import child_env, stop_group
 from specsuite.common.serverflags import (
@@ -34,7 +36,7 @@ from specsuite.common.serverflags import (
     speculative_option,
     speculative_spelling,
 )
-from specsuite.common.statcache import StatCache
+from specsuite.common.statcache import StatCache, identity
 
 SCHEMA = 6  # bump when the cached fields change; older cache files are then ignored
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
@@ -376,6 +378,27 @@ def _from_json(data: dict[str, Any]) -> Capabilities:
         spec_switches=frozenset(data["spec_switches"]),
         build=data["build"],
     )
+
+
+def hand_over(caps: Capabilities, file: Path) -> None:
+    """Write the probe of ``caps.binary`` for a child of this run (``SPEC_PROBED``), with the binary's file
+    identity, so that the child neither probes it again nor believes it of another file."""
+    binary = Path(caps.binary)
+    doc = {"binary": str(binary), "identity": identity(binary), "caps": _to_json(caps)}
+    atomic.write_json(file, doc)
+
+
+def handed(binary: Path, file: str | None) -> Capabilities | None:
+    """The probe ``hand_over`` wrote for ``binary``, while it is the same file; None otherwise (no file,
+    another binary, a rebuilt one, an unreadable file: the caller probes)."""
+    if not file:
+        return None
+    with contextlib.suppress(OSError, KeyError, TypeError, ValueError):
+        doc = json.loads(Path(file).read_text(encoding="utf-8"))
+        path = Path(binary).expanduser().resolve()
+        if doc["binary"] == str(path) and doc["identity"] == identity(path):
+            return _from_json(doc["caps"])
+    return None
 
 
 def probe(binary: Path) -> Capabilities:

@@ -43,7 +43,7 @@ from specsuite.results.summary import write_summary
 from specsuite.results.verdict import Verdict, verdict
 from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
-from specsuite.server.probe import Capabilities, probe
+from specsuite.server.probe import Capabilities, handed, probe
 from specsuite.server.workers import Place
 from specsuite.suite import gate
 from specsuite.suite.vintage import Vintage
@@ -165,8 +165,10 @@ def open_session(
     """Probe the binary, refuse what cannot give a meaningful answer, and start the results document."""
     options = settings.load()
     shape = shape or Shape(planned=tuple(c.name for c in cases))
-    caps = probe(paths.server_binary())
-    check_device(caps, cases, options.allow_cpu)
+    caps = handed(paths.server_binary(), options.probed)  # run-tier probed it and checked the device
+    if caps is None:  # a bare pytest, or a binary rebuilt since
+        caps = probe(paths.server_binary())
+        check_device(caps, cases, options.allow_cpu)
     tier = selector if selector in TIERS else ",".join(sorted({c.tier for c in cases}))
     out = Path(results_dir or options.results_dir or claim_results_dir(selector))
     run = new_run(caps, options, tier=tier, selector=selector)

@@ -29,7 +29,7 @@ from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
-from specsuite.server.probe import Capabilities, probe
+from specsuite.server.probe import Capabilities, hand_over, probe
 from specsuite.suite import plan, test_speculative
 from specsuite.suite.posargs import split_posargs
 from specsuite.suite.session import check_device
@@ -261,6 +261,8 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
         plan.write_plan(results_dir / "plan.json", found)
         env["SPEC_PLAN"] = str(results_dir / "plan.json")
     env["LLAMA_SERVER_BIN_PATH"] = caps.binary
+    hand_over(caps, results_dir / "probe.json")  # the child takes it: the binary probed once a run
+    env["SPEC_PROBED"] = str(results_dir / "probe.json")
     where = f" (shard {chosen[0]['shard']}: {len(cases)} cases)" if chosen else ""
     print(f"running the {args.tier} tier{where} with {caps.binary}; results in {results_dir}", flush=True)
     if line := lay.describe():

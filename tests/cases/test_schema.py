@@ -7,6 +7,7 @@ import re
 import pytest
 from casetext import HEAD
 
+from specsuite.cases import schema
 from specsuite.cases.schema import TIERS, load_cases, parse_case_file, parse_cases, select_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
@@ -573,3 +574,20 @@ def test_the_real_file_sweeps_every_drafter_in_the_synthetic_tier() -> None:
         "draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark",
     }  # fmt: skip
     assert {c.sweep_nps for c in sweeps.values()} == {(1, 2, 4)}
+
+
+def test_cases_toml_is_parsed_once_per_process_while_it_is_the_same_file(tmp_path, monkeypatch):
+    """One run asks for the cases several times (run-tier, the plan, the plugin, a fetch): parsed once;
+    a rewritten file is parsed again."""
+    file = tmp_path / "cases.toml"
+    file.write_text(paths.CASES_FILE.read_text())
+    calls = []
+    real = schema.parse_cases
+    monkeypatch.setattr(schema, "parse_cases", lambda text, lock=None: calls.append(1) or real(text, lock))
+    first = schema.load_cases(file)
+    assert schema.load_cases(file) == first and len(calls) == 1
+    first.clear()  # a caller's list is its own
+    assert schema.load_cases(file) and len(calls) == 1
+    file.write_text(file.read_text() + "\n# edited\n")
+    schema.load_cases(file)
+    assert len(calls) == 2

@@ -74,7 +74,10 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     "no-start": (lambda d: d.pop("started"), "started None is not an ISO 8601 time"),
     "future": (lambda d: d.update(started="9999-12-31T23:59:59+00:00"), "is in the future"),
     "ends-first": (lambda d: d.update(finished="2020-01-01T00:00:00+00:00"), "finished 2020-01-01T00:00:00"),
-    "status": (lambda d: _set(d, "status", "excellent"), "status 'excellent' is not one of passed, failed"),
+    "status": (
+        lambda d: _set(d, "status", "excellent"),
+        "status must be one of passed, failed, skipped, not_in_build, error, interrupted, got 'excellent'",
+    ),
     "schema-99": (lambda d: d.update(schema=99), "schema 99 is not one this specsuite reads"),
     "renamed": (_rename, "case 'another-case': its record names another case ('tiny-mtp-random')"),
     "id-300": (lambda d: d.update(run_id="r" * 300), "is not a plain name"),

@@ -419,3 +419,19 @@ def test_a_default_is_kept_bounded_and_printable() -> None:
     assert p_min is not None and len(p_min) == probe.MAX_DEFAULT_TEXT and p_min.endswith("...")
     assert poll == "\ufffd[2J5\ufffd0"
     assert probe.parse_defaults(text)["--poll"][1] == "50"  # a real default as it is
+
+
+def test_a_probe_handed_to_the_child_is_believed_only_of_the_same_file(tmp_path, monkeypatch):
+    """run-tier probes once and hands the answer to its pytest child (SPEC_PROBED); the child takes it
+    without running the binary, but not for another file or a rebuilt one."""
+    exe = help_binary(tmp_path / "llama-server", "current")
+    caps = probe.probe(exe)
+    handed = tmp_path / "probe.json"
+    probe.hand_over(caps, handed)
+    monkeypatch.setattr(probe, "_probe_uncached", lambda b: pytest.fail("the child probed the binary again"))
+    assert probe.handed(exe, str(handed)) == caps
+    assert probe.handed(exe, None) is None and probe.handed(exe, str(tmp_path / "none.json")) is None
+    other = help_binary(tmp_path / "other" / "llama-server", "current")
+    assert probe.handed(other, str(handed)) is None  # another binary
+    exe.write_text(exe.read_text() + "\n# rebuilt\n")
+    assert probe.handed(exe, str(handed)) is None  # the same path, another file
