@@ -97,7 +97,7 @@ def parse_modes(text: str) -> list[str]:
 def options(argv: list[str]) -> BenchOptions:
     rest, dropped = split_posargs(argv)  # nox hands the build flags to every session
     if dropped:
-        print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; ignored here")
+        print(f"note: build flags {' '.join(dropped)} are for `specsuite build`; ignored here")
     a = parser().parse_args(rest)
     return BenchOptions(a.model, parse_modes(a.modes), a.repeat, a.prompts, a.n_predict, a.out, a.mtp_drafter)
 

@@ -12,9 +12,7 @@ from specsuite.bench.measure import ModeRun
 from specsuite.bench.report import off_median, speedup
 from specsuite.common import atomic
 
-NO_MATPLOTLIB = (
-    "note: no bench.png: matplotlib is not installed (`pip install -e '.[plot]'`, or use `nox -s bench`)"
-)
+NO_MATPLOTLIB = "note: no bench.png: matplotlib is not installed (`python3 -m pip install 'specsuite[plot]'`)"
 COLORS = {"off": "#8c8c8c", "auto": "#d62728"}  # the baseline grey, auto red, every other mode blue
 OTHER = "#1f77b4"
 

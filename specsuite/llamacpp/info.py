@@ -23,9 +23,9 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise UserError(f"{path} is unreadable ({exc}); rebuild with `nox -s build`") from None
+        raise UserError(f"{path} is unreadable ({exc}); rebuild with `specsuite build`") from None
     if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object; rebuild with `nox -s build`")
+        raise UserError(f"{path} is not a JSON object; rebuild with `specsuite build`")
     return data
 
 

@@ -128,7 +128,7 @@ def _pip_install(missing: dict[str, str], wanted: dict[str, tuple[int, ...]]) ->
     reasons = "; ".join(missing.values())
     if sys.prefix == sys.base_prefix:  # never pip-install into a system or user Python behind its back
         raise UserError(
-            f"{reasons}. Run the build through `nox -s build` (it installs them into its venv), or install "
+            f"{reasons}. Run `specsuite build` in a virtual environment (it installs them there), or install "
             f"them yourself: `python -m pip install {' '.join(specs)}` or `apt install cmake ninja-build`."
         )
     print(f"build: installing {', '.join(specs)} from PyPI into {sys.prefix} ({reasons})", flush=True)

@@ -64,7 +64,7 @@ def _hf_expected(entry: HfEntry, sess: requests.Session, ctx: Ctx, progress: Fil
         raise UserError(
             f"{entry.name}: the Hub reports {got.size} bytes, sha256 {got.sha256} "
             f"for {repo}/{path} at {rev}, but the lock says {entry.size} bytes, sha256 {entry.sha256}; "
-            "run `invoke lock-models --check` (is HF_ENDPOINT the right server?)"
+            "run `specsuite lock-models --check` (is HF_ENDPOINT the right server?)"
         )
     return entry.size, entry.sha256
 

@@ -105,7 +105,7 @@ def decide(entry: Entry, seen: Seen, *, offline: str | None, frozen: bool) -> Ac
     """The one thing to do next for ``entry`` in state ``seen``. ``offline``: what forbids the network
     ("--offline", "HF_HUB_OFFLINE=1"), or None; ``frozen``: entries not locked are refused."""
     if frozen and not entry.locked:
-        why = f"--frozen: {entry.name} is not locked yet; run `invoke lock-models`"
+        why = f"--frozen: {entry.name} is not locked yet; run `specsuite lock-models`"
         return Action(Do.REFUSE, refusal=Refusal.FROZEN, why=why)
     if seen.size is not None:
         return _present(entry, seen, offline)

@@ -147,7 +147,7 @@ def _refuse_up_front(plan: Plan, lock: Lock, folder: Path, offline: str | None) 
     frozen = [e.name for e, a in plan if a.refusal is Refusal.FROZEN]
     if frozen:
         raise UserError(
-            f"--frozen: not locked yet in {lock.path}: {', '.join(frozen)}; run `invoke lock-models`"
+            f"--frozen: not locked yet in {lock.path}: {', '.join(frozen)}; run `specsuite lock-models`"
         )
     missing = [e.name for e, a in plan if a.refusal is Refusal.OFFLINE]
     if offline and missing:
@@ -318,7 +318,7 @@ def fetch_models(opts: FetchOptions) -> dict[str, Path]:
             f"warning: {len(unlocked)} entr{'y is' if len(unlocked) == 1 else 'ies are'} not locked "
             f"in {lk.path} "
             f"and were checked against the Hub's own size and sha256: {', '.join(unlocked)}. "
-            "Run `invoke lock-models` with Hub access and commit the result.",
+            "Run `specsuite lock-models` with Hub access and commit the result.",
             file=sys.stderr,
         )
     return {o.entry.name: o.path for o in outcomes}
@@ -364,5 +364,5 @@ def verify_models(
         raise UserError(
             "files that do not match the lock:\n  "
             + "\n  ".join(bad)
-            + "\nrun `invoke fetch-models` to replace them"
+            + "\nrun `specsuite fetch-models` to replace them"
         )

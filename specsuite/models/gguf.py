@@ -73,7 +73,7 @@ def read_info(path: Path) -> ModelInfo:
     """
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"model file not found: {path}; fetch it with `invoke fetch-models`")
+        raise UserError(f"model file not found: {path}; fetch it with `specsuite fetch-models`")
     cached = _CACHE.get(path)
     with contextlib.suppress(TypeError, ValueError):
         if isinstance(cached, dict):

@@ -68,7 +68,7 @@ def lock_models(
         if drift:
             raise UserError(
                 f"{lk.path} differs from the Hub for {len(drift)} entr{'y' if len(drift) == 1 else 'ies'} "
-                "(listed above); run `invoke lock-models` and review the change",
+                "(listed above); run `specsuite lock-models` and review the change",
                 code=1,
             )
         print(f"{lk.path}: all {sum(map(len, groups.values()))} hf entries match the Hub")

@@ -73,8 +73,8 @@ def body_end(r: requests.Response, part: Part, url: str, file: File) -> int:
         # Longer than the file cannot be right; shorter may be a truncation, resumed afterwards.
         if length and length.isdigit() and int(length) > file.size:
             raise UserError(
-                f"{file.hub_url} is {int(length)} bytes but {file.name} should be {file.size}: "
-                "the lock (or the Hub's metadata) and the server disagree; check `invoke lock-models --check`"
+                f"{file.hub_url} is {int(length)} bytes but {file.name} should be {file.size}: the lock (or "
+                "the Hub's metadata) and the server disagree; check `specsuite lock-models --check`"
             )
         return file.size
     if code == 206:

@@ -355,6 +355,6 @@ def locate(
         where = "".join(f" {flag} {value}" for flag, value in given if value)
         raise UserError(
             f"models not ready in {folder}:\n  " + "\n  ".join(bad) + "\nfetch and verify them with "
-            f"`invoke fetch-models --models {','.join(n for n in names if n not in found)}{where}`"
+            f"`specsuite fetch-models --models {','.join(n for n in names if n not in found)}{where}`"
         )
     return found

@@ -293,7 +293,7 @@ def _run(binary: Path, arg: str) -> tuple[int, str, str]:
         )
     except OSError as exc:
         raise UserError(
-            f"cannot run {binary}: {exc.strerror or exc}; rebuild it with `nox -s build`"
+            f"cannot run {binary}: {exc.strerror or exc}; rebuild it with `specsuite build`"
         ) from None
     try:
         out, err = proc.communicate(timeout=_TIMEOUT_S)
@@ -327,7 +327,7 @@ def _probe_uncached(binary: Path) -> Capabilities:
     if problem := _identity_problem(options):
         raise UserError(
             f"{binary}: not a llama-server with speculative decoding: {problem}. "
-            "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
+            "Build one with `specsuite build` or point LLAMA_SERVER_BIN_PATH at one."
         )
     backend: str | None = None
     devices: tuple[str, ...] = ()
@@ -406,7 +406,7 @@ def probe(binary: Path) -> Capabilities:
     binary = Path(binary).expanduser()
     if not binary.is_file():
         raise UserError(
-            f"llama-server not found at {binary}; build it with `nox -s build` "
+            f"llama-server not found at {binary}; build it with `specsuite build` "
             "or point LLAMA_SERVER_BIN_PATH at one"
         )
     binary = binary.resolve()

@@ -235,9 +235,7 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 
 def _result_lines(run: Any) -> list[str]:
-    return [
-        spec_result_line(r) for r in run.cases.values() if r.drafted is not None
-    ]
+    return [spec_result_line(r) for r in run.cases.values() if r.drafted is not None]
 
 
 def merge_workers(config: pytest.Config, interrupted: bool) -> Finished | None:

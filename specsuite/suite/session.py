@@ -62,7 +62,7 @@ def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None
     tiers = ", ".join(sorted({c.tier for c in cases if c.gpu}))
     raise UserError(
         f"{caps.binary}: {why}, and the selected cases are GPU tier ({tiers}) "
-        "with floors measured on GPUs. Build with `nox -s build -- --cuda` on a machine with a visible GPU, "
+        "with floors measured on GPUs. Build with `specsuite build --cuda` on a machine with a visible GPU, "
         "or pass -- --allow-cpu (SPEC_ALLOW_CPU=1) to run them anyway, flagged in the summary."
     )
 

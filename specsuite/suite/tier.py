@@ -172,7 +172,7 @@ def preflight(tier: str, env: dict[str, str]) -> Capabilities:
     cases = select_cases(load_cases(), tier)  # an unknown tier or case is one clear error, before anything
     if not binary.is_file():
         raise UserError(
-            f"llama-server not found at {binary}; build it first with `nox -s build` "
+            f"llama-server not found at {binary}; build it first with `specsuite build` "
             "(or point LLAMA_SERVER_BIN_PATH at one)"
         )
     caps = probe(binary)
@@ -290,7 +290,7 @@ def main(argv: list[str]) -> int:
     rest, dropped = split_posargs(argv)
     args, pytest_args = parser().parse_known_args(rest)
     if dropped:
-        print(f"note: build flags {' '.join(dropped)} are for `nox -s build`; not passed to pytest")
+        print(f"note: build flags {' '.join(dropped)} are for `specsuite build`; not passed to pytest")
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
     given = settings.load().results_dir

@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     if not gpus:
         raise UserError(
             "gpu-check needs a GPU: nvidia-smi lists none here (or is not installed). Without one, "
-            "`nox -s build -- --cuda` then `specsuite run-tier synthetic` check the CUDA build on the CPU."
+            "`specsuite build --cuda` then `specsuite run-tier synthetic` check the CUDA build on the CPU."
         )
     out = Path(a.out or claim_results_dir("gpu-check")).resolve()
     make_results_dir(out)

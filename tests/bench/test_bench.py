@@ -170,7 +170,7 @@ def test_modes_resolving_to_the_same_flags_share_one_server(bench) -> None:
 def test_without_off_the_speedup_is_a_dash(bench) -> None:
     b = bench("--model", MTP_TARGET, "--modes", "auto,mtp", "--repeat", "1", "--cuda", "-DGGML_FOO=1")
     assert b.code == 0
-    assert "note: build flags --cuda -DGGML_FOO=1 are for `nox -s build`; ignored here" in b.stdout
+    assert "note: build flags --cuda -DGGML_FOO=1 are for `specsuite build`; ignored here" in b.stdout
     assert [m["mode"] for m in b.doc["modes"]] == ["auto", "mtp"]
     assert b.mode("auto")["speedup"] is None and b.row("auto")[5] == "—"
 

@@ -474,7 +474,7 @@ def test_buildinfo_load_rejects_garbage(isolated: Path) -> None:
     assert buildinfo.load() is None
     (isolated / "build").mkdir()
     (isolated / "build" / "build-info.json").write_text("{half")
-    with pytest.raises(UserError, match=r"build-info.json is unreadable .*rebuild with `nox -s build`"):
+    with pytest.raises(UserError, match=r"build-info.json is unreadable .*rebuild with `specsuite build`"):
         buildinfo.load()
 
 

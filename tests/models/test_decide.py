@@ -111,7 +111,7 @@ def test_each_state_gets_its_action(
     ("entry", "seen", "offline", "frozen", "refusal", "why"),
     [
         (UNLOCKED, _absent(None), None, True, Refusal.FROZEN,
-         "--frozen: m.gguf is not locked yet; run `invoke lock-models`"),
+         "--frozen: m.gguf is not locked yet; run `specsuite lock-models`"),
         (LOCKED, _absent(), "--offline", False, Refusal.OFFLINE,
          "m.gguf is not in /models nor in a shared cache and --offline forbids fetching it; "
          "rerun without --offline"),

@@ -100,7 +100,7 @@ def test_tier_fetch_then_warm_run(setup, fakehub, capsys):
     out, err = capsys.readouterr()
     assert "a.gguf  293.0 KiB  hf      downloaded" in out
     assert "b.gguf  195.3 KiB  hf      downloaded, unlocked" in out
-    assert "warning: 1 entry is not locked" in err and "b.gguf" in err and "invoke lock-models" in err
+    assert "warning: 1 entry is not locked" in err and "b.gguf" in err and "specsuite lock-models" in err
     # nothing beside the models could be taken for one
     assert {p.name for p in d.iterdir() if p.name.endswith(".gguf")} == {"a.gguf", "b.gguf"}
     assert {p.name for p in d.iterdir() if p.name.startswith(".")} <= {
@@ -170,7 +170,9 @@ def test_bad_lock_downloads_nothing(setup, fakehub):
 
 
 def test_frozen_refuses_unlocked(setup, fakehub):
-    with pytest.raises(UserError, match=r"--frozen: not locked yet in .*: b\.gguf; run `invoke lock-models`"):
+    with pytest.raises(
+        UserError, match=r"--frozen: not locked yet in .*: b\.gguf; run `specsuite lock-models`"
+    ):
         _fetch(setup, tier="compact", frozen=True)
     assert fakehub.log == []
 

@@ -213,7 +213,7 @@ def test_locate_lists_every_bad_name_with_why_and_the_fix(folder):
         f"  v.gguf: {models / 'v.gguf'} is a directory, not a regular file (move it away)\n"
         f"  w.gguf: not in {lock}\n"
         f"  z.gguf: not in {lock}\n"
-        "fetch and verify them with `invoke fetch-models --models b.gguf,u.gguf,v.gguf,w.gguf,z.gguf "
+        "fetch and verify them with `specsuite fetch-models --models b.gguf,u.gguf,v.gguf,w.gguf,z.gguf "
         f"--lock {lock} --model-dir {models}`"
     )
 
@@ -228,7 +228,7 @@ def test_locate_missing_and_stale(folder, monkeypatch):
     assert str(exc.value).splitlines()[1:] == [
         "  a.gguf: no fresh stamp (never verified, or changed since it was)",
         "  b.gguf: missing (not fetched)",
-        f"fetch and verify them with `invoke fetch-models --models a.gguf,b.gguf --lock {lock}`",
+        f"fetch and verify them with `specsuite fetch-models --models a.gguf,b.gguf --lock {lock}`",
     ]
 
 

@@ -305,13 +305,13 @@ def test_cache_key_uses_the_resolved_path(tmp_path):
 
 
 def test_missing_binary_names_the_build_session(tmp_path):
-    with pytest.raises(UserError, match=r"nox -s build"):
+    with pytest.raises(UserError, match=r"specsuite build"):
         probe.probe(tmp_path / "nope" / "llama-server")
 
 
 def test_probe_command_without_binary_uses_env(tmp_path, monkeypatch):
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "absent"))
-    with pytest.raises(UserError, match=r"absent.*nox -s build"):
+    with pytest.raises(UserError, match=r"absent.*specsuite build"):
         probe_report.probe_command()
 
 

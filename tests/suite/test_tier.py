@@ -60,7 +60,7 @@ def test_unknown_selector_is_one_clear_error(tmp_path, monkeypatch) -> None:
 def test_missing_binary_points_at_nox_build(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("LLAMA_SERVER_BIN_PATH", str(tmp_path / "nope" / "llama-server"))
     monkeypatch.setenv("SPEC_RESULTS_DIR", str(tmp_path / "r"))
-    with pytest.raises(UserError, match="nox -s build"):
+    with pytest.raises(UserError, match="specsuite build"):
         tier.main(["smoke"])
     assert not (tmp_path / "r").exists()  # nothing half-written
 
@@ -309,7 +309,7 @@ def test_not_a_llama_server_fails_with_one_line(tmp_path, chain_env) -> None:
     assert proc.stderr.strip().splitlines() == [
         f"error: {exe}: not a llama-server with speculative decoding: its --help lists no --spec-type option"
         ". "
-        "Build one with `nox -s build` or point LLAMA_SERVER_BIN_PATH at one."
+        "Build one with `specsuite build` or point LLAMA_SERVER_BIN_PATH at one."
     ]
 
 
