@@ -146,10 +146,18 @@ def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: 
     return at
 
 
-def _check_models(rec: CaseRecord, target: Path, draft: Path | None, ctx_size: int) -> None:
-    types = [t for t in (rec.spec_type or "").split(",") if t and t != "default"]
+def _types(case: Case, rec: CaseRecord) -> tuple[str, ...]:
+    """The spec types a case's server runs: the case's own (a tuple from cases.toml on), or for a mode case
+    the chain the resolver chose (its one string, split once); ``default`` (detected) names no type."""
+    chosen = case.spec_type if not case.mode else tuple((rec.spec_type or "").split(","))
+    return tuple(t for t in chosen if t and t != "default")
+
+
+def _check_models(
+    rec: CaseRecord, types: tuple[str, ...], target: Path, draft: Path | None, ctx: int
+) -> None:
     try:
-        rec.warnings += check_models(types, target, draft, ctx_size)
+        rec.warnings += check_models(list(types), target, draft, ctx)
     except UserError as exc:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
@@ -388,7 +396,7 @@ def _run(session: Engine, case: Case, rec: CaseRecord) -> None:
     case = _with_dataset(case, found)
     target, draft = found[case.target], found[case.draft] if case.draft else None
     at = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
-    _check_models(rec, target, draft, case.ctx_size)
+    _check_models(rec, _types(case, rec), target, draft, case.ctx_size)
     _judge(session, case, rec, _measure(session, case, rec, at, target))
 
 
