@@ -74,6 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fetch_stall_s: Annotated[float, _POSITIVE] = _var("SPEC_FETCH_STALL_S", 60.0)
     fetch_connections: Annotated[int, _COUNT] = _var("SPEC_FETCH_CONNECTIONS", 8)
     hf_cache: bool = _var("SPEC_HF_CACHE", False)  # fetch-models also fills the Hugging Face cache
+    # the build: more CMake flags, shell-quoted (llamacpp.cmake.extra_flags splits them)
+    cmake_args: str = _var("SPEC_CMAKE_ARGS", "")
     # the server's offload on GPU builds: upstream's variable name, kept
     n_gpu_layers: Annotated[int, _LAYERS] = _var("N_GPU_LAYERS", 99)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsuite.common import locks, paths, procs
+from specsuite.common import locks, paths, procs, settings
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
@@ -326,12 +326,11 @@ def wheel_cublas_flags(cublas: Cublas) -> list[str]:
 
 def extra_flags(env: Mapping[str, str], defines: list[str]) -> list[str]:
     """``SPEC_CMAKE_ARGS`` (shell-split), then ``-DNAME=VALUE`` arguments; later ones win in CMake."""
+    given = settings.load(env).cmake_args
     try:
-        extra = shlex.split(env.get("SPEC_CMAKE_ARGS", ""))
+        extra = shlex.split(given)
     except ValueError as exc:
-        raise UserError(
-            f"SPEC_CMAKE_ARGS={env['SPEC_CMAKE_ARGS']!r}: {exc}; quote it like a shell line"
-        ) from None
+        raise UserError(f"SPEC_CMAKE_ARGS={given!r}: {exc}; quote it like a shell line") from None
     for d in defines:
         if "=" not in d or not d.split("=", 1)[0]:
             raise UserError(f"-D{d}: expected -DNAME=VALUE (for example -DGGML_CUDA_FA_QUANTS=all)")
