@@ -21,6 +21,7 @@ from specsuite.common import atomic, errors, paths, procs
 from specsuite.common.argtypes import CommandParser, int_up_to, repeat_count
 from specsuite.common.errors import UserError
 from specsuite.llamacpp.identity import short
+from specsuite.llamacpp.posargs import split_posargs
 from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.models.gguf import check_models
 from specsuite.models.lock import load_lock
@@ -28,7 +29,6 @@ from specsuite.models.store import StoredModel, locate
 from specsuite.results.document import check_results_dir, new_run_id, utc_now
 from specsuite.server.probe import probe
 from specsuite.server.resolver import Resolution, canonicalize_spec_mode
-from specsuite.suite.posargs import split_posargs
 
 DEFAULT_MODES = "auto,off,ngram,mtp,mtp+ngram"
 DEFAULT_REPEAT = 3

@@ -32,11 +32,11 @@ from specsuite.common.procs import last_line, run_forwarding
 from specsuite.llamacpp import builds as choose
 from specsuite.llamacpp import pypi
 from specsuite.llamacpp.inplace import BuildFailed, load_builder
+from specsuite.llamacpp.posargs import split_posargs
 from specsuite.replay import state as st
 from specsuite.replay import story
 from specsuite.results.document import load_run, utc_now
 from specsuite.results.summary import append_text
-from specsuite.suite.posargs import split_posargs
 
 DEFAULT_BUILDER = "specsuite.llamacpp.inplace:build_number"
 Builder = Callable[[int, Path, list[str]], Path]

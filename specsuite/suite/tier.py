@@ -24,6 +24,7 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.posargs import split_posargs
 from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import claim_results_dir, make_results_dir
 from specsuite.results.summary import append_step_summary
@@ -31,7 +32,6 @@ from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, hand_over, probe
 from specsuite.suite import plan, test_speculative
-from specsuite.suite.posargs import split_posargs
 from specsuite.suite.session import check_device
 
 

@@ -29,10 +29,10 @@ from specsuite.cases.schema import GPU_TIERS, Case, parse_cases, read_text, sele
 from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
+from specsuite.llamacpp.posargs import split_posargs
 from specsuite.results import checks
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
-from specsuite.suite.posargs import split_posargs
 from specsuite.tools import gatecheck
 
 RATE_MARGIN = 0.03

@@ -6,7 +6,7 @@ import pytest
 
 from specsuite.common.argtypes import CommandParser
 from specsuite.llamacpp import cmake
-from specsuite.suite.posargs import split_posargs
+from specsuite.llamacpp.posargs import split_posargs
 
 
 def test_build_flags_are_dropped_from_posargs() -> None:
