@@ -6,7 +6,7 @@
 
 For each synthetic case (its target, draft, n_max and server_args from cases.toml) and each number of slots:
 ``--runs`` fresh servers, each given ``--requests`` greedy requests at once (one per prompt, each on its
-own connection: suite.streams), and the same on the speculation-off server of the same command. Printed
+own connection: measure.streams), and the same on the speculation-off server of the same command. Printed
 per run: the /metrics counters (drafted/accepted/drafts), whether every request's tokens equal np 1's and
 the no-spec server's, whether each request's own counters equal np 1's, aggregate tokens/s of both and
 their ratio; then per case and np whether the counters repeated over the runs. A server that dies is a row

@@ -271,3 +271,59 @@ def test_local_imports_are_found_with_their_reason(tmp_path: Path) -> None:
         (8, "specsuite.e", ("gguf", "numpy")),  # the nearest reason above its block
         (14, "specsuite.h", ()),
     ]
+
+
+# docs/DESIGN.md's package map: a tree in the first fenced block under "## The package", one item a line
+# after "├── " or "└── " (four columns a level), a folder's item standing for its __init__, the root line
+# for specsuite/__init__.py. Every module has its line and every line is a module.
+DESIGN = PKG.parent / "docs" / "DESIGN.md"
+TREE_ITEM = re.compile(r"[├└]── (\S+)")
+
+
+def design_map(text: str) -> list[str]:
+    """The dotted names (``specsuite.measure.cold``) the package map in ``text`` names, in its order."""
+    block = re.split(r"^## The package\n", text, maxsplit=1, flags=re.M)[1].split("```\n", 2)[1]
+    lines = block.splitlines()
+    root = lines[0].split()[0]
+    assert root == "specsuite/", f"the map's first line names {root!r}, not specsuite/"
+    named, folders = ["specsuite"], ["specsuite"]
+    for line in lines[1:]:
+        hit = TREE_ITEM.search(line)
+        if hit is None:  # a phrase carried over to the next line
+            continue
+        level = hit.start() // 4 + 1
+        name = hit.group(1)
+        del folders[level:]
+        named.append(".".join([*folders, name.rstrip("/")]))
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+    return named
+
+
+def test_the_design_map_names_every_module_and_nothing_else() -> None:
+    named = design_map(DESIGN.read_text(encoding="utf-8"))
+    have = set(modules())
+    assert sorted({n for n in named if named.count(n) > 1}) == [], "named twice in docs/DESIGN.md's map"
+    assert sorted(have - set(named)) == [], "modules without a line in docs/DESIGN.md's package map"
+    assert sorted(set(named) - have) == [], "docs/DESIGN.md's package map names modules that do not exist"
+    rooms = [n.split(".")[1] for n in named if n.count(".") == 1]
+    assert rooms == sorted(rooms, key=LAYER.__getitem__), "the map's folders are not in layer order"
+
+
+def test_the_design_map_reads_folders_and_their_modules() -> None:
+    text = (
+        "## The package\n\nprose\n\n```\nspecsuite/     all\n├── common/      shared\n│   ├── errors   a\n"
+        "│   │            carried over\n│   └── git      b\n├── models/      files\n│   ├── synthetic/ made\n"
+        "│   │   └── arch     c\n│   └── lock     d\n└── cli          door\n```\n"
+    )
+    assert design_map(text) == [
+        "specsuite",
+        "specsuite.common",
+        "specsuite.common.errors",
+        "specsuite.common.git",
+        "specsuite.models",
+        "specsuite.models.synthetic",
+        "specsuite.models.synthetic.arch",
+        "specsuite.models.lock",
+        "specsuite.cli",
+    ]

@@ -193,7 +193,7 @@ def _not_reached(plans: list[tuple[str, Resolution]], done: Done) -> list[ModeRu
 
 
 def measure(got: Measurement, work: Workload, say: Say) -> None:
-    """One server with ``got.flags``: warm-up, N rounds, the counters' delta, into ``got``; a failure
+    """One server with ``got.flags``: the cold pass (acceptance), N rounds (speed), into ``got``; a failure
     becomes its reason. Ctrl-C or SIGTERM (see procs.interrupt_on_sigterm) stops the server on its way up."""
     flags, log = got.flags, got.log
     assert log is not None

@@ -148,8 +148,9 @@ def markdown(ctx: BenchContext, runs: list[ModeRun]) -> str:
         + (f" with the MTP drafter {ctx.drafter}" if ctx.drafter else ""),
         f"- binary: {ctx.binary} (commit {ctx.commit or '?'}, {ctx.backend or '?'} build, {device})",
         f"- {ctx.repeat} round(s) of the `{ctx.prompts}` prompt set ({ctx.n_prompts} prompts, n_predict "
-        f"{ctx.n_predict}) per configuration after one discarded warm-up request; tokens/s from the "
-        "server's timings, acceptance from the /metrics delta over the rounds",
+        f"{ctx.n_predict}) per configuration after its cold pass; acceptance from the cold pass's /metrics "
+        "delta (the prompts on the fresh server, as the suite's cases count it), tokens/s from the server's "
+        "timings over the rounds",
         f"- **{auto_verdict(runs)}**",
         "",
         table.render(HEADER, rows(runs), markdown=True),

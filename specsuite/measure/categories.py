@@ -1,7 +1,7 @@
 """Per prompt category: the cold pass's counters, tokens and speed, category by category.
 
 The cold pass sends a categorised prompt set one category after another and reads ``/metrics`` after each
-(``runner._cold_pass``), so each category's counters are an exact delta of the server's own counters, as
+(``measure.cold``), so each category's counters are an exact delta of the server's own counters, as
 the case's are (their sum is the case's). Its decode speed is the cold pass's (the speculative side) and
 the first baseline round's (the same prompts without speculation); a long-input bucket also records how
 many prompt tokens the server processed, so the bucket's size is measured, not assumed.

@@ -180,7 +180,7 @@ def check(
 ) -> list[Failure]:
     """All failures of one case (empty = pass); the first one's reason is the case's reason.
 
-    ``concurrency``: a case with several slots against its np-1 output (suite.concurrency), before the
+    ``concurrency``: a case with several slots against its np-1 output (measure.concurrency), before the
     floors: a floor missed at np 4 because acceptance collapsed there is said as the collapse."""
     empty = list(dict.fromkeys(c.id for c in completions if not c.tokens))
     out = [Failure("no_tokens", f"no tokens returned for prompt(s) {', '.join(empty)}")] if empty else []

@@ -1,15 +1,15 @@
-"""Run one case of the suite against a llama-server binary: ``run_case(case, session) -> CaseRecord``.
+"""Run one case of the suite against a llama-server binary: ``run_case(case, engine) -> CaseRecord``.
 
-Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``),
-the models (stamp-verified paths), the GGUF checks, then a server with the case's speculation next to the
-speculation-off baseline server (the case's own command without its speculative flags: suite.baseline). The
-acceptance numbers come from a cold pass as upstream measures: the prompts on the fresh speculative server
-before any other request, counted by ``/metrics``; then a discarded warm-up and the A-B-B-A speed rounds
-(their counters are kept, not reported), with the per-block overhead and the physical bound on the speedup
-(suite.overhead, suite.plausible). Then the
-floors, the sanity relations, divergence from the baseline's tokens, the self-tests, the speed floor, the
-usage check and the relative gate against the history baseline. Every outcome, also an interruption,
-lands in results.json.
+Per case: the command line (a flag or type the binary lacks ends the case here, with ``binary_no_<what>``,
+or ``not_in_build`` for an older build: the engine's ``vintage``), the models (stamp-verified paths), the
+GGUF checks, then a server with the case's speculation next to the speculation-off server (the case's own
+command without its speculative flags: measure.plain). The acceptance numbers come from a cold pass as
+upstream measures (measure.cold): the prompts on the fresh speculative server before any other request,
+counted by ``/metrics``; then a discarded warm-up and the A-B-B-A speed rounds (their counters are kept,
+not reported), with the per-block overhead and the physical bound on the speedup (measure.overhead,
+measure.plausible). Then the filled record is judged (measure.judge): the floors, the sanity relations,
+divergence from the plain server's tokens, the self-tests, the speed floor, the usage check, and the
+harness's gate against the history baseline. Every outcome, also an interruption, lands in results.json.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _round_count(session: Engine, case: Case) -> int:
     """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
     anything there, the round is for tokens and counters); with several slots at least two, so that
     counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
-    suite.concurrency)."""
+    measure.concurrency)."""
     n = max(session.options.repeat, case.repeat) if session.speed else 1  # a case's own repeat raises it
     return max(n, 2) if case.parallel > 1 else n
 

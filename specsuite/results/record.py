@@ -100,7 +100,7 @@ class Counters(msgspec.Struct, kw_only=True):
 
 class CategoryStats(msgspec.Struct, kw_only=True):
     """One prompt category of a case (or one input-length bucket): its counters, its tokens against the
-    baseline's and its decode speed, from the cold pass (``suite.categories``)."""
+    baseline's and its decode speed, from the cold pass (``measure.categories``)."""
 
     prompts: int = 0
     prompt_tokens: int | None = None  # the prompt tokens the server processed for this category
@@ -273,7 +273,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     tokens_per_block: float | None = None
     blocks: BlockCost | None = None
     # why the speed is physically impossible (a speedup above the rounds' accept length plus the margin):
-    # the measurement is wrong, not the method; such a speed is not gated (suite.plausible)
+    # the measurement is wrong, not the method; such a speed is not gated (measure.plausible)
     implausible_speed: str | None = None
     identical_fraction: float | None = None
     prompts: list[PromptCheck] = []

@@ -132,7 +132,7 @@ def gpu_binary_on_cpu(run: Run) -> str | None:
 
 
 def _implausible(run: Run) -> list[str]:
-    """One line per case whose speed was impossible (suite.plausible): measured wrong, so not gated."""
+    """One line per case whose speed was impossible (measure.plausible): measured wrong, so not gated."""
     return [
         f"IMPLAUSIBLE SPEED, not gated (the measurement is wrong, not the method): {r.name}: "
         f"{r.implausible_speed.removeprefix('implausible_speed: ')}"

@@ -28,7 +28,7 @@ PER_POS = f"{PREFIX}num_accepted_tokens_per_pos"
 
 
 class Timed(Protocol):
-    """A request's answer as the counters read it (suite.measure.Completion): read-only attributes, so a
+    """A request's answer as the counters read it (measure.outcome.Completion): read-only attributes, so a
     frozen dataclass satisfies it."""
 
     @property

@@ -1,2 +1,3 @@
-"""The speculative-decoding suite: a case's server command, its run and judgement, one run's session and
-gate, ``run-tier``, and the pytest plugin that maps cases onto tests."""
+"""The harness of a run: the pytest plugin that maps cases onto tests (and xdist workers onto places),
+a run's session from probe to verdict, the history gate, ``run-tier``, shards and plans. A case itself is
+measured and judged by the engine, ``specsuite.measure``, which knows no pytest."""

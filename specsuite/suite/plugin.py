@@ -139,7 +139,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _marks(case: Case, budgeted: bool) -> list[Any]:
-    """Its xdist group; with a time budget (suite.budget) no pytest-timeout (one SIGALRM per process),
+    """Its xdist group; with a time budget (measure.budget) no pytest-timeout (one SIGALRM per process),
     without one pytest-timeout's limit, longer for a GPU case."""
     marks = [pytest.mark.suite, pytest.mark.xdist_group(case.target)]
     if case.gpu:

@@ -4,8 +4,8 @@ SELECTOR is a tier or a comma list of case names (bisect runs one case).
 
 Order matters: the binary is probed and the GPU gate applied before anything is downloaded, so a CPU build
 asked for a GPU tier costs a second, not 6 GiB. nox passes the same posargs to every session of one
-invocation (``nox -s build test_smoke -- --cpu -x``): build flags (``suite.posargs`` asks build's own parser)
-are dropped here, the run's options are read, and the rest goes to pytest.
+invocation (``nox -s build test_smoke -- --cpu -x``): build flags (``llamacpp.posargs`` asks build's own
+parser) are dropped here, the run's options are read, and the rest goes to pytest.
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ def test_a_server_that_fails_to_start_is_a_row_with_its_reason(bench, env: Path)
 
 
 def test_a_server_dying_mid_run_is_a_failed_row_and_every_server_is_stopped(bench) -> None:
-    # the warm-up is request 1: each speculative server dies on the second prompt of its first round
+    # each speculative server dies on its third request, the cold pass's last prompt
     b = bench("--model", MTP_TARGET, "--repeat", "1", die_after_requests=2)
     assert b.code == 1
     assert {b.mode(m)["reason"] for m in ("auto", "ngram", "mtp")} == {"runtime_error"}
@@ -320,7 +320,7 @@ def _wait_for(found: Any, proc: subprocess.Popen[str]) -> None:
 def test_a_signal_mid_bench_reports_what_was_measured_and_leaves_nothing(
     env: Path, models: Path, sig
 ) -> None:
-    """off is measured, then auto's server hangs in its warm-up request: the signal stops that server,
+    """off is measured, then auto's server hangs in its cold pass's first request: the signal stops it,
     bench.md and bench.json hold off's numbers with auto and mtp marked interrupted, the exit is 130, and
     neither a server nor a server's config folder (specsuite-xdg-*) is left."""
     events = env / "events.jsonl"
@@ -328,7 +328,7 @@ def test_a_signal_mid_bench_reports_what_was_measured_and_leaves_nothing(
     proc = _bench_process(env, models, exe, "--model", MTP_TARGET, "--modes", "off,auto,mtp", "--repeat", "2")
     spec_started = lambda: events.exists() and '"spec": true' in events.read_text()  # noqa: E731
     _wait_for(spec_started, proc)
-    time.sleep(0.5)  # into auto's warm-up request
+    time.sleep(0.5)  # into auto's first request
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == errors.INTERRUPTED, out + err
