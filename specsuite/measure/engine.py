@@ -121,7 +121,7 @@ class Engine:
         self.close()
         srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
         self._base = (base.key, srv)
-        self.results.add_baseline(base.label, srv.command, self.results.rel(srv.log_path))
+        self.results.add_plain_server(base.label, srv.command, self.results.rel(srv.log_path))
         try:
             warm_up(srv.connection, case.prompt_texts, case.streams)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case

@@ -272,7 +272,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     try:
         base = session.plain_server(like, case)
     except ServerFailed as exc:
-        raise CaseEnd("error", exc.reason, f"baseline server (speculation off) failed: {exc}") from None
+        raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
@@ -292,7 +292,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
             if not base.running:
                 session.close()
                 raise CaseEnd(
-                    "error", exc.reason, f"baseline server (speculation off) failed: {exc}"
+                    "error", exc.reason, f"the speculation-off server failed: {exc}"
                 ) from None
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:

@@ -238,7 +238,7 @@ def _receive(job: _Job, r: requests.Response, part: Part, limit: int) -> None:
     import requests
     import urllib3.exceptions
 
-    slot = job.watch.add(r.raw, limit - part.pos)
+    watched = job.watch.add(r.raw, limit - part.pos)
     try:
         while part.pos < limit:
             chunk = r.raw.read1(min(job.st.policy.chunk, limit - part.pos), decode_content=True)
@@ -247,17 +247,17 @@ def _receive(job: _Job, r: requests.Response, part: Part, limit: int) -> None:
             _write(job, chunk, part.pos)
             job.wrote(part.pos, chunk)
             part.pos += len(chunk)
-            slot.received += len(chunk)
+            watched.received += len(chunk)
             if job.stop.is_set():
                 raise Cancelled()
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        if slot.reason is not None:
-            raise slot.reason from None
+        if watched.reason is not None:
+            raise watched.reason from None
         raise transport_error(exc) from None
     finally:
-        job.watch.remove(slot)
-    if slot.reason is not None:
-        raise slot.reason
+        job.watch.remove(watched)
+    if watched.reason is not None:
+        raise watched.reason
     if part.pos < limit:
         raise Retry(f"body ended at byte {part.pos} of {limit}")
 

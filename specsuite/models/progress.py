@@ -35,13 +35,13 @@ class Board:
                  file=self.stream, leave=True, dynamic_ncols=True)
             if self.tty else None
         )  # fmt: skip
-        self.slots = 0
+        self.rows = 0
 
     def file(self, name: str, size: int) -> FileProgress:
         with self.lock:
-            self.slots += 1
-            slot = self.slots
-        return FileProgress(self, name, size, slot)
+            self.rows += 1
+            row = self.rows
+        return FileProgress(self, name, size, row)
 
     def _moved(self, delta: int) -> None:
         with self.lock:
@@ -63,11 +63,11 @@ class Board:
 class FileProgress:
     """What download() reports to: advance, set (after a restart), note (a retry message)."""
 
-    def __init__(self, board: Board, name: str, size: int, slot: int) -> None:
+    def __init__(self, board: Board, name: str, size: int, row: int) -> None:
         self.board, self.name, self.size = board, name, size
         self.pos, self.start, self.last_line = 0, time.monotonic(), float("-inf")
         self.bar = (
-            tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=name[:40], position=slot,
+            tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=name[:40], position=row,
                  file=board.stream, leave=False, dynamic_ncols=True)
             if board.bar is not None else None
         )  # fmt: skip

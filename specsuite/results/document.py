@@ -318,7 +318,9 @@ class RunResults:
     def add_model(self, name: str, sha256: str, size: int) -> None:
         self.run.models[name] = ModelRef(sha256=sha256, size=size)
 
-    def add_baseline(self, key: str, command: list[str], log: str) -> None:
+    def add_plain_server(self, key: str, command: list[str], log: str) -> None:
+        """A speculation-off server of the run (results.json keeps them under ``baselines``: its name
+        since schema 1)."""
         self.run.baselines[key] = ServerRef(command=command, log=log)
         self.save()
 

@@ -11,7 +11,6 @@ parser) are dropped here, the run's options are read, and the rest goes to pytes
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -135,7 +134,7 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
         "plan": str(args.plan.resolve()) if args.plan else None,
     }
     options = msgspec.structs.replace(settings.load(), **{k: v for k, v in given.items() if v is not None})
-    env = {**os.environ, **options.to_env()}
+    env = {**procs.child_env(), **options.to_env()}  # the pytest child fetches nothing: no Hub token
     env.update(SPEC_METHODS=tier, LLAMA_SERVER_BIN_PATH=str(binary))
     return env
 
