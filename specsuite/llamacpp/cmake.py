@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -144,7 +145,7 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     src = source.resolve_source(env)
     compiler_path, compiler = toolchain.find_compiler(env)
     backend, nvcc, cublas, notes = choose_backend(args, env)
-    flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda"), *identity_flags(src)]
+    flags = [*BASE_FLAGS, *ccache_flags(env, backend == "cuda"), *identity_flags(src), *ui_flags(src.path)]
     archs = None
     user = extra_flags(env, args.defines)
     flags += amx_flags(compiler_path, user, notes)
@@ -177,6 +178,27 @@ def identity_flags(src: source.Source) -> list[str]:
         f"-DLLAMA_BUILD_NUMBER={found.build if found.build is not None else 0}",
         f"-DLLAMA_BUILD_COMMIT={found.commit[:7] if found.commit else 'unknown'}",
     ]
+
+
+# The embedded web UI's options in older trees, where they default to ON: b9113 embeds tools/server/public/,
+# which its PyPI sdist lacks (ninja: "bundle.css ... missing"); b9246 to b10289 build tools/ui, which
+# wants npm or a download (b9246's build stopped there). The pin's option defaults to OFF: turned off here,
+# an older build is built as the pin is, and the UI changes nothing the suite measures.
+_UI_OPTIONS = (("CMakeLists.txt", "LLAMA_BUILD_UI"), ("tools/server/CMakeLists.txt", "LLAMA_BUILD_WEBUI"))
+
+
+def ui_flags(tree: Path) -> list[str]:
+    """``-D<option>=OFF`` for each web UI option the tree declares ON by default (none for the pin)."""
+    out = []
+    for rel, name in _UI_OPTIONS:
+        try:
+            text = (tree / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        m = re.search(rf"^\s*option\(\s*{name}\s+\"[^\"]*\"\s+(ON|OFF)\s*\)", text, re.M)
+        if m and m.group(1) == "ON":
+            out.append(f"-D{name}=OFF")
+    return out
 
 
 def build_place(tree: Path, name: str) -> tuple[Path, Path | None]:

@@ -668,3 +668,28 @@ def test_amx_is_turned_off_only_where_native_turns_it_on(tmp_path: Path, amx: bo
 def test_users_own_compile_flags_or_native_off_keep_amx_alone(tmp_path: Path, user: list[str]) -> None:
     notes: list[str] = []
     assert build.amx_flags(str(fake_compiler(tmp_path, True)), user, notes) == [] and notes == []
+
+
+def test_an_older_trees_web_ui_is_turned_off_as_the_pins_is(tmp_path: Path) -> None:
+    """b9113 embeds tools/server/public/ (its sdist lacks it), b9246 to b10289 build tools/ui (npm or a
+    download): their UI options default to ON and are turned off; a tree whose option is OFF, like the
+    pin's, gets no flag, so its build folder's key stays what it was."""
+    old = tmp_path / "b9113"
+    (old / "tools" / "server").mkdir(parents=True)
+    (old / "CMakeLists.txt").write_text("project(llama.cpp)\n")
+    (old / "tools" / "server" / "CMakeLists.txt").write_text(
+        'option(LLAMA_BUILD_WEBUI "Build the embedded Web UI" ON)\n'
+    )
+    mid = tmp_path / "b9246"
+    mid.mkdir()
+    (mid / "CMakeLists.txt").write_text(
+        'option(LLAMA_BUILD_UI                "llama: build the UI"       ON)\n'
+    )
+    pin = tmp_path / "pin"
+    pin.mkdir()
+    (pin / "CMakeLists.txt").write_text(
+        'option(LLAMA_BUILD_UI        "llama: build the embedded Web UI" OFF)\n'
+    )
+    assert build.ui_flags(old) == ["-DLLAMA_BUILD_WEBUI=OFF"]
+    assert build.ui_flags(mid) == ["-DLLAMA_BUILD_UI=OFF"]
+    assert build.ui_flags(pin) == [] and build.ui_flags(tmp_path / "nowhere") == []
