@@ -245,7 +245,7 @@ def _refusal(arg: str) -> str:
 # --spec-synth-*, --spec-default) or ``draft`` (the legacy spellings, which --help lists beside the current
 # ones: -md/--model-draft, -td/--threads-draft, -ctkd/--cache-type-k-draft, --draft-max). So -td is
 # speculative because its entry also says --spec-draft-threads. The speculation-off baseline of a case is the
-# case's command without these flags (measure.command.without_speculation), nothing else removed or added.
+# case's command without these flags (measure.plain.without_speculation), nothing else removed or added.
 SPECULATIVE_PREFIXES = ("--spec-", "--no-spec-")
 
 

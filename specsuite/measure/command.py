@@ -1,9 +1,5 @@
-"""The llama-server command line of a case (and of its speculation-off baseline), from the probe.
-
-The baseline of a case is the case's own command without its speculative flags (``without_speculation``;
-what a speculative flag is: ``serverflags.speculative_option``, by the binary's own --help entries): the
-same threads, batch sizes, context, offload, flash attention, KV cache types and ``server_args``, so the
-speedup compares like with like.
+"""The llama-server command line of a case, from the probe. Its speculation-off server runs the same command
+without the speculative flags (``measure.plain``), so the speedup compares like with like.
 
 Every flag comes from the binary's own ``--help`` (probe.Capabilities), looked up with ``require_flag`` /
 ``require_type``: a flag or type the binary lacks raises ``MissingFlag`` here, while building the command, so
@@ -13,7 +9,6 @@ built with. Nothing is left to server defaults that move between commits.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -160,34 +155,3 @@ def missing_reason(caps: Capabilities, case: Case) -> str | None:
         return exc.reason
     return None
 
-
-_FLAG = re.compile(r"--?[A-Za-z]")  # a flag; a value may start with "-" only as a number ("-1")
-
-
-def split_speculative(caps: Capabilities, argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the argv without its speculative flags, those flags with their values), order kept in both.
-
-    A speculative flag takes the next token as its value unless its --help entry shows no value (a
-    switch), or, for a flag the probe did not list, unless that token is a flag itself (llama-server takes
-    no positional arguments, so a token after a flag that is not a flag is its value)."""
-    rest: list[str] = [argv[0]] if argv else []
-    spec: list[str] = []
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if not (_FLAG.match(arg) and caps.is_speculative(arg)):
-            rest.append(arg)
-            i += 1
-            continue
-        takes = "=" not in arg and arg not in caps.spec_switches
-        if arg not in caps.speculative:  # not in the help's entries: by what follows it
-            takes = takes and i + 1 < len(argv) and not _FLAG.match(argv[i + 1])
-        width = 2 if takes and i + 1 < len(argv) else 1
-        spec += argv[i : i + width]
-        i += width
-    return rest, spec
-
-
-def without_speculation(caps: Capabilities, argv: Sequence[str]) -> list[str]:
-    """A case's command as its speculation-off baseline runs it: every speculative flag dropped."""
-    return split_speculative(caps, argv)[0]

@@ -26,6 +26,7 @@ from specsuite.results.record import CaseRecord, Status
 from specsuite.results.verdict import Verdict
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import Command, LlamaServer, start_server
+from specsuite.server.resolver import ResolverCaps, caps_from_probe
 from specsuite.server.workers import Place
 
 # What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
@@ -66,6 +67,14 @@ class Engine:
     _base_tokens: dict[tuple[PlainKey, str, int, float, int], list[Completion]] = field(default_factory=dict)
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
     vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
+    # what every case asks of the binary and the machine, worked out once a run
+    resolver_caps: ResolverCaps = field(init=False)  # the front ends' view of the probe (mode cases)
+    pinned_cpu: frozenset[int] | None = field(init=False)  # where a pin_cpu case's servers run (cpus)
+
+    def __post_init__(self) -> None:
+        self.resolver_caps = caps_from_probe(self.caps)
+        on_cpu = self.speed and runs_on_cpu(self.caps)
+        self.pinned_cpu = frozenset({max(os.sched_getaffinity(0))}) if on_cpu else None
 
     @property
     def flag_keys(self) -> dict[str, str]:
@@ -95,9 +104,7 @@ class Engine:
         last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
         on one CPU the speed case's run medians varied by CV 8 %, free 21 % (one server of a run kept on
         the busier core); None: any CPU."""
-        if not (case.pin_cpu and self.speed and runs_on_cpu(self.caps)):
-            return None
-        return frozenset({max(os.sched_getaffinity(0))})
+        return self.pinned_cpu if case.pin_cpu else None
 
     def locate(self, case: Case) -> dict[str, Path]:
         """Verified local paths of the case's models from their stamps (no hashing, no network)."""

@@ -5,7 +5,7 @@ schema 1); in the code it is the plain server, so that "baseline" means one thin
 baseline run (``history.baseline``).
 
 Like with like: the baseline server of a case runs the case's own command without its speculative flags
-(``command.without_speculation``), so threads, batch sizes, context, offload, flash attention, KV cache
+(``without_speculation``, below), so threads, batch sizes, context, offload, flash attention, KV cache
 types and every ``server_args`` entry that is not speculative are the same on both sides. Two cases whose
 non-speculative flags differ get two baselines; cases whose commands differ only in speculation share one
 (the session keeps it while consecutive cases use it). The key is the whole non-speculative command (port
@@ -16,13 +16,15 @@ left out), the GPUs the servers see and the CPUs they are pinned to: a flag the 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.measure.command import without_speculation
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import Command
 
+_FLAG = re.compile(r"--?[A-Za-z]")  # a flag; a value may start with "-" only as a number ("-1")
 _ANY_PORT = 0  # the port a key's command is built with: every server gets its own, the key none
 
 
@@ -52,3 +54,32 @@ def plain_of(
         return without_speculation(caps, case_command(port))
 
     return PlainServer((argv, gpus, pinned), label, command)
+
+
+def split_speculative(caps: Capabilities, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the argv without its speculative flags, those flags with their values), order kept in both.
+
+    A speculative flag takes the next token as its value unless its --help entry shows no value (a
+    switch), or, for a flag the probe did not list, unless that token is a flag itself (llama-server takes
+    no positional arguments, so a token after a flag that is not a flag is its value)."""
+    rest: list[str] = [argv[0]] if argv else []
+    spec: list[str] = []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if not (_FLAG.match(arg) and caps.is_speculative(arg)):
+            rest.append(arg)
+            i += 1
+            continue
+        takes = "=" not in arg and arg not in caps.spec_switches
+        if arg not in caps.speculative:  # not in the help's entries: by what follows it
+            takes = takes and i + 1 < len(argv) and not _FLAG.match(argv[i + 1])
+        width = 2 if takes and i + 1 < len(argv) else 1
+        spec += argv[i : i + width]
+        i += width
+    return rest, spec
+
+
+def without_speculation(caps: Capabilities, argv: Sequence[str]) -> list[str]:
+    """A case's command as its speculation-off baseline runs it: every speculative flag dropped."""
+    return split_speculative(caps, argv)[0]

@@ -52,7 +52,7 @@ from specsuite.server import metrics
 from specsuite.server.failure import log_tail
 from specsuite.server.probe import MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed
-from specsuite.server.resolver import caps_from_probe, resolve_for_model
+from specsuite.server.resolver import resolve_for_model
 
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
@@ -109,7 +109,7 @@ def _resolve(
     """A ``mode`` case: the front end's resolver picks the flags from the probe and the GGUF metadata."""
     res = resolve_for_model(
         case.mode,
-        caps=caps_from_probe(session.caps),
+        caps=session.resolver_caps,
         model_path=target,
         gpu=session.gpu,
         mtp_draft_path=str(draft) if draft else None,
