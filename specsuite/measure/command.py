@@ -154,4 +154,3 @@ def missing_reason(caps: Capabilities, case: Case) -> str | None:
     except MissingFlag as exc:
         return exc.reason
     return None
-

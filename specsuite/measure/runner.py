@@ -291,9 +291,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
         except ServerFailed as exc:
             if not base.running:
                 session.close()
-                raise CaseEnd(
-                    "error", exc.reason, f"the speculation-off server failed: {exc}"
-                ) from None
+                raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
             raise CaseEnd("failed", exc.reason, str(exc)) from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
