@@ -8,12 +8,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specsuite.common.errors import UserError
-from specsuite.history.queries import RUN_TIME, configs_of, series_columns, series_row, sound_series
+from specsuite.history.queries import (
+    RUN_TIME,
+    config_series,
+    configs_of,
+    series_columns,
+    series_row,
+    sound_series,
+)
 from specsuite.history.schema import reading, schema_version
 from specsuite.llamacpp.identity import is_commit
 from specsuite.results.config import RunConfig
@@ -31,6 +40,9 @@ class Baseline:
     config: RunConfig | None = None  # that run's configuration (None: recorded before it was)
 
 
+Row = TypeVar("Row", sqlite3.Row, Mapping[str, Any])  # a stored run: llama_commit, llama_build by name
+
+
 def _same_commit(a: str, b: str) -> bool:
     """Short and full spellings of one commit match (either is a prefix of the other); a build (``b9246``)
     or a tree's content hash matches only itself (``b924`` is not ``b9246``)."""
@@ -39,9 +51,9 @@ def _same_commit(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def _by_ancestry(rows: list[sqlite3.Row], ancestors: list[str]) -> list[sqlite3.Row]:
+def _by_ancestry(rows: list[Row], ancestors: list[str]) -> list[Row]:
     """The rows of ancestor commits, nearest ancestor first (a commit's latest run first)."""
-    by_prefix: dict[str, list[sqlite3.Row]] = {}
+    by_prefix: dict[str, list[Row]] = {}
     for row in rows:  # newest first, so the first row of a commit is its latest run
         by_prefix.setdefault(row["llama_commit"][:7], []).append(row)
     out = []
@@ -156,7 +168,7 @@ def _candidates(
     return _by_build(rows, build) if build is not None else rows
 
 
-def _by_build(rows: list[sqlite3.Row], build: int) -> list[sqlite3.Row]:
+def _by_build(rows: list[Row], build: int) -> list[Row]:
     """The rows of lower builds, nearest first (a build's latest run first), then those of runs that
     recorded no build number, newest first (the time rule they were judged by); higher builds never."""
     numbered = [r for r in rows if isinstance(r["llama_build"], int) and r["llama_build"] < build]
@@ -189,3 +201,52 @@ def earlier_runs(
             return []
         rows = _candidates(conn, case, device_class, backend, cases_sha256, commit, ancestors, before, build)
         return sound_series([series_row(r) for r in rows])[:limit]
+
+
+def _earlier(started: Any, before: str | None) -> bool:
+    """Whether a run that started at ``started`` started before ``before`` (None: any run is)."""
+    if before is None:
+        return True
+    try:
+        return datetime.fromisoformat(str(started)) < datetime.fromisoformat(before)
+    except (TypeError, ValueError):
+        return False  # a time that does not read orders nothing
+
+
+@dataclass(frozen=True)
+class PriorConfig:
+    """The configuration of the run before this one on its setup (``previous_config``)."""
+
+    commit: str  # its identity key
+    run_id: str
+    config: RunConfig
+
+
+def previous_config(
+    path: Path | None,
+    *,
+    device_class: str,
+    backend: str,
+    commit: str,
+    ancestors: list[str] | None,
+    build: int | None,
+    before: str | None,
+) -> PriorConfig | None:
+    """The recorded configuration of the run nearest before ``commit`` on this device class and backend,
+    whatever cases it ran, by find_baseline's order (ancestry, else build number, else time): what the
+    binary's defaults and build were there. A case's baseline needs the case measured there; this needs
+    only the run, so a changed default is named even where no case had a baseline (an older build whose
+    cases could not all be measured)."""
+    rows: list[Mapping[str, Any]] = [
+        {"llama_commit": r["commit"], "llama_build": r["build"], **r}
+        for r in reversed(config_series(path))  # newest first, as _candidates' rows
+        if r["device_class"] == device_class and r["backend"] == backend
+        and not _same_commit(str(r["commit"]), commit.lower()) and _earlier(r["started"], before)
+    ]  # fmt: skip
+    if ancestors is not None:
+        rows = _by_ancestry(rows, ancestors)
+    elif build is not None:
+        rows = _by_build(rows, build)
+    if not rows:
+        return None
+    return PriorConfig(str(rows[0]["commit"]), str(rows[0]["run_id"]), rows[0]["config"])

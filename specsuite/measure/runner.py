@@ -103,6 +103,16 @@ def _missing(session: Engine, case: Case, what: str, reason: str) -> CaseEnd:
     return CaseEnd("skipped", reason, f"{msg}{said} (skipped: --allow-missing / SPEC_STRICT=0)")
 
 
+def _outdated(session: Engine, case: Case, exc: ServerFailed) -> CaseEnd | None:
+    """A server that did not start because its binary knows no such model architecture (``binary_outdated``:
+    the binary predates the model) is not in this build yet where the build predates the pin and no lower
+    build measured the case here (``vintage``); else None (a failure, as before)."""
+    if exc.reason != "binary_outdated" or session.vintage is None:
+        return None
+    fresh, said = session.vintage(case.name, "model architecture")
+    return CaseEnd(NOT_IN_BUILD, exc.reason, f"{exc}{said}") if fresh else None
+
+
 def _resolve(
     session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None
 ) -> tuple[str, ...]:
@@ -122,12 +132,12 @@ def _resolve(
     )
     rec.spec_type = res.spec_type
     got = res.spec_type or "none"
+    if res.fallback_reason:  # the binary lacks what the mode would pick: a missing method, said as such
+        what = f"support for {case.mode!r} as resolved ({res.why})"
+        raise _missing(session, case, what, res.fallback_reason)
     if case.expect_resolved is not None and got != case.expect_resolved:
         msg = f"mode {case.mode!r} resolved to {got}, expected {case.expect_resolved} ({res.why})"
         raise CaseEnd("failed", "self_test", msg)
-    if res.fallback_reason:
-        what = f"support for {case.mode!r} as resolved ({res.why})"
-        raise _missing(session, case, what, res.fallback_reason)
     return tuple(res.flags)
 
 
@@ -167,7 +177,7 @@ def _serving(session: Engine, command: Command, log: Path, case: Case) -> Iterat
     try:
         srv = session.start(command, log, case)
     except ServerFailed as exc:
-        raise CaseEnd("failed", exc.reason, str(exc)) from None
+        raise _outdated(session, case, exc) or CaseEnd("failed", exc.reason, str(exc)) from None
     try:
         yield srv
     finally:

@@ -58,16 +58,11 @@ def acceptance_lines(before: Run, after: Run) -> list[str]:
     moved = []
     for name in sorted(set(a) & set(b)):
         ra, rb = _rate(a[name]), _rate(b[name])
-        if (
-            ra is not None
-            and rb is not None
-            and (a[name].drafted, a[name].accepted)
-            != (
-                b[name].drafted,
-                b[name].accepted,
+        (aa, da), (ab, db) = ((r.accepted, r.drafted) for r in (a[name], b[name]))
+        if ra is not None and rb is not None and (aa, da) != (ab, db):
+            moved.append(
+                (abs(rb - ra), f"{name} {ra:.4f} -> {rb:.4f} (accepted/drafted {aa}/{da} -> {ab}/{db})")
             )
-        ):
-            moved.append((abs(rb - ra), f"{name} {ra:.4f} -> {rb:.4f}"))
     if not moved:
         both = len(set(a) & set(b))
         return [f"acceptance counters identical in {both} case(s) measured at both"] if both else []
@@ -106,13 +101,17 @@ def config_lines(before: Run, after: Run, labels: tuple[str, str]) -> list[str]:
 
 
 def verdict_lines(run: Run) -> list[str]:
-    """The run's own first lines: its verdict, and the failed cases' causes as its summary named them."""
+    """The run's own first lines: its verdict, then each cause of a failed case in the run's own words,
+    once, with the cases it ended (many cases end on one cause: a server error names its case too)."""
     out = [f"verdict: {run.verdict or '?'}"]
-    failed = [r for r in run.cases.values() if r.status in ("failed", "error")]
-    for r in failed[:SHOWN]:
-        out.append(f"{r.name}: {_failure(r)[:300]}")
-    if len(failed) > SHOWN:
-        out.append(f"and {len(failed) - SHOWN} more failed case(s) (summary.md)")
+    causes: dict[str, list[str]] = {}
+    for r in run.cases.values():
+        if r.status in ("failed", "error"):
+            causes.setdefault(_failure(r).replace(r.name, "<case>")[:300], []).append(r.name)
+    for cause, names in sorted(causes.items(), key=lambda c: -len(c[1]))[:SHOWN]:
+        out.append(f"{names_phrase(names, len(run.cases))}: {cause}")
+    if len(causes) > SHOWN:
+        out.append(f"and {len(causes) - SHOWN} more cause(s) (summary.md)")
     return out
 
 
@@ -153,12 +152,12 @@ def _not_measured(entry: Entry) -> str:
 
 def _counts(run: Run | None) -> list[str]:
     if run is None:
-        return ["–"] * 4
+        return ["–"] * 5
     status = [r.status for r in run.cases.values()]
-    return [str(status.count(s)) for s in ("passed", "failed", NOT_IN_BUILD, "skipped")]
+    return [str(status.count(s)) for s in ("passed", "failed", "error", NOT_IN_BUILD, "skipped")]
 
 
-HEADER = ("build", "verdict", "passed", "failed", "not in build", "skipped", "build s", "run s")
+HEADER = ("build", "verdict", "passed", "failed", "error", "not in build", "skipped", "build s", "run s")
 
 
 def _row(step: Step) -> list[str]:

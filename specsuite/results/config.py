@@ -28,6 +28,8 @@ from specsuite.llamacpp.identity import short
 
 # /props fields a run records (the rest is chat templates and UI settings), and the answer's own
 PROPS_KEYS = ("total_slots", "build_info", "model_ftype")
+# /props keys that name the build itself: they differ between any two builds, and the summary names both
+NAMES_THE_BUILD = frozenset({"build_info"})
 SHOWN_CHANGES = 6  # a summary line names this many changes, then how many more
 
 
@@ -148,7 +150,10 @@ def changes(
             out.append(f"default of {key}: {_stated(a[key])} -> {_stated(b[key])}{at}")
     if case_a is not None and case_b is not None:
         out += [line + at for line in _changed("passed ", case_a.passed, case_b.passed)]
-        out += [line + at for line in _changed("/props ", case_a.props, case_b.props)]
+        props_a, props_b = (
+            {k: v for k, v in p.items() if k not in NAMES_THE_BUILD} for p in (case_a.props, case_b.props)
+        )
+        out += [line + at for line in _changed("/props ", props_a, props_b)]
     if run_a.build is not None and run_b.build is not None:
         out += [line + at for line in _build_changes(run_a.build, run_b.build)]
     return out

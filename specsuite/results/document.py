@@ -214,6 +214,10 @@ class HistoryNote(msgspec.Struct, kw_only=True):
     missing: list[str] = []  # cases no earlier commit measured
     problem: str | None = None  # the history could not be read: no relative gate
     broken: list[str] = []  # "<case> at run <id>": a baseline candidate whose stored record was unreadable
+    # the binary's configuration against the run before this one on its setup (history.previous_config):
+    # "b9113 (run <id>)", and what differs (results.config.changes); named even where no case had a baseline
+    config_base: str | None = None
+    config_changes: list[str] = []
 
     def render(self) -> str:
         if self.problem:
@@ -237,7 +241,8 @@ class HistoryNote(msgspec.Struct, kw_only=True):
             used.setdefault(base, []).extend(names)
         note = HistoryNote(basis=self.basis, used=used, missing=[*self.missing, *other.missing],
                            problem=self.problem or other.problem,
-                           broken=[*self.broken, *other.broken])  # fmt: skip
+                           broken=[*self.broken, *other.broken], config_base=self.config_base,
+                           config_changes=self.config_changes)  # fmt: skip
         note.line = note.render()
         return note
 

@@ -82,10 +82,12 @@ def _config_changes(r: CaseRecord) -> list[str]:
 
 def config_lines(run: Run, failed: bool) -> list[str]:
     """The configuration changes since the baseline, one line per set of changes with the cases that
-    share it: those of failed cases (``failed``; their likely cause, named first), or of the others."""
+    share it: those of failed cases (``failed``; their likely cause, named first), or of the others.
+    What the run's own line says already (``run_config_line``) is not said again."""
     groups: dict[tuple[str, ...], list[CaseRecord]] = {}
     for r in run.cases.values():
-        if (r.status == "failed") == failed and (found := _config_changes(r)):
+        found = [c for c in _config_changes(r) if _bare(c) not in set(_run_changes(run))]
+        if (r.status == "failed") == failed and found:
             groups.setdefault(tuple(dict.fromkeys(found)), []).append(r)
     head = "CONFIGURATION CHANGED under" if failed else "configuration differs from the baseline under"
     return [
@@ -99,6 +101,33 @@ def _cases(recs: list[CaseRecord], failed: bool, everyone: list[str]) -> str:
     if failed and len(recs) <= SHOWN:
         return ", ".join(f"{r.name} ({r.reason})" for r in recs)
     return all_but([r.name for r in recs], everyone)
+
+
+def run_config_line(run: Run) -> list[str]:
+    """The binary's configuration against the run before it on this setup, when it differs: the likely
+    cause of whatever changed, named first even where no case had a baseline to compare with; with the
+    failed cases whose own baselines saw those changes."""
+    what = _run_changes(run)
+    if not what or run.history is None:
+        return []
+    hit = [
+        r
+        for r in run.cases.values()
+        if r.status == "failed" and set(map(_bare, _config_changes(r))) & set(what)
+    ]
+    under = f"; failed under it: {_cases(hit, True, list(run.cases))}" if hit else ""
+    return [f"CONFIGURATION CHANGED since {run.history.config_base}: {config.summary_line(what)}{under}"]
+
+
+def _bare(change: str) -> str:
+    """A change without its ``between A and B``."""
+    return change.rsplit(" between ", 1)[0]
+
+
+def _run_changes(run: Run) -> list[str]:
+    """The run-level changes without their ``between A and B`` (the line names the run before)."""
+    note = run.history
+    return [_bare(c) for c in note.config_changes] if note is not None else []
 
 
 def _spread(r: CaseRecord, metric: str) -> str:
@@ -127,7 +156,8 @@ def crossover_lines(run: Run) -> list[str]:
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
-    lines += [f"- **{a}**" for a in [*config_lines(run, True), *drift_lines(run), *v.attention]]
+    lines += [f"- **{a}**" for a in [*run_config_line(run), *config_lines(run, True), *drift_lines(run),
+                                     *v.attention]]  # fmt: skip
     if run.history is not None and run.history.line:
         lines.append(f"- {run.history.line}")
     lines += [f"- {line}" for line in config_lines(run, False)]

@@ -238,6 +238,7 @@ def install(session: Engine) -> None:
         return
     ctx.recording = True
     run.history = ctx.note
+    _run_config(ctx, run)
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
         failures = judge(ctx, rec, failed, list(run.cases.values()), case.speed_rtol, case.decode_rtol)
@@ -245,6 +246,23 @@ def install(session: Engine) -> None:
         return failures
 
     session.gate = gate
+
+
+def _run_config(ctx: GateContext, run: Run) -> None:
+    """The binary's defaults and build against the run before on this setup, into the note."""
+    try:
+        prior = baseline.previous_config(None, device_class=ctx.device_class, backend=ctx.backend,
+                                         commit=ctx.commit, ancestors=ctx.ancestors, build=ctx.build,
+                                         before=ctx.started)  # fmt: skip
+    except UserError as exc:
+        ctx.note.problem = str(exc)
+        return
+    if prior is None:
+        return
+    ctx.note.config_base = f"{short(prior.commit, 12)} (run {prior.run_id})"
+    ctx.note.config_changes = config.changes(
+        (prior.config, None), (run.config, None), (prior.commit, ctx.commit)
+    )
 
 
 def record(run: Run) -> None:

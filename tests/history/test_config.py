@@ -7,10 +7,12 @@ import json
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from specsuite import cli
 from specsuite.history import baseline, changes, queries, recording, schema
+from specsuite.results import config
 from specsuite.results.config import BuildOptions, CaseConfig, RunConfig
 from specsuite.results.document import Binary, Device, Run
 from specsuite.results.record import CaseRecord
@@ -125,3 +127,32 @@ def test_a_configuration_that_does_not_decode_is_a_warning(
         conn.execute("UPDATE runs SET config = '{\"defaults\": 7}' WHERE run_id = 'r4-d4d4d4d'")
     assert [r["run_id"] for r in queries.config_series(db)] == ["r2-b2b2b2b", "r3-c3c3c3c", "r5-e5e5e5e"]
     assert "history run r4-d4d4d4d: its configuration does not decode" in capsys.readouterr().err
+
+
+def test_the_run_before_names_a_changed_default_where_no_case_had_a_baseline(tmp_path: Path) -> None:
+    """b9113 measured nothing the gate can use (its cases diverged or were not in the build), yet the run
+    of b9246 names what its defaults were there: the run before on this setup, by build number (b9702,
+    recorded earlier in time, is a higher build and never qualifies)."""
+    from specsuite.results import summary
+    from specsuite.results.document import HistoryNote
+
+    path = tmp_path / "h.sqlite"
+
+    def built(build: int, day: int, p_min: str, status: str = "passed") -> Run:
+        r = run(f"x{build}", day, p_min, 1.0)
+        rec = msgspec.structs.replace(r.cases["tiny-simple-random"], status=status, reason="diverged")
+        binary = Binary(build=build, backend="cpu")
+        return msgspec.structs.replace(r, binary=binary, run_id=f"r-b{build}", cases={rec.name: rec})
+
+    recording.record_run(built(9702, 1, "0.00"), path)
+    recording.record_run(built(9113, 2, "0.75", status="failed"), path)
+    prior = baseline.previous_config(path, device_class="cpu-x86-64", backend="cpu", commit="b9246",
+                                     ancestors=None, build=9246, before=None)  # fmt: skip
+    assert prior is not None and (prior.commit, prior.run_id) == ("b9113", "r-b9113")
+    later = built(9246, 3, "0.00")
+    changes = config.changes((prior.config, None), (later.config, None), (prior.commit, "b9246"))
+    assert changes == [f"default of {P_MIN}: 0.75 -> 0.00 between b9113 and b9246"]
+    later.history = HistoryNote(config_base="b9113 (run r-b9113)", config_changes=changes)
+    assert summary.run_config_line(later) == [
+        f"CONFIGURATION CHANGED since b9113 (run r-b9113): default of {P_MIN}: 0.75 -> 0.00"
+    ]

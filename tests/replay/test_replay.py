@@ -153,10 +153,16 @@ def test_a_replay_tells_which_build_changed_what(env: Path, capsys: pytest.Captu
     summary300 = (Path(str(replay.entry(300).results)) / "summary.md").read_text().splitlines()
     assert summary300[0].startswith("### specsuite synthetic run `") and "-b300-run-1`" in summary300[0]
     assert summary300[0].endswith("FAILED: 1 of 1 case(s): tiny-simple-random (regressed)")
-    assert (
-        "CONFIGURATION CHANGED under" in summary300[2] and "--spec-draft-p-min: 0.00 -> 0.75" in summary300[2]
+    # the cause first, once: the binary's default against the run before on this setup, with the case
+    assert summary300[2].startswith("- **CONFIGURATION CHANGED since b200 (run ")
+    assert summary300[2].endswith(
+        "default of --spec-draft-p-min: 0.00 -> 0.75; failed under it: tiny-simple-random (regressed)**"
     )
+    assert "CONFIGURATION CHANGED under" not in "\n".join(summary300)  # not said twice
     assert "nearest lower build" in "\n".join(summary300[:6])
+    # b200 had no baseline for the case (b100 could not run it), and still names what b100 had as defaults
+    summary200 = (Path(str(replay.entry(200).results)) / "summary.md").read_text()
+    assert "CONFIGURATION CHANGED since" not in summary200  # b100 and b200 differ in no default
 
     story = (env / "out" / "story.md").read_text()
     assert story == out[out.index("### specsuite replay") :].rstrip("\n") + "\n"
