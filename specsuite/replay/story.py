@@ -22,6 +22,7 @@ from specsuite.results import config
 from specsuite.results.document import Run, load_run
 from specsuite.results.names import names_phrase
 from specsuite.results.record import NOT_IN_BUILD, CaseRecord, finite
+from specsuite.server.metrics import METRICS, TIMINGS
 
 SHOWN = 5  # cases named per line before "and N more"
 
@@ -53,23 +54,28 @@ def _rate(r: CaseRecord) -> float | None:
 
 
 def acceptance_lines(before: Run, after: Run) -> list[str]:
-    """The cases whose accept rate moved between the two builds, largest move first."""
+    """The cases whose acceptance counters moved between the two builds, largest move in accept rate
+    first; a case whose own rounds disagree (nondeterministic) says nothing by moving, and is counted
+    apart."""
     a, b = _measured(before), _measured(after)
+    both = sorted(set(a) & set(b))
+    noisy = [n for n in both if a[n].nondeterministic or b[n].nondeterministic]
     moved = []
-    for name in sorted(set(a) & set(b)):
+    for name in (n for n in both if n not in noisy):
         ra, rb = _rate(a[name]), _rate(b[name])
         (aa, da), (ab, db) = ((r.accepted, r.drafted) for r in (a[name], b[name]))
         if ra is not None and rb is not None and (aa, da) != (ab, db):
             moved.append(
                 (abs(rb - ra), f"{name} {ra:.4f} -> {rb:.4f} (accepted/drafted {aa}/{da} -> {ab}/{db})")
             )
+    apart = f"; {names_phrase(noisy)} nondeterministic (its own rounds disagree)" if noisy else ""
     if not moved:
-        both = len(set(a) & set(b))
-        return [f"acceptance counters identical in {both} case(s) measured at both"] if both else []
+        same = len(both) - len(noisy)
+        return [f"acceptance counters identical in {same} case(s) measured at both{apart}"] if both else []
     moved.sort(key=lambda m: -m[0])
     shown = [text for _, text in moved[:SHOWN]]
     more = f" and {len(moved) - SHOWN} more" if len(moved) > SHOWN else ""
-    return [f"accept rate moved in {len(moved)} case(s): {'; '.join(shown)}{more}"]
+    return [f"accept rate moved in {len(moved)} case(s): {'; '.join(shown)}{more}{apart}"]
 
 
 def _ran(r: CaseRecord | None) -> bool:
@@ -80,16 +86,35 @@ def _absent(r: CaseRecord | None) -> bool:
     return r is not None and (r.status == NOT_IN_BUILD or (r.reason or "").startswith("binary_no_"))
 
 
+def _red(r: CaseRecord | None) -> bool:
+    return r is not None and r.status in ("failed", "error")
+
+
 def arrival_lines(before: Run, after: Run) -> list[str]:
-    """Cases that were not in the earlier build and run now, and cases that ran and are gone now."""
+    """Cases that turned red (green in the build before), cases that were not in the earlier build and run
+    now, cases that ran and are gone now, cases fixed (red before, passed now), and counters that moved
+    from the responses' timings to /metrics (or back)."""
     total = len(after.cases)
-    came = [n for n, r in after.cases.items() if _ran(r) and _absent(before.cases.get(n))]
-    went = [n for n, r in after.cases.items() if _absent(r) and _ran(before.cases.get(n))]
-    out = []
-    if came:
-        out.append(f"new in this build: {names_phrase(came, total)} (not in the build before)")
-    if went:
-        out.append(f"GONE in this build: {names_phrase(went, total)} (ran in the build before)")
+    pairs = [(n, before.cases.get(n), r) for n, r in after.cases.items()]
+    said = [
+        (
+            "NEWLY RED in this build",
+            [n for n, a, b in pairs if _red(b) and a is not None and a.status == "passed"],
+        ),
+        ("new in this build", [n for n, a, b in pairs if _ran(b) and _absent(a)]),
+        ("GONE in this build", [n for n, a, b in pairs if _absent(b) and _ran(a)]),
+        ("fixed in this build", [n for n, a, b in pairs if b.status == "passed" and _red(a)]),
+    ]
+    out = [f"{what}: {names_phrase(names, total)}" for what, names in said if names]
+    sources = [
+        (a.counters_source, b.counters_source) for _, a, b in pairs if a is not None and _ran(a) and _ran(b)
+    ]
+    if (TIMINGS, METRICS) in sources:
+        out.append(
+            "counters from /metrics' spec_decode_* now (from the responses' timings in the build before)"
+        )
+    if (METRICS, TIMINGS) in sources:
+        out.append("COUNTERS GONE from /metrics: from the responses' timings now (/metrics before)")
     return out
 
 

@@ -168,9 +168,11 @@ def test_a_replay_tells_which_build_changed_what(env: Path, capsys: pytest.Captu
     assert story == out[out.index("### specsuite replay") :].rstrip("\n") + "\n"
     b200 = story[story.index("**b200**") : story.index("**b300**")]
     b300 = story[story.index("**b300**") :]
-    assert "new in this build: tiny-simple-random (not in the build before)" in b200
+    assert "new in this build: tiny-simple-random" in b200
     assert "default of --spec-draft-p-min: 0.00 -> 0.75" in b300
     assert "accept rate moved in 1 case(s): tiny-simple-random 0.9167 -> 0.8333" in b300
+    assert "NEWLY RED in this build: tiny-simple-random" in b300  # green at b200
+    assert "counters from /metrics' spec_decode_* now (from the responses' timings" in b300
 
 
 def test_the_history_orders_the_builds_by_number(env: Path) -> None:
