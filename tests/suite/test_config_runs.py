@@ -99,8 +99,12 @@ def test_a_p_min_default_reset_is_named_first(tmp_path: Path, models: Path) -> N
     assert rc == 1 and doc["config"]["defaults"]["--spec-draft-p-min"] == "0.00"
     head = (out / "summary.md").read_text().splitlines()
     assert head[0].startswith("### specsuite") and "FAILED" in head[0]
-    assert head[2].startswith("- **CONFIGURATION CHANGED under tiny-simple-random (regressed)")
-    assert head[2].endswith(": default of --spec-draft-p-min: 0.75 -> 0.00 between a1a1a1a and b2b2b2b**")
+    # the cause first, once: the binary's default against the run before, with the cases it failed
+    assert head[2].startswith("- **CONFIGURATION CHANGED since a1a1a1a (run ")
+    assert head[2].endswith(
+        ": default of --spec-draft-p-min: 0.75 -> 0.00; failed under it: tiny-simple-random (regressed), "
+        "tiny-mtp-random (regressed)**"
+    )
     rec = doc["cases"]["tiny-simple-random"]
     assert rec["baseline"]["config_changes"] == [
         "default of --spec-draft-p-min: 0.75 -> 0.00 between a1a1a1a and b2b2b2b"
@@ -155,7 +159,8 @@ def test_a_longer_draft_default_turns_the_defaults_cases_red(tmp_path: Path, mod
     # the synthetic DFlash draft's trained block of 4 caps its drafts at 3 whatever the default above it
     assert rc == 1 and failed == {n: "self_test" for n in DEFAULTS if n != "tiny-dflash-defaults"}
     assert doc["cases"]["tiny-simple-defaults"]["drafted"] == 81  # 8,8,8,3 per prompt
-    commit = pinned["binary"]["commit"][:7]
     head = (out / "summary.md").read_text().splitlines()
-    assert head[2].startswith("- **CONFIGURATION CHANGED under tiny-simple-defaults (self_test)")
-    assert head[2].endswith(f": default of --spec-draft-n-max: 3 -> 8 between {commit} and c3c3c3c**")
+    assert head[2].startswith(f"- **CONFIGURATION CHANGED since {pinned['binary']['commit'][:12]} (run ")
+    assert head[2].endswith(
+        ": default of --spec-draft-n-max: 3 -> 8; failed under it: all 6 cases but tiny-dflash-defaults**"
+    )
