@@ -13,10 +13,10 @@ def names_phrase(names: Sequence[str], total: int | None = None) -> str:
     """``names`` (cases of a run of ``total`` cases) for one line of a summary."""
     names = list(dict.fromkeys(names))
     n = len(names)
-    if total is not None and n == total and n > 1:
-        return f"all {n} cases"
     if n <= SHOWN:
         return ", ".join(names)
+    if total is not None and n == total:
+        return f"all {n} cases"
     return f"{n} cases ({', '.join(names[:SHOWN])} and {n - SHOWN} more)"
 
 
