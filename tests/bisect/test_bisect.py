@@ -29,6 +29,7 @@ import ccachelog
 import histories
 import msgspec
 import pytest
+import stepenv
 from fakellama import fake_llama
 
 from specsuite import cli
@@ -45,17 +46,11 @@ from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp import toolchain
 from specsuite.results.record import CaseRecord
 
-TESTS = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent  # the steps load this module as test_bisect
-CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0
-MODELS = ["synth-target-llama-random.gguf", "synth-draft-llama-random.gguf"]
+CASE = stepenv.CASE
 GOOD = {"accepted": 11}  # per request of the fake: 12 drafted in 4 drafts -> accept_rate 0.9167
 WORSE = {"accepted": 10}  # 0.8333: above the floor, 9.1 % below good -> bad by the relative rule
 BROKEN = {"accepted": 6}  # 0.5: below the floor -> bad by the floor
-
-
-UNSET = ["SPEC_STRICT", "SPEC_REPEAT", "SPEC_ALLOW_CPU", "SPEC_NO_HISTORY", "SPEC_RTOL"]
-UNSET += ["LLAMA_SERVER_BIN_PATH", "GITHUB_STEP_SUMMARY", "LLAMA_CPP_DIR", "LLAMA_CPP_REF"]
 
 
 # --- the fake builder and the test repository ------------------------------------------------------------
@@ -106,24 +101,13 @@ def make_repo(path: Path, configs: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import FetchOptions, fetch_models
-
-    folder = tmp_path_factory.mktemp("models")
-    fetch_models(FetchOptions(models=MODELS, model_dir=folder, tty=False))
-    return folder
+    return stepenv.synthetic_models(tmp_path_factory)
 
 
 @pytest.fixture
 def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private cache (mirror, worktree, probe cache), the models, and this folder importable by steps."""
-    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
-    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS)]))
-    monkeypatch.syspath_prepend(str(HERE))  # in-process steps load the builder too
-    for var in UNSET:
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path
+    return stepenv.isolate(tmp_path, models, HERE, monkeypatch)
 
 
 def _repo(env: Path, monkeypatch: pytest.MonkeyPatch, configs: list[dict[str, Any]]) -> list[str]:

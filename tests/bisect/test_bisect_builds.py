@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stepenv
 from fakeindex import FakeIndex
 from fakellama import fake_llama
 
@@ -21,12 +22,8 @@ from specsuite import cli
 from specsuite.llamacpp.inplace import BuildFailed
 
 HERE = Path(__file__).resolve().parent  # the bisect loads this module as test_bisect_builds
-TESTS = HERE.parent
-CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271
-MODELS = ["synth-target-llama-random.gguf", "synth-draft-llama-random.gguf"]
+CASE = stepenv.CASE
 INDEX = [100, 110, 120, 130, 200, 300]
-UNSET = ["SPEC_STRICT", "SPEC_REPEAT", "SPEC_ALLOW_CPU", "SPEC_NO_HISTORY", "SPEC_RTOL"]
-UNSET += ["LLAMA_SERVER_BIN_PATH", "GITHUB_STEP_SUMMARY", "LLAMA_CPP_DIR", "LLAMA_CPP_REF"]
 
 
 def fake_build(number: int, log: Path, build_argv: list[str]) -> Path:
@@ -44,25 +41,14 @@ def fake_build(number: int, log: Path, build_argv: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import FetchOptions, fetch_models
-
-    folder = tmp_path_factory.mktemp("models")
-    fetch_models(FetchOptions(models=MODELS, model_dir=folder, tty=False))
-    return folder
+    return stepenv.synthetic_models(tmp_path_factory)
 
 
 @pytest.fixture
 def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
-    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS)]))
     monkeypatch.setenv("FAKE_BUILD_CALLS", str(tmp_path / "calls.txt"))
     monkeypatch.setenv("FAKE_BUILDS", str(tmp_path / "builds.json"))
-    monkeypatch.syspath_prepend(str(HERE))
-    for var in UNSET:
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path
+    return stepenv.isolate(tmp_path, models, HERE, monkeypatch)
 
 
 def _bisect(env: Path, accepted: dict[int, int | None], good: str, bad: str, *extra: str) -> int:

@@ -9,48 +9,16 @@ from __future__ import annotations
 import io
 import os
 import re
-import subprocess
 import tarfile
 import threading
 from pathlib import Path
 
 import pytest
+from llamatree import git, make_repo, make_tree
 
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.llamacpp import source
-
-
-def make_tree(root: Path, marker: str = "one") -> Path:
-    (root / "include").mkdir(parents=True)
-    (root / "tools" / "server").mkdir(parents=True)
-    (root / "CMakeLists.txt").write_text(f"# {marker}\n")
-    (root / "include" / "llama.h").write_text("/* fake */\n")
-    (root / "tools" / "server" / "server.cpp").write_text("")
-    return root
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env)
-    return res.stdout.strip()
-
-
-def make_repo(root: Path) -> tuple[Path, list[str]]:
-    """A llama.cpp-shaped git repository with two commits; returns (path, [commit1, commit2])."""
-    make_tree(root, "one")
-    git(root, "init", "-q", "-b", "master")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "one")
-    first = git(root, "rev-parse", "HEAD")
-    (root / "CMakeLists.txt").write_text("# two\n")
-    git(root, "commit", "-q", "-am", "two")
-    return root, [first, git(root, "rev-parse", "HEAD")]
 
 
 @pytest.fixture

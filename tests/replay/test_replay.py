@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stepenv
 from fakeindex import FakeIndex
 from fakellama import fake_llama
 
@@ -36,24 +37,13 @@ from specsuite.replay import state as st
 from specsuite.results.document import load_run
 
 HERE = Path(__file__).resolve().parent  # the replay loads this module as test_replay
-TESTS = HERE.parent
-CASE = "tiny-simple-random"  # floors: accept_rate >= 0.8271, accept_len >= 3.2444, identical 1.0
-MODELS = ["synth-target-llama-random.gguf", "synth-draft-llama-random.gguf"]
+CASE = stepenv.CASE
 P_MIN = "minimum speculative decoding probability (greedy) (default: 0.00)"
 BUILDS: dict[str, dict[str, Any]] = {
     "100": {"drop_types": ["draft-simple"]},
     "200": {"spec_metrics": False},
     "300": {"accepted": 10, "help_subs": [[P_MIN, P_MIN.replace("0.00", "0.75")]]},
 }
-UNSET = [
-    "SPEC_STRICT",
-    "SPEC_REPEAT",
-    "SPEC_ALLOW_CPU",
-    "SPEC_NO_HISTORY",
-    "SPEC_RTOL",
-    "LLAMA_SERVER_BIN_PATH",
-]
-UNSET += ["GITHUB_STEP_SUMMARY", "LLAMA_CPP_DIR", "LLAMA_CPP_REF", "SPEC_RESULTS_DIR"]
 
 
 def _per_pos(accepted: int) -> list[int]:
@@ -80,23 +70,13 @@ def fake_build(number: int, log: Path, build_argv: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from specsuite.models.fetch import FetchOptions, fetch_models
-
-    folder = tmp_path_factory.mktemp("models")
-    fetch_models(FetchOptions(models=MODELS, model_dir=folder, tty=False))
-    return folder
+    return stepenv.synthetic_models(tmp_path_factory)
 
 
 @pytest.fixture
 def env(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("SPEC_MODEL_DIR", str(models))
-    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(TESTS)]))
     monkeypatch.setenv("FAKE_BUILD_CALLS", str(tmp_path / "calls.txt"))
-    monkeypatch.syspath_prepend(str(HERE))
-    for var in UNSET:
-        monkeypatch.delenv(var, raising=False)
+    stepenv.isolate(tmp_path, models, HERE, monkeypatch)
     _builds(tmp_path, BUILDS)
     return tmp_path
 
