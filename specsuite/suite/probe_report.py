@@ -15,6 +15,7 @@ from typing import Any
 from specsuite.cases.schema import load_cases
 from specsuite.common import paths, table
 from specsuite.common.argtypes import CommandParser
+from specsuite.llamacpp.source import load_pin
 from specsuite.measure.command import missing_reason
 from specsuite.server.probe import Capabilities, probe
 
@@ -51,7 +52,19 @@ def print_table(caps: Capabilities, cases: list[Any] | None, every: bool = False
     if every or missing:
         print(table.render(header, body if every else missing))
     if missing:
-        print("cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them")
+        print(_missing_note(caps))
+
+
+def _missing_note(caps: Capabilities) -> str:
+    """What a case the binary cannot run becomes: not in this build for a build older than the pin (unless
+    a lower build measured it on this setup: suite.vintage), else a failure (strict) or a skip."""
+    pin = load_pin().build
+    if caps.build is not None and pin is not None and caps.build < pin:
+        return (
+            f"cases marked 'no' are not in this build: b{caps.build} predates the pin (b{pin}); one that a "
+            "lower build measured here fails with that reason (it vanished)"
+        )
+    return "cases marked 'no' fail with that reason (strict, the default); --allow-missing skips them"
 
 
 def parser() -> CommandParser:

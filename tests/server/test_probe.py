@@ -351,7 +351,7 @@ def test_print_table_names_each_case_and_why(tmp_path, capsys):
     assert rows["dspark"][4:] == ["no", "binary_no_dspark"]
     assert rows["synth-zero"][4:] == ["no", "binary_no_synth_rates"]
     assert rows["ngram"][4] == "yes"
-    assert "--allow-missing skips them" in out
+    assert "are not in this build: b9100 predates the pin (b11311)" in out  # its version says build 9100
 
 
 def test_probe_command_without_a_cases_file_shows_the_binary(tmp_path, monkeypatch, capsys):
@@ -458,3 +458,20 @@ def test_real_b9113_and_b9246_name_the_defaults_users_reported(tmp_path):
     found = config.changes((run(old), None), (run(new), None), ("b9113", "b9246"))
     assert "default of --spec-draft-n-max: 16 -> 3 between b9113 and b9246" in found
     assert "default of --spec-draft-p-min: 0.75 -> 0.00 between b9113 and b9246" in found
+
+
+def test_the_probe_of_an_older_build_says_its_missing_cases_are_not_in_it(tmp_path, capsys):
+    """A build older than the pin (the real b9246's --help): what it cannot run is not in this build, not a
+    failure, unless a lower build measured it; the pin's own word for a newer or unnumbered binary stays."""
+    probe_report.probe_command(str(help_binary(tmp_path / "b9246" / "llama-server", "b9246")))
+    out = capsys.readouterr().out
+    assert "binary_no_dflash" in out
+    assert out.rstrip().endswith(
+        "cases marked 'no' are not in this build: b9246 predates the pin (b11311); one that a lower build "
+        "measured here fails with that reason (it vanished)"
+    )
+    # the current variant's --version says build 1 (a depth-1 clone): no number, so the strict rule
+    current = _probe(tmp_path, "current")
+    assert current.build is None and probe_report._missing_note(current).endswith(
+        "--allow-missing skips them"
+    )
