@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from specsuite.bisect.build import DEFAULT_BUILDER as COMMIT_BUILDER  # --builder's default: git's steps
 from specsuite.bisect.report import Report
 from specsuite.bisect.step import Params, Step, measure, over_budget, reference_record
 from specsuite.cases.schema import Case
@@ -40,8 +41,8 @@ def candidates(good: int, bad: int, index: str) -> list[int]:
 def build_params(args: argparse.Namespace, case: Case, rtol: float, build_argv: list[str]) -> Params:
     return Params(
         case=case.name, metric=args.metric, rtol=rtol, good=args.good, bad=args.bad, tree="",
-        out="", builder=args.builder if args.builder != "specsuite.bisect.build:build_commit" else
-        DEFAULT_BUILDER, build_argv=build_argv, run_argv=[], max_steps=args.max_steps,
+        out="", builder=DEFAULT_BUILDER if args.builder == COMMIT_BUILDER else args.builder,
+        build_argv=build_argv, run_argv=[], max_steps=args.max_steps,
         deadline=time.time() + args.budget_min * 60 if args.budget_min else None,
     )  # fmt: skip
 

@@ -239,7 +239,7 @@ def previous_config(
     cases could not all be measured)."""
     rows: list[Mapping[str, Any]] = [
         {"llama_commit": r["commit"], "llama_build": r["build"], **r}
-        for r in reversed(config_series(path))  # newest first, as _candidates' rows
+        for r in reversed(config_series(path, device=device_class))  # newest first, as _candidates' rows
         if r["device_class"] == device_class and r["backend"] == backend
         and not _same_commit(str(r["commit"]), commit.lower()) and _earlier(r["started"], before)
     ]  # fmt: skip

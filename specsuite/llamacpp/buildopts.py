@@ -76,9 +76,8 @@ def read_cache(build_dir: Path) -> dict[str, str] | None:
 def for_binary(binary: Path, sha256: str) -> tuple[str, str | None, dict[str, str]]:
     """(source, backend or None, options) of ``binary`` (see the module's list of sources)."""
     build_folder = Path(binary).resolve().parent.parent
-    found = buildinfo.for_binary(binary, sha256)
-    if found is not None:
-        info = found[0]
+    info = buildinfo.for_binary(binary, sha256)
+    if info is not None:
         backend = info.get("backend")
         if isinstance(info.get("build_options"), dict):
             return "build-info.json", backend, {str(k): str(v) for k, v in info["build_options"].items()}

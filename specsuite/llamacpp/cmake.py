@@ -120,8 +120,7 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
         published = publish_binary(plan, seconds)
     print(
         f"build: {plan.backend} llama-server of llama.cpp {plan.source.identity.label()} ready at "
-        f"{published} "
-        f"({seconds:.1f} s of ninja)",
+        f"{published} ({seconds:.1f} s of ninja)",
         flush=True,
     )
     caps = probe(published)
@@ -140,7 +139,7 @@ def build_binary(argv: list[str]) -> tuple[Plan, Path | None]:
 
 
 def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
-    if getattr(args, "ref", None):
+    if args.ref:
         env = {**env, "LLAMA_CPP_REF": args.ref}
     src = source.resolve_source(env)
     compiler_path, compiler = toolchain.find_compiler(env)
@@ -474,8 +473,7 @@ def make_info(plan: Plan, binary: Path, seconds: float) -> dict[str, Any]:
     caps = probe(binary)
     return {
         "commit": plan.source.commit,
-        "build": plan.source.identity.build,
-        "identity": plan.source.identity.to_dict(),
+        "identity": plan.source.identity.to_dict(),  # commit (also above, as before), build, tree hash
         "source": plan.source.info,
         "backend": plan.backend,
         "cmake_flags": plan.flags,

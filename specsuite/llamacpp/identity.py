@@ -29,15 +29,9 @@ BUILD_RE = re.compile(r"b?([0-9]{1,7})")
 BUILD_KEY_RE = re.compile(r"b[0-9]{1,7}")
 TREE_PREFIX = "tree-"
 TREE_HEX = 12
-# What an identity key may be: a commit (7 to 40 hex), a build (b9246), a tree's content hash.
-KEY_RE = re.compile(rf"[0-9a-f]{{7,40}}|b[0-9]{{1,7}}|{TREE_PREFIX}[0-9a-f]{{{TREE_HEX}}}")
 # The parts of a llama.cpp tree that build llama-server: its content hash reads these and nothing else, so
 # models/, docs/ and a build folder inside the checkout change no identity.
 BUILD_INPUTS = ("CMakeLists.txt", "cmake", "common", "src", "include", "ggml", "tools", "vendor")
-NAME_IT = (
-    "name it: LLAMA_CPP_BUILD=N (upstream's build number, bN) and/or LLAMA_CPP_COMMIT=HASH when you run "
-    "`specsuite build`, which records them in build-info.json"
-)
 
 
 @dataclass(frozen=True)
@@ -98,10 +92,6 @@ def short(key: str | None, n: int = 7) -> str:
 def is_commit(key: str) -> bool:
     """A key that is a commit (hex, and not a build key: ``b`` is a hex digit, ``b1234567`` is a build)."""
     return bool(HEX_RE.fullmatch(key)) and not BUILD_KEY_RE.fullmatch(key)
-
-
-def is_key(text: str) -> bool:
-    return bool(KEY_RE.fullmatch(text))
 
 
 def parse_build(text: str, what: str) -> int:

@@ -1,7 +1,7 @@
 """``build/build-info.json``: what the published ``build/bin/llama-server`` is and how it was built.
 
-Keys (docs/DESIGN.md, "build-info.json"): commit, build, identity (llamacpp.identity: commit, build,
-tree_sha256, origin), source, backend, cmake_flags, compiler, nvcc_version, cuda_architectures, build_seconds,
+Keys (docs/DESIGN.md, "build-info.json"): commit, identity (llamacpp.identity: commit, build, tree_sha256,
+origin), source, backend, cmake_flags, compiler, nvcc_version, cuda_architectures, build_seconds,
 binary_sha256, spec_types (plus build_dir, the CMake folder it came from).
 """
 
@@ -29,17 +29,17 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
     return data
 
 
-def for_binary(binary: Path, sha256: str) -> tuple[dict[str, Any], Path] | None:
+def for_binary(binary: Path, sha256: str) -> dict[str, Any] | None:
     """The build-info.json that describes this binary (its ``binary_sha256``): the suite's own
     (build/build-info.json), else the one beside the binary's ``bin/`` folder (a build used in place: a
-    bisect step's, a replay's); with its path. None when neither does."""
+    bisect step's, a replay's). None when neither does."""
     for path in (paths.build_info_path(), Path(binary).resolve().parent.parent / "build-info.json"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("binary_sha256") == sha256:
-            return data, path
+            return data
     return None
 
 

@@ -79,9 +79,8 @@ def build_number(number: int, log: Path, build_argv: list[str], env: Mapping[str
     (``(number, log, build_argv) -> binary``)."""
     base = {k: v for k, v in (os.environ if env is None else env).items() if k != "LLAMA_CPP_DIR"}
     p = plan({**base, "LLAMA_CPP_REF": f"b{number}"}, build_argv)
-    for note in p.notes:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"build: {note}\n")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.writelines(f"build: {note}\n" for note in p.notes)
     binary, _ = build(p, log, lambda line: print(f"b{number}: {line}", flush=True))
     return binary

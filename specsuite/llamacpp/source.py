@@ -101,8 +101,7 @@ def resolve_source(env: Mapping[str, str] | None = None, pin: Pin | None = None)
         if env.get("LLAMA_CPP_REF"):
             raise UserError(
                 f"LLAMA_CPP_DIR={env['LLAMA_CPP_DIR']} and LLAMA_CPP_REF={env['LLAMA_CPP_REF']} (or --ref) "
-                "both "
-                "name the tree to build; unset one"
+                "both name the tree to build; unset one"
             )
         return source_from_dir(Path(env["LLAMA_CPP_DIR"]).expanduser(), env)
     pin = pin or load_pin()
@@ -162,8 +161,7 @@ def tree_identity(path: Path, env: Mapping[str, str]) -> Identity:
     if commit is not None and not head.startswith(commit):
         raise UserError(
             f"LLAMA_CPP_COMMIT={commit} but the checkout {path} is at {head}; unset LLAMA_CPP_COMMIT (git "
-            "names "
-            "a checkout's commit itself) or check out that commit"
+            "names a checkout's commit itself) or check out that commit"
         )
     counted = git_build_number(path)
     if build is not None and counted is not None and build != counted:

@@ -82,8 +82,7 @@ def binary_info(caps: Capabilities) -> Binary:
     binary that says ``commit unknown``. A binary nothing names is refused in one line saying how to name
     it."""
     sha = sha256_file(Path(caps.binary))
-    found = buildinfo.for_binary(Path(caps.binary), sha)
-    info = found[0] if found else {}
+    info = buildinfo.for_binary(Path(caps.binary), sha) or {}
     ident = Identity.from_dict(info.get("identity")) or Identity(
         info.get("commit") or caps.commit, caps.build, None, "build-info.json" if info else "--version"
     )
