@@ -24,12 +24,10 @@ import msgspec
 
 from specsuite.common.errors import UserError
 from specsuite.history.schema import SchemaTooNew, connect, default_path, transaction
+from specsuite.llamacpp.identity import HEX_RE, SHA256_RE
 from specsuite.results import checks
 from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, finite
-
-_HEX = re.compile(r"[0-9a-f]{7,40}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _json(value: Any) -> str | None:
@@ -41,11 +39,11 @@ def _commit(run: Run) -> tuple[str | None, str | None]:
     """(the llama.cpp identity key: the commit, else b<N>, else tree-<hash>; None) or (None, why the run
     cannot be placed in history)."""
     raw, build = run.binary.commit, run.binary.build
-    if raw is not None and not _HEX.fullmatch(raw.strip().lower()):
+    if raw is not None and not HEX_RE.fullmatch(raw.strip().lower()):
         return None, f"binary.commit {raw!r} is not a git commit (7 to 40 hex digits)"
     if build is not None and not 0 <= build < 10**7:
         return None, f"binary.build {build!r} is not an upstream build number (0 to 9999999)"
-    if run.binary.tree_sha256 is not None and not _SHA256.fullmatch(run.binary.tree_sha256):
+    if run.binary.tree_sha256 is not None and not SHA256_RE.fullmatch(run.binary.tree_sha256):
         return None, f"binary.tree_sha256 {run.binary.tree_sha256[:80]!r} is not a sha256 (64 hex digits)"
     binary = msgspec.structs.replace(run.binary, commit=raw.strip().lower() if raw else None)
     if binary.key is None:

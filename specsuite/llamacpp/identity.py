@@ -24,7 +24,8 @@ from typing import Any
 
 from specsuite.common.errors import UserError
 
-HEX_RE = re.compile(r"[0-9a-f]{7,40}")
+HEX_RE = re.compile(r"[0-9a-f]{7,40}")  # a commit, short or full, lower case
+SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a tree's content hash, an sdist's
 BUILD_RE = re.compile(r"b?([0-9]{1,7})")
 BUILD_KEY_RE = re.compile(r"b[0-9]{1,7}")
 TREE_PREFIX = "tree-"
@@ -76,7 +77,7 @@ class Identity:
             return None
         if build is not None and (isinstance(build, bool) or not isinstance(build, int) or build < 0):
             return None
-        if tree is not None and not (isinstance(tree, str) and re.fullmatch(r"[0-9a-f]{64}", tree)):
+        if tree is not None and not (isinstance(tree, str) and SHA256_RE.fullmatch(tree)):
             return None
         return cls(commit, build, tree, str(data.get("origin") or ""))
 

