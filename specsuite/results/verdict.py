@@ -92,11 +92,7 @@ def _not_in_build(run: Run, by: ByStatus) -> list[Weakening]:
     out: list[Weakening] = []
     everyone = list(run.cases)
     if absent := by[NOT_IN_BUILD]:
-        reasons: dict[str, list[str]] = {}
-        for r in absent:
-            reasons.setdefault(r.reason or "?", []).append(r.name)
-        said = "; ".join(f"{why}: {names_phrase(names, len(everyone))}" for why, names in reasons.items())
-        line = f"NOT IN THIS BUILD {len(absent)} (the build predates them; not failures): {said}"
+        line = f"NOT IN THIS BUILD {len(absent)} (the build predates them; not failures): {_named(absent)}"
         out.append((f"{len(absent)} NOT IN THIS BUILD", [line]))
     lacks: dict[str, list[str]] = {}
     for r in run.cases.values():
@@ -158,7 +154,8 @@ def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
         )
         out.append((f"STRICT OFF: {len(skipped)} skipped", [line + "skipped, not failed"]))
     if report_only := [r.name for r in run.cases.values() if r.uncalibrated and r.status == "passed"]:
-        line = f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {', '.join(report_only)}"
+        said = names_phrase(report_only, len(run.cases))
+        line = f"UNCALIBRATED (acceptance floors not enforced; a min_speedup is): {said}"
         out.append((f"{len(report_only)} UNCALIBRATED", [line]))
     if counters := _counter_warnings(list(run.cases.values())):
         warned = sorted({w for ws in counters.values() for w in ws})
