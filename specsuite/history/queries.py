@@ -257,7 +257,7 @@ def config_series(path: Path | None = None, *, device: str | None = None) -> lis
     out = []
     for row in rows:
         if (config := _decoded_config(row["run_id"], row.pop("config"))) is not None:
-            out.append({**row, "build": _build(row.pop("llama_build")), "config": config})
+            out.append({**row, "build": stored_build(row.pop("llama_build")), "config": config})
     return out
 
 
@@ -301,10 +301,15 @@ def series_columns(conn: sqlite3.Connection) -> str:
 def series_row(row: sqlite3.Row) -> dict[str, Any]:
     """A row of ``series_columns`` as ``series`` and ``earlier_runs`` give it: commit and started by name."""
     out = {k: row[k] for k in row.keys() if k not in ("llama_commit", "llama_build", "t", "run")}  # noqa: SIM118
-    return {**out, "commit": row["llama_commit"], "build": _build(row["llama_build"]), "started": row["t"]}
+    return {
+        **out,
+        "commit": row["llama_commit"],
+        "build": stored_build(row["llama_build"]),
+        "started": row["t"],
+    }
 
 
-def _build(value: Any) -> int | None:
+def stored_build(value: Any) -> int | None:
     """A stored build number, or None (a hand-edited row may hold anything there: it then orders nothing)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 

@@ -45,8 +45,7 @@ class RunRow:
         self.pk = int(row["id"])
         self.run_id = str(row["run_id"])
         self.commit = str(row["llama_commit"])
-        build = row.get("llama_build")  # schema v7 on; a hand-edited value orders nothing
-        self.build = build if isinstance(build, int) and not isinstance(build, bool) and build >= 0 else None
+        self.build = queries.stored_build(row.get("llama_build"))  # schema v7 on
         self.started = str(row["started"] or row["recorded"] or "")
         self.group = (str(row["device_class"]), str(row["backend"]))
         self.slug = ""  # its page: runs/<slug>.html
