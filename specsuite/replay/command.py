@@ -76,13 +76,12 @@ def main(argv: list[str]) -> int:
     run_argv, build_argv = split_posargs(rest)
     _check_build_argv(build_argv)
     builder: Builder = load_builder(args.builder)
-    wanted = _builds(args, run_argv, build_argv)
+    wanted, out, saved = _plan(args, run_argv, build_argv)
     choose.check_size(wanted)
-    out = _out(args, wanted, run_argv, build_argv)
     fresh = st.Replay(tier=args.tier, builds=wanted, run_argv=run_argv, build_argv=build_argv,
                       index=pypi.index_url(os.environ), started=utc_now(),
                       entries=[st.Entry(build=b) for b in wanted])  # fmt: skip
-    replay = st.resume(out, fresh)
+    replay = st.resume(out, fresh, saved)
     out.mkdir(parents=True, exist_ok=True)
     st.save(out, replay)
     _say(_opening(replay, out))
@@ -108,17 +107,25 @@ def _out(args: argparse.Namespace, wanted: list[int], run_argv: list[str], build
     return (args.out or paths.RESULTS_DIR / st.folder_name(args.tier, wanted, run_argv, build_argv)).resolve()
 
 
-def _builds(args: argparse.Namespace, run_argv: list[str], build_argv: list[str]) -> list[int]:
-    """The builds to replay, each one the index has (a named list is checked only when its replay is new:
-    resuming asks the index nothing)."""
+def _plan(
+    args: argparse.Namespace, run_argv: list[str], build_argv: list[str]
+) -> tuple[list[int], Path, st.Replay | None]:
+    """The builds to replay (each one the index has), the replay's folder, and the replay saved there if
+    any. A named list is checked against the index only when its replay is new: resuming asks nothing."""
     if args.builds:
         wanted = choose.parse_builds(args.builds)
-        saved = st.load(out) if (out := _out(args, wanted, run_argv, build_argv)).is_dir() else None
-        if saved is not None and saved.builds == wanted:
-            return wanted
-        return choose.named(wanted, list(pypi.list_builds(pypi.index_url(os.environ))))
+        saved = st.load(out := _out(args, wanted, run_argv, build_argv))
+        if saved is None or saved.builds != wanted:
+            wanted = choose.named(wanted, _available())
+        return wanted, out, saved
     low, high = choose.parse_range(args.range)
-    return choose.spread(low, high, args.count, list(pypi.list_builds(pypi.index_url(os.environ))))
+    wanted = choose.spread(low, high, args.count, _available())
+    out = _out(args, wanted, run_argv, build_argv)
+    return wanted, out, st.load(out)
+
+
+def _available() -> list[int]:
+    return list(pypi.list_builds(pypi.index_url(os.environ)))
 
 
 def _say(line: str) -> None:

@@ -86,10 +86,9 @@ def save(out: Path, replay: Replay) -> None:
     atomic.write_bytes(out / STATE_FILE, msgspec.json.format(msgspec.json.encode(replay), indent=2))
 
 
-def resume(out: Path, fresh: Replay) -> Replay:
-    """The replay in ``out`` when it is this plan (its builds done so far kept), else ``fresh``; a folder
-    holding another plan is refused."""
-    old = load(out)
+def resume(out: Path, fresh: Replay, old: Replay | None) -> Replay:
+    """``old`` (the replay saved in ``out``) when it is this plan, its builds done so far kept, else
+    ``fresh``; a folder holding another plan, or other files, is refused."""
     if old is None:
         if out.exists() and any(out.iterdir()):
             raise UserError(f"--out {out} holds other files and no {STATE_FILE}; give a new or empty folder")
