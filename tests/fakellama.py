@@ -59,6 +59,9 @@ DEFAULT: dict[str, Any] = {
     "gpu_apps": None,
     "gpu_base_mib": 1000.0,
     "gpu_mib_per_request": 0.0,
+    # a model architecture this build does not know (llama.cpp's load error, exit 1): "draft" on a
+    # speculative server only (a draft model newer than the build), "target" on every server
+    "unknown_arch": None,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -79,6 +82,10 @@ if args[:1] == ["--version"]:
 if args[:1] == ["--list-devices"]:
     print(CONFIG["devices"]); sys.exit(0)
 spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
+if CONFIG["unknown_arch"] == "target" or (CONFIG["unknown_arch"] == "draft" and spec):
+    print("0.00.003.775 E llama_model_load: error loading model: unknown model architecture: 'future'",
+          file=sys.stderr)
+    sys.exit(1)
 port = int(args[args.index("--port") + 1])
 slots = int(args[args.index("--parallel") + 1]) if "--parallel" in args else 1
 state = {"drafted": 0, "accepted": 0, "drafts": 0, "pos": [0] * len(CONFIG["per_pos"] or []), "requests": 0}

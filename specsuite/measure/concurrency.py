@@ -1,6 +1,6 @@
 """A case with several slots against the np-1 output of the same server command: each request's tokens
 (``batch_variant``), the acceptance (``concurrency_collapse``), each request's own counters; and the
-``concurrency`` block of its record.
+``concurrency`` block of its record, with the rounds as a client saw them (``Throughput``).
 
 The np-1 reference is the cold pass of the same command with one slot, for the same prompts and
 ``n_predict``: that of a case of this run (a sweep's np-1 member runs before its other members, in one
@@ -18,13 +18,16 @@ relatively, with the run's rtol: DSpark's move stays inside it, a collapse as in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from specsuite.measure.judge import EPS, Failure
 from specsuite.measure.outcome import Completion, first_diff
-from specsuite.measure.streams import Throughput
+from specsuite.measure.streams import Pass
 from specsuite.results.record import Concurrency, Np1, RequestCounters
 from specsuite.server.metrics import Delta
 
@@ -135,5 +138,47 @@ def block(
     return out
 
 
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+@dataclass
+class Throughput:
+    """The speed rounds of a concurrent case as a client sees them: each round's pass on the speculative
+    server and on its baseline."""
+
+    spec: list[Pass] = field(default_factory=list)
+    base: list[Pass] = field(default_factory=list)
+
+    def add(self, side: str, p: Pass) -> None:
+        (self.spec if side == "spec" else self.base).append(p)
+
+    @property
+    def speedups(self) -> list[float]:
+        pairs = zip(self.spec, self.base, strict=False)
+        return [s / b for s, b in ((x.aggregate_tps, y.aggregate_tps) for x, y in pairs) if s and b]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Aggregate tokens/s per round and their median speedup; per request (every round's), decode
+        tokens/s (median and slowest) and time to first token (median and longest)."""
+        ups = self.speedups
+        return {
+            "spec_tps": [_r(p.aggregate_tps, 2) for p in self.spec],
+            "base_tps": [_r(p.aggregate_tps, 2) for p in self.base],
+            "speedups": [round(x, 4) for x in ups],
+            "speedup": round(statistics.median(ups), 4) if ups else None,
+            "request_tps": _spread(self.spec, lambda c: c.tps, min),
+            "base_request_tps": _spread(self.base, lambda c: c.tps, min),
+            "ttft_ms": _spread(self.spec, lambda c: c.ttft_ms, max),
+            "base_ttft_ms": _spread(self.base, lambda c: c.ttft_ms, max),
+        }
+
+
+def _spread(
+    passes: list[Pass], value: Callable[[Completion], float | None], worst: Callable[[list[float]], float]
+) -> dict[str, float | None] | None:
+    """The median and the worst of one number over every request of the passes."""
+    if not passes:
+        return None
+    got = [v for p in passes for c in p.completions if (v := value(c)) is not None]
+    return {"median": _r(statistics.median(got), 2), "worst": _r(worst(got), 2)} if got else None

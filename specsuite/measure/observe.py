@@ -1,8 +1,9 @@
-"""What a case observes besides its counters and decode speed: the configuration it ran with, the memory of
-its server and of the baseline's, and the prefill (time to first token, prompt tokens/s) on both.
+"""What a case observes besides its counters and decode speed: the binary's side of the configuration (its
+stated defaults and build; the case server's side is ``results.config.case_config``), the memory of its
+server and of the baseline's, and the prefill (time to first token, prompt tokens/s) on both.
 
 The runner calls a ``Watch`` at fixed points (after the cold pass, the warm-up and each round) and asks it
-for the record's ``config``, ``memory`` and ``prefill`` parts; ``memory_failures`` judges the growth.
+for the record's ``memory`` and ``prefill`` parts; ``memory_failures`` judges the growth.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from specsuite.common.serverflags import CONFIG_FLAGS, FLAG_SPELLINGS, config_ke
 from specsuite.llamacpp import buildopts
 from specsuite.measure.judge import Failure
 from specsuite.measure.outcome import Completion
-from specsuite.results.config import PROPS_KEYS, BuildOptions, CaseConfig, RunConfig, passed_flags
+from specsuite.results.config import BuildOptions, RunConfig
 from specsuite.results.record import Memory, Prefill
 from specsuite.server.memory import Sampler
 from specsuite.server.process import LlamaServer
@@ -29,7 +30,6 @@ from specsuite.server.process import LlamaServer
 # llama.cpp #23446's kind grows by the size of a context or graph per request (MiBs to GiBs). The share
 # scales the allowance with a model's size (a 27B target's buffers are not a 20 MiB synthetic one's).
 GROWTH_MIB = 16.0
-DRAFT_MODEL = FLAG_SPELLINGS["draft_model"][0]
 GROWTH_SHARE = 0.01
 
 
@@ -48,19 +48,6 @@ def spellings(defaults: dict[str, tuple[tuple[str, ...], str | None]]) -> dict[s
     out = {name: spelling[0] for spelling in known for name in spelling}
     out.update({name: key for key, (names, _) in defaults.items() for name in names})
     return out
-
-
-def case_config(argv: Sequence[str], flags: dict[str, str], props: dict[str, Any]) -> CaseConfig:
-    """The configuration flags on the case server's command line, and what its /props said. A model path
-    is kept as its file name: where the model folder lies is no part of the configuration."""
-    settings = props.get("default_generation_settings")
-    kept = {k: props[k] for k in PROPS_KEYS if k in props}
-    if isinstance(settings, dict) and "n_ctx" in settings:
-        kept["n_ctx"] = settings["n_ctx"]
-    passed = passed_flags(argv[1:], flags)
-    if DRAFT_MODEL in passed:
-        passed[DRAFT_MODEL] = Path(passed[DRAFT_MODEL]).name
-    return CaseConfig(passed=passed, props=kept)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from specsuite.common.errors import UserError
 from specsuite.measure import budget, categories, concurrency, judge, observe, overhead, plausible
 from specsuite.measure.cold import Cold, cold_pass
 from specsuite.measure.command import server_command
-from specsuite.measure.concurrency import Reference
+from specsuite.measure.concurrency import Reference, Throughput
 from specsuite.measure.engine import CaseEnd, Engine, Np1Key
 from specsuite.measure.outcome import (
     Completion,
@@ -45,8 +45,9 @@ from specsuite.measure.outcome import (
     usage_problem,
 )
 from specsuite.measure.plain import plain_of
-from specsuite.measure.streams import Pass, Throughput, run_streams, warm_up
+from specsuite.measure.streams import Pass, run_streams, warm_up
 from specsuite.models.gguf import check_models
+from specsuite.results.config import case_config
 from specsuite.results.record import NOT_IN_BUILD, CaseRecord, Resolved
 from specsuite.server import metrics
 from specsuite.server.failure import log_tail
@@ -143,16 +144,16 @@ def _resolve(
 
 def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
     resolved = _resolve(session, case, rec, target, draft) if case.mode else None
-    try:
-        server_command(session.caps, target, 0, case, draft, resolved)  # raises MissingFlag before any server
-    except MissingFlag as exc:
-        raise _missing(session, case, exc.what, exc.reason) from None
 
     def at(parallel: int) -> Command:
         return lambda port: server_command(
             session.caps, target, port, case, draft, resolved, parallel=parallel
         )
 
+    try:
+        at(case.parallel)(0)  # the command itself: raises MissingFlag before any server
+    except MissingFlag as exc:
+        raise _missing(session, case, exc.what, exc.reason) from None
     return at
 
 
@@ -281,8 +282,9 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     like = plain_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
         base = session.plain_server(like, case)
-    except ServerFailed as exc:
-        raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
+    except ServerFailed as exc:  # it starts first: a target's architecture the build predates stops it
+        failed = CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}")
+        raise _outdated(session, case, exc) or failed from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
@@ -297,7 +299,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
             rec.warnings += cold.warnings
             deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
-            rec.config = observe.case_config(spec.command, session.flag_keys, spec.props())
+            rec.config = case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
                 session.close()
@@ -397,13 +399,13 @@ def _gpus(session: Engine, case: Case) -> None:
 
 def _run(session: Engine, case: Case, rec: CaseRecord) -> None:
     _gpus(session, case)
-    folder = paths.model_dir()
-    if not case.mode:  # a flag or type the binary lacks ends the case before models are looked at
-        _command(session, case, rec, folder / case.target, folder / case.draft if case.draft else None)
-    found = session.locate(case)
-    case = _with_dataset(case, found)
-    target, draft = found[case.target], found[case.draft] if case.draft else None
-    at = _command(session, case, rec, target, draft)  # a mode case: resolved from the GGUF metadata
+    folder = paths.model_dir()  # where locate finds the verified files
+    target, draft = folder / case.target, folder / case.draft if case.draft else None
+    # a flag or type the binary lacks ends the case before models are looked at; a mode case's command is
+    # resolved from the GGUF metadata, so after they are
+    at = None if case.mode else _command(session, case, rec, target, draft)
+    case = _with_dataset(case, session.locate(case))
+    at = at or _command(session, case, rec, target, draft)
     _check_models(rec, _types(case, rec), target, draft, case.ctx_size)
     _judge(session, case, rec, _measure(session, case, rec, at, target))
 

@@ -1,4 +1,4 @@
-"""Concurrent streams of requests on one server, and the speed a client sees from them.
+"""Concurrent streams of requests on one server (what a client sees of them: ``measure.concurrency``).
 
 A stream is a closed-loop client: it sends the prompt set one request after another, each as soon as the
 previous answer arrived. ``streams`` of them run at once, stream ``s`` starting at prompt ``s`` (so that
@@ -14,13 +14,11 @@ caller stops the server on any error, which ends a stream still waiting on it.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from specsuite.measure.outcome import WARMUP_N_PREDICT, Completion, Post, Prompts, request_body
 
@@ -94,49 +92,3 @@ def warm_up(connect: Connect, prompts: Prompts, streams: int = 1, temperature: f
     """One discarded short request per stream, all at once: the first batch of each size pays for
     allocations and graph setup."""
     run_streams(connect, prompts[:1], WARMUP_N_PREDICT, streams, temperature)
-
-
-@dataclass
-class Throughput:
-    """The speed rounds of a concurrent case as a client sees them: each round's pass on the speculative
-    server and on its baseline."""
-
-    spec: list[Pass] = field(default_factory=list)
-    base: list[Pass] = field(default_factory=list)
-
-    def add(self, side: str, p: Pass) -> None:
-        (self.spec if side == "spec" else self.base).append(p)
-
-    @property
-    def speedups(self) -> list[float]:
-        pairs = zip(self.spec, self.base, strict=False)
-        return [s / b for s, b in ((x.aggregate_tps, y.aggregate_tps) for x, y in pairs) if s and b]
-
-    def as_dict(self) -> dict[str, Any]:
-        """Aggregate tokens/s per round and their median speedup; per request (every round's), decode
-        tokens/s (median and slowest) and time to first token (median and longest)."""
-        ups = self.speedups
-        return {
-            "spec_tps": [_r(p.aggregate_tps, 2) for p in self.spec],
-            "base_tps": [_r(p.aggregate_tps, 2) for p in self.base],
-            "speedups": [round(x, 4) for x in ups],
-            "speedup": round(statistics.median(ups), 4) if ups else None,
-            "request_tps": _spread(self.spec, lambda c: c.tps, min),
-            "base_request_tps": _spread(self.base, lambda c: c.tps, min),
-            "ttft_ms": _spread(self.spec, lambda c: c.ttft_ms, max),
-            "base_ttft_ms": _spread(self.base, lambda c: c.ttft_ms, max),
-        }
-
-
-def _spread(
-    passes: list[Pass], value: Callable[[Completion], float | None], worst: Callable[[list[float]], float]
-) -> dict[str, float | None] | None:
-    """The median and the worst of one number over every request of the passes."""
-    if not passes:
-        return None
-    got = [v for p in passes for c in p.completions if (v := value(c)) is not None]
-    return {"median": _r(statistics.median(got), 2), "worst": _r(worst(got), 2)} if got else None
-
-
-def _r(x: float | None, nd: int) -> float | None:
-    return None if x is None else round(x, nd)

@@ -20,10 +20,12 @@ flag the case pins is visible and, rightly, not blamed for the case's numbers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from specsuite.common.serverflags import FLAG_SPELLINGS
 from specsuite.llamacpp.identity import short
 
 # /props fields a run records (the rest is chat templates and UI settings), and the answer's own
@@ -31,6 +33,7 @@ PROPS_KEYS = ("total_slots", "build_info", "model_ftype")
 # /props keys that name the build itself: they differ between any two builds, and the summary names both
 NAMES_THE_BUILD = frozenset({"build_info"})
 SHOWN_CHANGES = 6  # a summary line names this many changes, then how many more
+DRAFT_MODEL = FLAG_SPELLINGS["draft_model"][0]
 
 
 class BuildOptions(msgspec.Struct, kw_only=True):
@@ -80,6 +83,19 @@ def passed_flags(argv: Sequence[str], spellings: dict[str, str]) -> dict[str, st
         else:
             out[key] = "on"
     return out
+
+
+def case_config(argv: Sequence[str], flags: dict[str, str], props: dict[str, Any]) -> CaseConfig:
+    """The configuration flags on the case server's command line, and what its /props said. A model path
+    is kept as its file name: where the model folder lies is no part of the configuration."""
+    settings = props.get("default_generation_settings")
+    kept = {k: props[k] for k in PROPS_KEYS if k in props}
+    if isinstance(settings, dict) and "n_ctx" in settings:
+        kept["n_ctx"] = settings["n_ctx"]
+    passed = passed_flags(argv[1:], flags)
+    if DRAFT_MODEL in passed:
+        passed[DRAFT_MODEL] = Path(passed[DRAFT_MODEL]).name
+    return CaseConfig(passed=passed, props=kept)
 
 
 def _is_number(text: str) -> bool:

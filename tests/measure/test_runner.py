@@ -132,6 +132,26 @@ def test_lost_method_fails_strict_by_default_or_skips(run, monkeypatch, strict, 
     assert rec.command is None  # ended while building the command: no server was started
 
 
+@pytest.mark.parametrize(("unknown", "side"), [("draft", "its server"), ("target", "speculation-off")])
+def test_a_model_older_builds_do_not_know_is_not_in_this_build(env, monkeypatch, unknown, side) -> None:
+    """The binary knows no such architecture (binary_outdated): on a build older than the pin that no lower
+    build measured the case on (the harness's vintage), not in this build, whichever server met it first:
+    a target's architecture stops the speculation-off server, which starts first."""
+    case = _case(SIMPLE)
+    s = _session(env, monkeypatch, case, unknown_arch=unknown)
+    try:
+        s.vintage = lambda name, what: (True, f"; b100 predates the pin: {what} not in this build yet")
+        rec = runner.run_case(case, s)
+        assert (rec.status, rec.reason) == ("not_in_build", "binary_outdated"), rec.message
+        assert "model architecture not in this build yet" in str(rec.message)
+        assert (side == "its server") == (rec.baseline_command is not None)  # the plain server started
+        s.vintage = lambda name, what: (False, "")  # a lower build measured it: the model vanished
+        rec = runner.run_case(case, s)
+        assert (rec.status, rec.reason) == ("failed" if unknown == "draft" else "error", "binary_outdated")
+    finally:
+        s.close()
+
+
 def test_lost_flag_is_named_by_the_command_builder(run) -> None:
     rec = run(_case(SIMPLE + "synth_rates = [1.0, 1.0, 1.0]\n"), drop_options=["--spec-synth-rates"])
     assert (rec.status, rec.reason) == ("failed", "binary_no_synth_rates")

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from specsuite.measure.concurrency import Throughput
 from specsuite.measure.outcome import Completion
-from specsuite.measure.streams import Pass, Throughput, run_streams, schedule
+from specsuite.measure.streams import Pass, run_streams, schedule
 
 PROMPTS = [("a", "A"), ("b", "B"), ("c", "C")]
 
