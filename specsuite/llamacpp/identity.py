@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.common.errors import UserError
+from specsuite.common.filehash import hash_into
 
 HEX_RE = re.compile(r"[0-9a-f]{7,40}")  # a commit, short or full, lower case
 SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a tree's content hash, an sdist's
@@ -131,7 +132,7 @@ def tree_sha256(tree: Path) -> str:
         if path.is_symlink():
             digest.update(b"link:" + os.readlink(path).encode())
         else:
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+            digest.update(hash_into(path).digest())
     return digest.hexdigest()
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.common import locks
+from specsuite.common import atomic, locks
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_file
 from specsuite.common.pip import pip_download
@@ -358,7 +358,7 @@ def _fetch_cublas_wheel(requirement: str, root: Path, record: Path) -> dict[str,
             if not link.exists():
                 link.symlink_to(lib.name)
         done = {"wheel": wheel.name, "sha256": sha, "root": str(lib_root), "requirement": requirement}
-        record.write_text(json.dumps(done, indent=1))
+        atomic.write_json(record, done, indent=1)
         return done
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
