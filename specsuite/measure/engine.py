@@ -22,10 +22,10 @@ from specsuite.measure.plain import PlainServer
 from specsuite.measure.streams import warm_up
 from specsuite.models.store import locate
 from specsuite.results.document import RunResults
-from specsuite.results.record import CaseRecord, Status
+from specsuite.results.record import NOT_IN_BUILD, CaseRecord, Status
 from specsuite.results.verdict import Verdict
 from specsuite.server.probe import Capabilities
-from specsuite.server.process import Command, LlamaServer, start_server
+from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
 from specsuite.server.resolver import ResolverCaps, caps_from_probe
 from specsuite.server.workers import Place
 
@@ -95,9 +95,21 @@ class Engine:
         return self.place.env(case.gpus) if self.place is not None else {}
 
     def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
-        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``)."""
+        """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``).
+
+        One that did not start because its binary knows no such model architecture (``binary_outdated``:
+        the binary predates the target or the draft) ends the case as not in this build where the build
+        predates the pin and no lower build measured the case here (``vintage``); any other failure is
+        the caller's to judge (``ServerFailed``)."""
         ports = self.place.ports if self.place is not None else None
-        return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
+        try:
+            return start_server(command, log, env=self.server_env(case), ports=ports, cpus=self.cpus(case))
+        except ServerFailed as exc:
+            if exc.reason == "binary_outdated" and self.vintage is not None:
+                fresh, said = self.vintage(case.name, "model architecture")
+                if fresh:
+                    raise CaseEnd(NOT_IN_BUILD, exc.reason, f"{exc}{said}") from None
+            raise
 
     def cpus(self, case: Case) -> frozenset[int] | None:
         """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
@@ -106,15 +118,15 @@ class Engine:
         the busier core); None: any CPU."""
         return self.pinned_cpu if case.pin_cpu else None
 
-    def locate(self, case: Case) -> dict[str, Path]:
-        """Verified local paths of the case's models from their stamps (no hashing, no network)."""
+    def verify(self, case: Case) -> None:
+        """The case's files in the model folder (models and dataset) are the locked ones, from their stamps
+        (no hashing, no network): each recorded in the run's results; else the case ends here."""
         try:
             found = locate(case.models)
         except UserError as exc:  # its message ends with the command that fixes it
             raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
         for m in found.values():
             self.results.add_model(m.name, m.sha256, m.size)
-        return {name: m.path for name, m in found.items()}
 
     def plain_server(self, base: PlainServer, case: Case) -> LlamaServer:
         """The speculation-off server of ``base`` (the case's command without its speculative flags, slots

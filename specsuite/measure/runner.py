@@ -104,16 +104,6 @@ def _missing(session: Engine, case: Case, what: str, reason: str) -> CaseEnd:
     return CaseEnd("skipped", reason, f"{msg}{said} (skipped: --allow-missing / SPEC_STRICT=0)")
 
 
-def _outdated(session: Engine, case: Case, exc: ServerFailed) -> CaseEnd | None:
-    """A server that did not start because its binary knows no such model architecture (``binary_outdated``:
-    the binary predates the model) is not in this build yet where the build predates the pin and no lower
-    build measured the case here (``vintage``); else None (a failure, as before)."""
-    if exc.reason != "binary_outdated" or session.vintage is None:
-        return None
-    fresh, said = session.vintage(case.name, "model architecture")
-    return CaseEnd(NOT_IN_BUILD, exc.reason, f"{exc}{said}") if fresh else None
-
-
 def _resolve(
     session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None
 ) -> tuple[str, ...]:
@@ -177,8 +167,8 @@ def _check_models(
 def _serving(session: Engine, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
     try:
         srv = session.start(command, log, case)
-    except ServerFailed as exc:
-        raise _outdated(session, case, exc) or CaseEnd("failed", exc.reason, str(exc)) from None
+    except ServerFailed as exc:  # not in this build: Engine.start says so itself
+        raise CaseEnd("failed", exc.reason, str(exc)) from None
     try:
         yield srv
     finally:
@@ -282,9 +272,8 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     like = plain_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
         base = session.plain_server(like, case)
-    except ServerFailed as exc:  # it starts first: a target's architecture the build predates stops it
-        failed = CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}")
-        raise _outdated(session, case, exc) or failed from None
+    except ServerFailed as exc:  # it starts first (a target the build predates: Engine.start ends the case)
+        raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
     log = session.results.logs / f"{case.name}.log"
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
@@ -376,13 +365,13 @@ def _concurrency(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> l
     )
 
 
-def _with_dataset(case: Case, found: dict[str, Path]) -> Case:
+def _with_dataset(case: Case, folder: Path) -> Case:
     """A dataset-backed prompt set's prompts, read from its verified file (``cases.dataset``)."""
     if case.dataset is None:
         return case
 
     try:
-        return with_prompts(case, found[case.dataset.file])
+        return with_prompts(case, folder / case.dataset.file)
     except UserError as exc:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
@@ -399,12 +388,13 @@ def _gpus(session: Engine, case: Case) -> None:
 
 def _run(session: Engine, case: Case, rec: CaseRecord) -> None:
     _gpus(session, case)
-    folder = paths.model_dir()  # where locate finds the verified files
+    folder = paths.model_dir()  # the case's files, which ``verify`` checks by their stamps
     target, draft = folder / case.target, folder / case.draft if case.draft else None
     # a flag or type the binary lacks ends the case before models are looked at; a mode case's command is
-    # resolved from the GGUF metadata, so after they are
+    # resolved from the GGUF metadata, so after they are verified
     at = None if case.mode else _command(session, case, rec, target, draft)
-    case = _with_dataset(case, session.locate(case))
+    session.verify(case)
+    case = _with_dataset(case, folder)
     at = at or _command(session, case, rec, target, draft)
     _check_models(rec, _types(case, rec), target, draft, case.ctx_size)
     _judge(session, case, rec, _measure(session, case, rec, at, target))
