@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specsuite.measure.categories import CategoryPass
+from specsuite.cases.schema import Case
+from specsuite.measure.categories import CategoryPass, groups
 from specsuite.measure.outcome import Prompts
 from specsuite.measure.streams import Pass, run_streams
 from specsuite.server import metrics
@@ -52,3 +53,9 @@ def cold_pass(spec: LlamaServer, groups: Groups, n_predict: int, streams: int, t
             "before its first request: upstream's cumulative counters would include them, ours do not"
         )
     return Cold(metrics.delta(ready, marks[-1], done.completions), done, warn, passes)
+
+
+def of_case(spec: LlamaServer, case: Case, streams: int | None = None) -> Cold:
+    """The cold pass of ``case`` on ``spec``: its streams unless given (its np-1 reference's: 1); each
+    category is one pass of them."""
+    return cold_pass(spec, groups(case), case.n_predict, streams or case.streams, case.temperature)

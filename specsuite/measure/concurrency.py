@@ -25,10 +25,11 @@ from typing import Any
 
 import msgspec
 
+from specsuite.cases.schema import Case
 from specsuite.measure.judge import EPS, Failure
-from specsuite.measure.outcome import Completion, first_diff
+from specsuite.measure.outcome import Completion, RequestOutcome, first_diff
 from specsuite.measure.streams import Pass
-from specsuite.results.record import Concurrency, Np1, RequestCounters
+from specsuite.results.record import CaseRecord, Concurrency, Np1, RequestCounters
 from specsuite.server.metrics import Delta
 
 SHOWN = 5  # differing requests named in a message; the rest are counted
@@ -182,3 +183,23 @@ def _spread(
         return None
     got = [v for p in passes for c in p.completions if (v := value(c)) is not None]
     return {"median": _r(statistics.median(got), 2), "worst": _r(worst(got), 2)} if got else None
+
+
+def check(
+    case: Case,
+    rec: CaseRecord,
+    outcome: RequestOutcome,
+    throughput: Throughput,
+    ref: Reference | None,
+    rtol: float,
+) -> list[Failure]:
+    """A case on the concurrency axis: its record's block; with several slots, its requests against the
+    np-1 output ``ref`` (tokens exactly, acceptance within ``rtol``). Any other case: nothing."""
+    if not case.concurrent:
+        return []
+    delta, comps = outcome.delta, outcome.completions
+    np1 = np1_block(ref, delta, comps) if ref is not None else None
+    rec.concurrency = block(case.parallel, case.streams, comps, throughput, np1)
+    if ref is None:
+        return []
+    return batch_variant(ref, comps, case.parallel) + collapse(ref, delta, case.parallel, rtol)

@@ -7,7 +7,8 @@ nothing here knows pytest.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
 from specsuite.measure import judge, observe
+from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.command import runs_on_cpu
 from specsuite.measure.concurrency import Reference
 from specsuite.measure.outcome import Completion
@@ -24,6 +26,7 @@ from specsuite.models.store import locate
 from specsuite.results.document import RunResults
 from specsuite.results.record import NOT_IN_BUILD, CaseRecord, Status
 from specsuite.results.verdict import Verdict
+from specsuite.server.metrics import Delta
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import Command, LlamaServer, ServerFailed, start_server
 from specsuite.server.resolver import ResolverCaps, caps_from_probe
@@ -111,6 +114,19 @@ class Engine:
                     raise CaseEnd(NOT_IN_BUILD, exc.reason, f"{exc}{said}") from None
             raise
 
+    @contextmanager
+    def serving(self, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
+        """A server of ``case`` (``start``) for the length of a ``with``, stopped after it; one that did not
+        start fails the case."""
+        try:
+            srv = self.start(command, log, case)
+        except ServerFailed as exc:
+            raise CaseEnd("failed", exc.reason, str(exc)) from None
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
     def cpus(self, case: Case) -> frozenset[int] | None:
         """The one CPU both servers of a ``pin_cpu`` case run on, where speed is measured on the CPU: the
         last this process may use. Measured on the loaded 2-core machine (docs/speed.md): with both servers
@@ -153,6 +169,33 @@ class Engine:
         baseline round that ran."""
         key = (base.key, case.prompts, case.n_predict, case.temperature, case.streams)
         return self._base_tokens.setdefault(key, got)
+
+    def np1_reference(
+        self, case: Case, one_slot: Command, cold: Delta, comps: list[Completion]
+    ) -> Reference | None:
+        """A case with several slots: the np-1 output of its command (``one_slot``: its one-slot command),
+        this run's, else measured now. A case with one slot is such an output: kept for the cases after it
+        (the np-1 member of a sweep runs before its other members)."""
+        key: Np1Key = (tuple(one_slot(0)), case.prompts, case.n_predict)
+        if case.parallel == 1:
+            self.np1.setdefault(key, Reference(f"{case.name} (this run)", comps, cold))
+            return None
+        if key not in self.np1:
+            self.np1[key] = self._measure_np1(case, one_slot)
+        return self.np1[key]
+
+    def _measure_np1(self, case: Case, command: Command) -> Reference:
+        """The cold pass of the case's command with one slot and one stream, on a fresh server (after the
+        case's own stopped: one server of a case at a time)."""
+        log = self.results.logs / f"{case.name}-np1.log"
+        with self.serving(command, log, case) as srv:
+            try:
+                got = cold_of_case(srv, case, streams=1)
+            except ServerFailed as exc:
+                raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
+        return Reference(
+            f"measured for {case.name}: {self.results.rel(log)}", got.done.completions, got.delta
+        )
 
     def close(self) -> None:
         if self._base is not None:

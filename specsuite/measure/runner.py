@@ -18,8 +18,7 @@ import functools
 import itertools
 import operator
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,10 +27,10 @@ from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.measure import budget, categories, concurrency, judge, observe, overhead, plausible
-from specsuite.measure.cold import Cold, cold_pass
+from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.command import server_command
 from specsuite.measure.concurrency import Reference, Throughput
-from specsuite.measure.engine import CaseEnd, Engine, Np1Key
+from specsuite.measure.engine import CaseEnd, Engine
 from specsuite.measure.outcome import (
     Completion,
     Prompts,
@@ -125,7 +124,7 @@ def _resolve(
     got = res.spec_type or "none"
     if res.fallback_reason:  # the binary lacks what the mode would pick: a missing method, said as such
         what = f"support for {case.mode!r} as resolved ({res.why})"
-        raise _missing(session, case, what, res.fallback_reason)
+        raise MissingFlag(session.caps.binary, what, res.fallback_reason)
     if case.expect_resolved is not None and got != case.expect_resolved:
         msg = f"mode {case.mode!r} resolved to {got}, expected {case.expect_resolved} ({res.why})"
         raise CaseEnd("failed", "self_test", msg)
@@ -133,15 +132,17 @@ def _resolve(
 
 
 def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
-    resolved = _resolve(session, case, rec, target, draft) if case.mode else None
-
-    def at(parallel: int) -> Command:
-        return lambda port: server_command(
-            session.caps, target, port, case, draft, resolved, parallel=parallel
-        )
-
+    """The case's command at a number of slots. What the binary lacks (the method a mode resolves to, a flag
+    or type the command needs: ``MissingFlag``) ends the case here, before any server starts."""
     try:
-        at(case.parallel)(0)  # the command itself: raises MissingFlag before any server
+        resolved = _resolve(session, case, rec, target, draft) if case.mode else None
+
+        def at(parallel: int) -> Command:
+            return lambda port: server_command(
+                session.caps, target, port, case, draft, resolved, parallel=parallel
+            )
+
+        at(case.parallel)(0)  # the command itself, built once before any server
     except MissingFlag as exc:
         raise _missing(session, case, exc.what, exc.reason) from None
     return at
@@ -163,24 +164,6 @@ def _check_models(
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
 
-@contextmanager
-def _serving(session: Engine, command: Command, log: Path, case: Case) -> Iterator[LlamaServer]:
-    try:
-        srv = session.start(command, log, case)
-    except ServerFailed as exc:  # not in this build: Engine.start says so itself
-        raise CaseEnd("failed", exc.reason, str(exc)) from None
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-def _cold_pass(spec: LlamaServer, case: Case, streams: int | None = None) -> Cold:
-    """The case's cold pass (``measure.cold``): ``streams`` the case's unless given (its np-1
-    reference's: 1); each category is one pass of them."""
-    return cold_pass(spec, categories.groups(case), case.n_predict, streams or case.streams, case.temperature)
-
-
 def _round_count(session: Engine, case: Case) -> int:
     """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
     anything there, the round is for tokens and counters); with several slots at least two, so that
@@ -191,18 +174,18 @@ def _round_count(session: Engine, case: Case) -> int:
 
 
 def _rounds(
-    session: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch
+    session: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch, rounds: int
 ) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
-    """After the cold pass: a warm-up (the baseline's was done when it started), then the rounds
-    (``_round``); each speculative round's counters are the ``/metrics`` delta over it (kept to show whether
-    they repeat, never reported: the cold pass's are). ``watch`` samples memory after each and keeps the
-    timings."""
+    """After the cold pass: a warm-up (the baseline's was done when it started), then ``rounds`` rounds
+    (``_round``, ``_round_count``); each speculative round's counters are the ``/metrics`` delta over it
+    (kept to show whether they repeat, never reported: the cold pass's are). ``watch`` samples memory after
+    each and keeps the timings."""
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     watch.sample(case.streams)
     snapshots = [spec.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
     spec_rounds: list[list[Completion]] = []
-    for r in range(_round_count(session, case)):
+    for r in range(rounds):
         got = _round(case, spec, base, r)
         spec_rounds.append(got["spec"].completions)
         for side in ("spec", "base"):
@@ -241,34 +224,8 @@ def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str
     return {k: functools.reduce(operator.add, v) for k, v in got.items()}
 
 
-def _np1(
-    session: Engine, case: Case, at: Slots, cold: metrics.Delta, comps: list[Completion]
-) -> Reference | None:
-    """A case with several slots: the np-1 output of its command (this run's, else measured now). A case
-    with one slot is such an output: kept for the cases after it."""
-    key: Np1Key = (tuple(at(1)(0)), case.prompts, case.n_predict)
-    if case.parallel == 1:
-        session.np1.setdefault(key, Reference(f"{case.name} (this run)", comps, cold))
-        return None
-    if key not in session.np1:
-        session.np1[key] = _measure_np1(session, case, at(1))
-    return session.np1[key]
-
-
-def _measure_np1(session: Engine, case: Case, command: Command) -> Reference:
-    """The cold pass of the case's command with one slot and one stream, on a fresh server."""
-    log = session.results.logs / f"{case.name}-np1.log"
-    with _serving(session, command, log, case) as srv:
-        try:
-            cold = _cold_pass(srv, case, streams=1)
-        except ServerFailed as exc:
-            raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
-    return Reference(
-        f"measured for {case.name}: {session.results.rel(log)}", cold.done.completions, cold.delta
-    )
-
-
 def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
+    rounds = _round_count(session, case)
     like = plain_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
     try:
         base = session.plain_server(like, case)
@@ -278,15 +235,15 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     rec.log = session.results.rel(log)
     rec.baseline_command = base.command
     rec.cpus = sorted(base.cpus) if base.cpus else None
-    limit = budget.Budget.of(case, session.options, base.log_path, _round_count(session, case))
-    with _serving(session, at(case.parallel), log, case) as spec, budget.armed(limit, log):
+    limit = budget.Budget.of(case, session.options, base.log_path, rounds)
+    with session.serving(at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         watch = observe.Watch(spec, base, session.gpu)
         try:
-            cold = _cold_pass(spec, case)  # before any other request to this server
+            cold = cold_of_case(spec, case)  # before any other request to this server
             watch.sample(len(cold.done.completions))
             rec.warnings += cold.warnings
-            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch)
+            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch, rounds)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
             rec.config = case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
@@ -303,7 +260,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     divs = divergence(ref, comps)
     cats = categories.numbers(cold.categories, comps, base_comps, divs)
     outcome = RequestOutcome(cold.delta, comps, divs, speed, rounds=deltas, categories=cats)
-    np1 = _np1(session, case, at, cold.delta, comps)  # after the case's server stopped: one at a time
+    np1 = session.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
     return Measured(outcome, spec.log_text(), usage, seen, np1)
 
 
@@ -324,7 +281,8 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     line = spec_result_line(rec)
     print(line, flush=True)
     session.result_lines.append(line)
-    sanity, against_np1 = m.outcome.delta.sanity_errors(), _concurrency(session, case, rec, m)
+    sanity = m.outcome.delta.sanity_errors()
+    against_np1 = concurrency.check(case, rec, m.outcome, m.throughput, m.np1, session.options.rtol)
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
     failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
@@ -347,22 +305,6 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
             f"{case.name}: {len(failures)} check(s) failed\n{body}\n{line}\n"
             f"per-position rates: [{per_pos}]\n--- last server log lines ---\n{log_tail(m.log_text)}",
         )
-
-
-def _concurrency(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> list[judge.Failure]:
-    """A case on the concurrency axis: its record's block; with several slots, its requests against the
-    np-1 output (tokens exactly, acceptance within rtol)."""
-    if not case.concurrent:
-        return []
-    delta, comps, ref = m.outcome.delta, m.outcome.completions, m.np1
-    np1 = concurrency.np1_block(ref, delta, comps) if ref is not None else None
-    rec.concurrency = concurrency.block(case.parallel, case.streams, comps, m.throughput, np1)
-    if ref is None:
-        return []
-    rtol = session.options.rtol
-    return concurrency.batch_variant(ref, comps, case.parallel) + concurrency.collapse(
-        ref, delta, case.parallel, rtol
-    )
 
 
 def _with_dataset(case: Case, folder: Path) -> Case:
