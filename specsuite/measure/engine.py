@@ -1,7 +1,7 @@
-"""What every case of one run shares: the binary, the results document, the speculation-off server (kept
-while consecutive cases share it), the np-1 references, and what the harness hands in (the history gate,
-whether what the binary lacks is in it yet). ``runner.run_case(case, engine)`` measures one case with it;
-nothing here knows pytest.
+"""What every case of one run shares: the binary, the results document, its servers (each started and
+stopped here, the speculation-off one kept while consecutive cases share it), the np-1 references, and what
+the harness hands in (the history gate, whether what the binary lacks is in it yet).
+``runner.run_case(case, engine)`` measures one case with it; nothing here knows pytest.
 """
 
 from __future__ import annotations
