@@ -30,7 +30,7 @@ from specsuite.results.summary import append_step_summary
 from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, hand_over, probe
-from specsuite.suite import plan, test_speculative
+from specsuite.suite import plan
 from specsuite.suite.session import check_device
 
 
@@ -142,7 +142,7 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
 def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specsuite") -> list[str]:
     """pytest over the suite's module with the suite's own settings (this package's pytest.ini); ``name``
     is junit.xml's suite (the tier)."""
-    here = Path(test_speculative.__file__).parent
+    here = Path(__file__).parent  # the suite's folder (not imported here: it imports pytest, the child's)
     return [
         sys.executable,
         "-m",
