@@ -142,7 +142,7 @@ def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: 
                 session.caps, target, port, case, draft, resolved, parallel=parallel
             )
 
-        at(case.parallel)(0)  # the command itself, built once before any server
+        at(case.parallel)(0)  # the case's own command: what the binary lacks ends the case before any server
     except MissingFlag as exc:
         raise _missing(session, case, exc.what, exc.reason) from None
     return at

@@ -85,8 +85,9 @@ def config_lines(run: Run, failed: bool) -> list[str]:
     share it: those of failed cases (``failed``; their likely cause, named first), or of the others.
     What the run's own line says already (``run_config_line``) is not said again."""
     groups: dict[tuple[str, ...], list[CaseRecord]] = {}
+    said = set(_run_changes(run))
     for r in run.cases.values():
-        found = [c for c in _config_changes(r) if _bare(c) not in set(_run_changes(run))]
+        found = [c for c in _config_changes(r) if _bare(c) not in said]
         if (r.status == "failed") == failed and found:
             groups.setdefault(tuple(dict.fromkeys(found)), []).append(r)
     head = "CONFIGURATION CHANGED under" if failed else "configuration differs from the baseline under"
