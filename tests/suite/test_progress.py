@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -96,6 +97,22 @@ def test_each_case_says_when_it_starts_and_how_it_ended(env: dict[str, str], tmp
     assert suite is not None and suite.get("name") == "synthetic"
 
 
+def _holding(folder: Path) -> Path:
+    """The real build behind a wrapper that holds the sixth case's server (the only one given the EAGLE-3
+    draft and a draft length of 8) before it starts, until a signal ends it: the interrupt then lands in
+    that case however slowly the test reads the run's lines (tiny cases take a second each; on a busy
+    machine the run was past the eighth before the test sent it)."""
+    exe = folder / "llama-server"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *synth-draft-eagle3-fixed.gguf*"-max 8 "*) exec sleep 600;; esac\n'
+        f'exec {shlex.quote(str(real_binary()))} "$@"\n'
+    )
+    exe.chmod(0o755)
+    return exe
+
+
 def _lines_until(proc: subprocess.Popen[str], wanted: str, seen: list[str]) -> None:
     timer = threading.Timer(300, proc.kill)  # a run that never gets there: the test fails, not hangs
     timer.start()
@@ -117,7 +134,7 @@ def test_an_interrupted_run_says_so_first_and_names_the_cases_it_never_ran(
     """Ctrl-C (SIGINT to run-tier's process group, as a terminal sends it) while the sixth of eight cases
     runs: the first line of the summary says INTERRUPTED, how many finished, the case it stopped in and
     the cases it never ran; results.json records those as not run."""
-    proc = _start(env, tmp_path / "r")
+    proc = _start({**env, "LLAMA_SERVER_BIN_PATH": str(_holding(tmp_path / "bin"))}, tmp_path / "r")
     seen: list[str] = []
     _lines_until(proc, f"[6/8] {CASES[5]} ...", seen)
     os.killpg(proc.pid, signal.SIGINT)
