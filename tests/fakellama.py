@@ -42,6 +42,9 @@ DEFAULT: dict[str, Any] = {
     "spec_ms_per_token": 10.0,  # decode speed of a speculative server
     "base_ms_per_token": 20.0,  # ... and of one without speculation
     "ms_cv": 0.0,  # noise: each request's time drawn around the above with this coefficient of variation
+    # each request also takes this fraction of its scripted time on the clock, so that throughput measured
+    # by the clock (a sweep's aggregate speedups, hence its crossover) follows the scripted speeds too
+    "pace": 0.0,
     "diverge": False,  # speculative tokens differ from the baseline's
     "usage": "ok",  # ok | zero | missing
     "die_after_requests": None,  # a speculative server exits after this many /completion requests
@@ -168,6 +171,7 @@ class H(BaseHTTPRequestHandler):
         if CONFIG["ms_cv"]:
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
         timings = {"predicted_n": n, "predicted_ms": ms}
+        time.sleep(CONFIG["pace"] * ms / 1000)
         if self.path == "/completion":
             t0 = time.time()
             state["requests"] += 1

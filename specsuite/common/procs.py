@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -75,27 +76,88 @@ def children(pid: int | None = None, proc: Path = Path("/proc")) -> list[int]:
     return out
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while a child is forked with a ``preexec_fn`` (run the child's setup
+    through ``in_child``), and delivered when the block ends: raised there, after the caller has kept the
+    child to stop it.
+
+    Why by hand: with a ``preexec_fn``, CPython runs the interpreter's fork hooks around the fork (logging
+    registers one), and a KeyboardInterrupt raised inside such a hook is printed as "Exception ignored" and
+    dropped, so a Ctrl-C or a runner's SIGTERM at that instant was lost and the run went on (seen: a run-tier
+    waiting out a server's start timeout after its interrupt). Held, the signal waits for the block's end.
+    Main thread only: a signal that another thread takes is still run by the main thread's next check."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal's handler runs (and raises) here
+
+
+def in_child(setup: Callable[[], None]) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child forked under ``signals_held``: the child's signals as they were
+    (the mask survives exec: held, a server could not be stopped by SIGTERM), then ``setup``."""
+
+    def preexec() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        setup()
+
+    return preexec
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+_DROPPED: list[str] = []  # KeyboardInterrupts Python dropped in this process, for raise_if_dropped
+
+
+def _keeping_dropped(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _DROPPED.append(f"{unraisable.exc_value} (dropped in {unraisable.object!r})")
+        previous(unraisable)
+
+    return hook
+
+
+def raise_if_dropped() -> None:
+    """Raise again a Ctrl-C or SIGTERM that Python dropped; called where a measuring process waits or
+    begins work (a server's start, each request), so the run ends there.
+
+    Why: Python runs a signal's handler wherever the main thread is, and a KeyboardInterrupt it raises
+    inside a finalizer (a ``weakref.finalize`` the garbage collector ran, a ``__del__``, a fork hook) is
+    printed as "Exception ignored" and lost: the run went on (seen, 1 run in about 30 on a busy machine: a
+    suite waiting out a server's start timeout after its interrupt). ``sys.unraisablehook`` is where Python
+    says so; ``interrupt_on_sigterm`` and ``sigterm_as_interrupt`` listen there."""
+    if _DROPPED:
+        what = _DROPPED[0]
+        _DROPPED.clear()
+        raise KeyboardInterrupt(what)
 
 
 def interrupt_on_sigterm() -> None:
     """The one SIGTERM path of a command that measures: a runner cancelling the job (SIGTERM) ends it like
     Ctrl-C, a KeyboardInterrupt, so its ``finally`` blocks stop its servers and remove its temporary folders,
     it writes what it measured, and ``cli`` says ``interrupted`` and exits 130 (common.errors). Python's
-    default for SIGTERM is to die at once, with none of that."""
+    default for SIGTERM is to die at once, with none of that. Either one that Python drops is kept for
+    ``raise_if_dropped``."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    sys.unraisablehook = _keeping_dropped(sys.unraisablehook)
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """``interrupt_on_sigterm`` while the block runs, the previous handler after it (a command that runs
     in-process, as tests run it, leaves its caller's handler as it found it)."""
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old, old_hook = signal.signal(signal.SIGTERM, _raise_interrupt), sys.unraisablehook
+    sys.unraisablehook = _keeping_dropped(old_hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = old_hook
+        _DROPPED.clear()
 
 
 def install_forwarder() -> None:
@@ -146,19 +208,6 @@ def run_forwarding(
     here as KeyboardInterrupt, so a caller never mistakes an interrupted child for a failed one. ``log``:
     stdout and stderr appended there. ``heartbeat``: called every ``every_s`` seconds while it runs."""
     out = open(log, "ab") if log is not None else None  # noqa: SIM115 (closed in finally)
-    try:
-        proc = subprocess.Popen(
-            list(cmd),
-            env=dict(env) if env is not None else None,
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_own_group_dying_with_parent,
-        )
-    except BaseException:
-        if out:
-            out.close()
-        raise
     seen: dict[int, float] = {}
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -167,7 +216,21 @@ def run_forwarding(
             signal_group(proc, signum)
         seen[signum] = now
 
-    old = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        with signals_held():  # one that came while forking is passed on as soon as the child exists
+            proc = subprocess.Popen(
+                list(cmd),
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+                preexec_fn=in_child(_own_group_dying_with_parent),
+            )
+            old = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    except BaseException:
+        if out:
+            out.close()
+        raise
     try:
         code = _wait(proc, heartbeat, every_s)
     finally:

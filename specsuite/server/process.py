@@ -112,17 +112,20 @@ class LlamaServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._config_home = tempfile.mkdtemp(prefix="specsuite-xdg-")
-        with _new_file(self.log_path) as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=_child_env(self._config_home, self.env),
-                preexec_fn=_die_with_parent if self.cpus is None else self._prepare_pinned,
-            )
+        setup = _die_with_parent if self.cpus is None else self._prepare_pinned
         _LIVE.add(self)
         try:
+            # the child keeps its own copy of the log's descriptor; an interrupt that came while it was
+            # forked is raised as the block ends, with the child kept in self.proc, so it is stopped below
+            with _new_file(self.log_path) as log, procs.signals_held():
+                self.proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=_child_env(self._config_home, self.env),
+                    preexec_fn=procs.in_child(setup),
+                )
             self._wait_healthy()
         except BaseException:
             self.stop()
@@ -136,6 +139,7 @@ class LlamaServer:
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
+            procs.raise_if_dropped()
             if self.proc is not None and self.proc.poll() is not None:
                 raise self._failure(f"llama-server exited with code {self.proc.returncode} while starting")
             with contextlib.suppress(requests.RequestException):
@@ -205,6 +209,7 @@ class LlamaServer:
             http.close()
 
     def _post(self, http: requests.Session, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        procs.raise_if_dropped()
         try:
             res = http.post(f"{self.base_url}{path}", json=body, timeout=self.request_timeout)
         except requests.Timeout:

@@ -117,10 +117,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # one folder for the run, whoever writes into it: the workers xdist starts inherit it; claimed, so
         # that a run started in the same second never shares it (nor its run id)
         os.environ["SPEC_RESULTS_DIR"] = str(claim_results_dir(selector))
-    if cases:
-        # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
-        # servers are stopped, results.json and summary.md are written.
-        procs.interrupt_on_sigterm()
     if cases and not _worker(config) and config.getoption("verbose") <= 0:
         config.pluginmanager.register(CaseLines(config), "specsuite-case-lines")
 
@@ -226,6 +222,11 @@ def _controller(config: pytest.Config) -> bool:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_T0] = time.monotonic()
+    if session.config.stash[_CASES]:
+        # SIGTERM (a runner cancelling the job) ends the run like Ctrl-C: the interrupted case is recorded,
+        # servers are stopped, results.json and summary.md are written. At session start, after every
+        # plugin's configure: pytest's own sys.unraisablehook, which ours passes on to, is in place by then.
+        procs.interrupt_on_sigterm()
 
 
 @pytest.hookimpl(optionalhook=True)

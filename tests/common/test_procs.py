@@ -93,6 +93,29 @@ def test_run_forwarding_passes_a_burst_of_sigint_on_once_then_raises(tmp_path) -
     assert log.read_text().splitlines() == ["ready", "SIGINT"]
 
 
+# Sends this process a SIGINT from inside the fork hooks CPython runs around a fork with a preexec_fn (as
+# logging's is): the instant at which a real Ctrl-C used to be dropped ("Exception ignored in ...").
+SIGINT_WHILE_FORKING = "os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))"
+
+
+def test_a_sigint_while_run_forwarding_forks_its_child_is_passed_on_not_lost(tmp_path) -> None:
+    parent = _script(
+        tmp_path,
+        f"""
+        import os, signal
+        from specsuite.common import procs
+        {SIGINT_WHILE_FORKING}
+        try:
+            code = procs.run_forwarding(["sleep", "60"])
+            print("the interrupt was lost; the child ran to its end", code, flush=True)
+        except KeyboardInterrupt:
+            print("interrupted after the child finished", flush=True)
+        """,
+    )
+    out = subprocess.run([sys.executable, str(parent)], capture_output=True, text=True, timeout=50).stdout
+    assert out == "interrupted after the child finished\n"  # the child got it too: not 60 s of sleep
+
+
 def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path) -> None:
     (tmp_path / "child.py").write_text(CHILD)
     log = tmp_path / "child.log"
@@ -146,3 +169,21 @@ def test_sigterm_as_interrupt_raises_keyboard_interrupt_and_restores_the_handler
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler runs at the next bytecode: never reached
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drops it makes
+def test_a_dropped_interrupt_is_kept_only_inside_sigterm_as_interrupt() -> None:
+    class Finalized:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt("signal 2")  # what a handler run inside a finalizer raises
+
+    before = sys.unraisablehook
+    procs.raise_if_dropped()  # nothing dropped: nothing raised
+    with procs.sigterm_as_interrupt():
+        Finalized()
+        with pytest.raises(KeyboardInterrupt, match=r"signal 2 \(dropped in "):
+            procs.raise_if_dropped()
+        procs.raise_if_dropped()  # once per drop
+        Finalized()
+    assert sys.unraisablehook is before
+    procs.raise_if_dropped()  # the block's own drop ended with it: nothing left for a later caller

@@ -359,14 +359,20 @@ def test_a_twice_slower_speculative_path_fails_regressed_naming_speed_and_block_
     seed: Seed, tmp_path: Path
 ) -> None:
     """The counters as they were, the speculative server twice as slow (the fake's scripted timings: 10 ->
-    20 ms a token, the baseline 20): the speedup halves, a verification block costs twice the plain steps."""
+    20 ms a token, the baseline 40): the speedup halves, a verification block costs twice the plain steps.
+
+    Paced (a tenth of the scripted time on the clock): the case's sweep measures its aggregate speedup by
+    the clock, and it still pays at np 1 at 2x; unpaced, both runs' clock speedups were noise around 1x, and
+    a crossover that moved by chance (p < 0.05 in 2 of the 70 orders of 4 rounds against 4) came first."""
     db = tmp_path / "history.sqlite"
-    a = run_tier(tmp_path / "a", seed.models, db, A, GOOD, "--repeat", "4")
+    timing = {**GOOD, "base_ms_per_token": 40.0, "pace": 0.1}
+    a = run_tier(tmp_path / "a", seed.models, db, A, timing, "--repeat", "4")
     assert a.proc.returncode == 0, a.output
-    b = run_tier(tmp_path / "b", seed.models, db, B, {**GOOD, "spec_ms_per_token": 20.0}, "--repeat", "4")
+    b = run_tier(tmp_path / "b", seed.models, db, B, {**timing, "spec_ms_per_token": 20.0}, "--repeat", "4")
     assert b.proc.returncode == 1, b.output
     assert (b.case["status"], b.case["reason"]) == ("failed", "regressed")
     regs = b.case["baseline"]["regressions"]
     assert [m.split()[0] for m in regs] == ["speedup", "decode_tps", "block_ratio"], regs
     assert "50.0 % below" in regs[0] and "50.0 % below" in regs[1] and "100.0 % above" in regs[2]
     assert b.case["baseline"]["counters"] == "identical"  # the same tokens, only slower
+    assert [r["concurrency"]["crossover_np"] for r in (a.case, b.case)] == [1, 1], b.output  # both paid
