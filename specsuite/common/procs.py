@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -112,10 +111,12 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 _DROPPED: list[str] = []  # KeyboardInterrupts Python dropped in this process, for raise_if_dropped
 
 
-def _keeping_dropped(previous: Callable[[Any], object]) -> Callable[[Any], object]:
-    def hook(unraisable: Any) -> None:
+def _keeping_dropped(
+    previous: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _DROPPED.append(f"{unraisable.exc_value} (dropped in {unraisable.object!r})")
+            _DROPPED.append(f"{unraisable.exc_value!r} dropped in {unraisable.object!r}")
         previous(unraisable)
 
     return hook

@@ -181,7 +181,7 @@ def test_a_dropped_interrupt_is_kept_only_inside_sigterm_as_interrupt() -> None:
     procs.raise_if_dropped()  # nothing dropped: nothing raised
     with procs.sigterm_as_interrupt():
         Finalized()
-        with pytest.raises(KeyboardInterrupt, match=r"signal 2 \(dropped in "):
+        with pytest.raises(KeyboardInterrupt, match=r"KeyboardInterrupt\('signal 2'\) dropped in "):
             procs.raise_if_dropped()
         procs.raise_if_dropped()  # once per drop
         Finalized()
