@@ -9,6 +9,7 @@ binary and ``build-info.json``, so nothing points at a build that did not happen
 from __future__ import annotations
 
 import argparse
+import filecmp
 import hashlib
 import json
 import os
@@ -430,20 +431,28 @@ def publish_binary(plan: Plan, seconds: float) -> Path:
     dest = paths.BUILD_DIR / "bin" / TARGET
     dest.parent.mkdir(parents=True, exist_ok=True)
     with locks.held(paths.BUILD_DIR / ".publish.lock", f"{paths.BUILD_DIR}/bin", note=_say):
-        paths.build_info_path().unlink(missing_ok=True)  # never new binary + old info
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{TARGET}-")
-        os.close(fd)
-        try:
-            shutil.copy2(built, tmp)
-            os.replace(tmp, dest)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        # the same binary again (ninja had nothing to do) stays, its record with it until the new one
+        # replaces it: a run naming the binary meanwhile found no record and took its --version's short
+        # commit, another run's shard the record's full one (a merge refused them as two builds)
+        if not (dest.is_file() and filecmp.cmp(built, dest, shallow=False)):
+            _replace_binary(built, dest)
         try:
             buildinfo.write(make_info(plan, dest, seconds))
         except BaseException:
             unpublish()  # a binary without its build-info (e.g. one that cannot even print --help)
             raise
     return dest
+
+
+def _replace_binary(built: Path, dest: Path) -> None:
+    paths.build_info_path().unlink(missing_ok=True)  # never new binary + old info
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{TARGET}-")
+    os.close(fd)
+    try:
+        shutil.copy2(built, tmp)
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def describe_in_place(plan: Plan, seconds: float) -> Path:

@@ -396,10 +396,15 @@ def test_build_publish_noop_and_failure(
     assert info["build_dir"] == str(plan.build_dir) and (plan.build_dir / "bin" / "llama-server").is_file()
     assert info["devices"] == [] and info["cpu_fallback"] is None  # a CPU build: nothing to fall back from
 
-    # Same inputs: the configured folder is reused, ninja has nothing to do.
+    # Same inputs: the configured folder is reused, ninja has nothing to do; the published binary stays,
+    # and its record is never removed on the way to the new one (a run reading it meanwhile finds it)
+    inode, make_info, seen = binary.stat().st_ino, build.make_info, []
+    monkeypatch.setattr(build, "make_info", lambda *a: seen.append(info_file.is_file()) or make_info(*a))
     assert build.main(["--cpu"]) == 0
     out = capfd.readouterr().out
     assert "build: configuring" not in out and "ninja: no work to do." in out
+    assert seen == [True] and binary.stat().st_ino == inode
+    assert json.loads(info_file.read_text())["binary_sha256"] == info["binary_sha256"]
 
     # A source edit that does not compile: the error is clear and nothing stale is left published.
     (tree / "tools" / "server" / "server.c").write_text("int main( {")
