@@ -211,7 +211,12 @@ START = int(time.time())
 gpu_memory()
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 HTTPServer.request_queue_size = 64  # one request at a time, but concurrent streams all connect at once
-httpd = HTTPServer(("127.0.0.1", port), H)
+try:  # SO_REUSEADDR and no SO_REUSEPORT, as llama-server binds without --reuse-port (server-http.cpp)
+    httpd = HTTPServer(("127.0.0.1", port), H)
+except OSError:  # a port another process took: as llama-server says it, and exits 1
+    print("srv    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: %d" % port,
+          file=sys.stderr, flush=True)
+    sys.exit(1)
 event("start", t=time.time())
 httpd.serve_forever()
 """
