@@ -433,8 +433,9 @@ def publish_binary(plan: Plan, seconds: float) -> Path:
     with locks.held(paths.BUILD_DIR / ".publish.lock", f"{paths.BUILD_DIR}/bin", note=_say):
         # the same binary again (ninja had nothing to do) stays, its record with it until the new one
         # replaces it: a run naming the binary meanwhile found no record and took its --version's short
-        # commit, another run's shard the record's full one (a merge refused them as two builds)
-        if not (dest.is_file() and filecmp.cmp(built, dest, shallow=False)):
+        # commit, another run's shard the record's full one (a merge refused them as two builds). A link
+        # there is replaced, whatever it points at: the published binary is always our own file.
+        if dest.is_symlink() or not (dest.is_file() and filecmp.cmp(built, dest, shallow=False)):
             _replace_binary(built, dest)
         try:
             buildinfo.write(make_info(plan, dest, seconds))

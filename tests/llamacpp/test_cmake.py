@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -405,6 +406,15 @@ def test_build_publish_noop_and_failure(
     assert "build: configuring" not in out and "ninja: no work to do." in out
     assert seen == [True] and binary.stat().st_ino == inode
     assert json.loads(info_file.read_text())["binary_sha256"] == info["binary_sha256"]
+
+    # A link planted where the binary is published, to an identical copy: replaced, not kept
+    copy = isolated / "copy-of-llama-server"
+    shutil.copy2(binary, copy)
+    binary.unlink()
+    binary.symlink_to(copy)
+    assert build.main(["--cpu"]) == 0
+    capfd.readouterr()
+    assert not binary.is_symlink() and sha256_file(binary) == info["binary_sha256"]
 
     # A source edit that does not compile: the error is clear and nothing stale is left published.
     (tree / "tools" / "server" / "server.c").write_text("int main( {")

@@ -6,13 +6,11 @@ the same free port at once: each worker's range starts at the same port (server.
 then fails to bind and the run picks again (test_process's real-build test shows what it prints). The fake
 used to die with Python's traceback instead, which read as a crash (server_exited) and failed a case in
 CI; it now fails as llama-server does. The race itself cannot be timed from a test, so the pick is handed a
-port that something already listens on.
+port that something already listens on (conftest's ``taken``).
 """
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +18,6 @@ from fakellama import fake_llama
 
 from specsuite.server import process
 from specsuite.server.process import LlamaServer, ServerFailed, start_server
-
-
-@pytest.fixture
-def taken() -> Iterator[int]:
-    """A port another process's socket listens on (bound without SO_REUSEPORT, as most programs bind)."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 def test_a_bind_that_fails_is_port_in_use(tmp_path: Path, taken: int) -> None:

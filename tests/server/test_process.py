@@ -225,18 +225,12 @@ def test_server_dies_with_a_killed_test_process(real, tmp_path) -> None:
 
 
 @pytest.mark.integration
-def test_the_real_server_on_a_taken_port_is_port_in_use(real, tmp_path) -> None:
+def test_the_real_server_on_a_taken_port_is_port_in_use(real, tmp_path, taken) -> None:
     """What the fake copies (tests/server/test_ports.py): llama-server binds without SO_REUSEPORT, so on a
     port another process listens on it says it could not bind, before loading the model, and exits 1."""
-    import socket
-
     caps, model = real
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        srv = LlamaServer(server_command(caps, model, port), tmp_path / "b.log", start_timeout=120)
-        with pytest.raises(ServerFailed) as exc:
-            srv.start()
+    srv = LlamaServer(server_command(caps, model, taken), tmp_path / "b.log", start_timeout=120)
+    with pytest.raises(ServerFailed) as exc:
+        srv.start()
     assert exc.value.reason == "port_in_use" and "couldn't bind HTTP server socket" in str(exc.value)
     assert "llama_model_loader" not in (tmp_path / "b.log").read_text()
