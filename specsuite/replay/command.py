@@ -35,7 +35,7 @@ from specsuite.llamacpp.inplace import BuildFailed, load_builder
 from specsuite.llamacpp.posargs import split_posargs
 from specsuite.replay import state as st
 from specsuite.replay import story
-from specsuite.results.document import load_run, utc_now
+from specsuite.results.document import load_run, refuse_links, utc_now
 from specsuite.results.summary import append_text
 
 DEFAULT_BUILDER = "specsuite.llamacpp.inplace:build_number"
@@ -81,9 +81,21 @@ def main(argv: list[str]) -> int:
     fresh = st.Replay(tier=args.tier, builds=wanted, run_argv=run_argv, build_argv=build_argv,
                       index=pypi.index_url(os.environ), started=utc_now(),
                       entries=[st.Entry(build=b) for b in wanted])  # fmt: skip
-    replay = st.resume(out, fresh, saved)
+    # another plan, other files, a link (its build log and runs would be written through it): refused
+    # before anything is written there
+    st.resume(out, fresh, saved)
+    if out.is_dir():
+        refuse_links(out, "or remove the folder to start the replay over")
     out.mkdir(parents=True, exist_ok=True)
-    st.save(out, replay)
+    with st.claim(out):
+        # read again under the lock: a replay that ended meanwhile has moved the folder on
+        replay = st.resume(out, fresh, st.load(out))
+        st.save(out, replay)
+        return _replay_and_tell(replay, out, builder)
+
+
+def _replay_and_tell(replay: st.Replay, out: Path, builder: Builder) -> int:
+    """Every build not done yet, then the story (also when interrupted); the exit code."""
     _say(_opening(replay, out))
     try:
         _replay(replay, out, builder)

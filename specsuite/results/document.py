@@ -211,7 +211,9 @@ class HistoryNote(msgspec.Struct, kw_only=True):
     warning: str | None = None
     basis: str | None = None  # "nearest ancestor, <class>/<backend>, rtol 5%"
     used: dict[str, list[str]] = {}  # baseline "commit (run id)" -> the cases judged against it
-    missing: list[str] = []  # cases no earlier commit measured
+    missing: list[str] = []  # cases with no baseline
+    # why each has none (history.baseline.why_none: "only higher builds than b9113 measured it (b9246)")
+    missing_why: dict[str, list[str]] = {}
     problem: str | None = None  # the history could not be read: no relative gate
     broken: list[str] = []  # "<case> at run <id>": a baseline candidate whose stored record was unreadable
     # the binary's configuration against the run before this one on its setup (history.previous_config):
@@ -224,27 +226,38 @@ class HistoryNote(msgspec.Struct, kw_only=True):
             return f"history unreadable, no relative gate: {self.problem}"
         total = sum(map(len, self.used.values())) + len(self.missing)  # the cases the gate judged
         parts = [f"{base} for {names_phrase(names, total)}" for base, names in self.used.items()]
-        if self.missing and (self.used or self.broken):
-            gap = "no usable earlier record for" if self.broken else "no earlier commit measured for"
-            parts.append(f"{gap} {names_phrase(self.missing, total)}")
+        gaps = [f"{why} for {names_phrase(names, total)}" for why, names in self.missing_why.items()]
+        if not self.used and len(self.missing_why) == 1:  # one reason for every case: no list of names
+            gaps = list(self.missing_why)
+        if self.missing and not self.missing_why:  # a note written before the reasons were kept
+            gaps = [f"no usable earlier record for {names_phrase(self.missing, total)}"]
         if self.broken:
             parts.append(f"broken history record(s) skipped: {', '.join(self.broken)}")
-        body = "; ".join(parts) if parts else "none yet: no other llama.cpp commit measured on this setup"
+        if not parts and not gaps:
+            return f"baseline ({self.basis}): none yet: no case was judged"
+        body = "; ".join(parts + gaps) if parts else f"none yet: {'; '.join(gaps)}"
         return f"baseline ({self.basis}): {body}"
 
     def merged(self, other: HistoryNote) -> HistoryNote:
         """This note and another part's of the same run: the baselines and gaps of both."""
         if self.basis is None or other.basis is None:  # a part without a gate: its line says why
             return self if self.basis is None else other
-        used = {k: list(v) for k, v in self.used.items()}
-        for base, names in other.used.items():
-            used.setdefault(base, []).extend(names)
-        note = HistoryNote(basis=self.basis, used=used, missing=[*self.missing, *other.missing],
+        note = HistoryNote(basis=self.basis, used=_joined(self.used, other.used),
+                           missing=[*self.missing, *other.missing],
+                           missing_why=_joined(self.missing_why, other.missing_why),
                            problem=self.problem or other.problem,
                            broken=[*self.broken, *other.broken], config_base=self.config_base,
                            config_changes=self.config_changes)  # fmt: skip
         note.line = note.render()
         return note
+
+
+def _joined(a: dict[str, list[str]], b: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Two parts' cases by key (a baseline, a reason), ``a``'s first."""
+    out = {k: list(v) for k, v in a.items()}
+    for key, names in b.items():
+        out.setdefault(key, []).extend(names)
+    return out
 
 
 class Run(msgspec.Struct, kw_only=True):

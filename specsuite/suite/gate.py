@@ -52,17 +52,14 @@ class GateContext:
     note: HistoryNote = field(default_factory=HistoryNote)  # what the summary's history line says
     config: RunConfig | None = None  # the judged run's configuration (its binary's defaults and build)
     build: int | None = None  # upstream's build number: orders runs where no ancestry does
+    # the lookup's usual order (the basis); a baseline another order chose (by time: the same build number)
+    # says which beside it
+    order: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
-        how = (
-            "nearest ancestor"
-            if self.ancestors is not None
-            else "nearest lower build"
-            if self.build is not None
-            else "latest earlier run"
-        )
+        self.order = baseline.usual_order(self.ancestors, self.build)
         self.note.basis = (
-            f"{how}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%} (per-block overhead "
+            f"{self.order}, {self.device_class}/{self.backend}, rtol {self.rtol:.0%} (per-block overhead "
             f"{self.block_rtol:.0%}), drift over the last "
             f"{self.drift_window} runs"
         )
@@ -115,6 +112,16 @@ def _lookup(ctx: GateContext, name: str) -> baseline.Baseline | None:
     return found
 
 
+def _why_none(ctx: GateContext, name: str) -> str:
+    """Why the case has no baseline (history.baseline.why_none); a history that cannot say is said once,
+    as the lookup's own problem is."""
+    try:
+        return baseline.why_none(None, **_setup(ctx, name), recording=ctx.recording)
+    except UserError as exc:
+        ctx.note.problem = str(exc)
+        return "the history could not say why"
+
+
 def judge(
     ctx: GateContext,
     rec: CaseRecord,
@@ -135,6 +142,7 @@ def judge(
         return []
     if base is None:
         ctx.note.missing.append(rec.name)
+        ctx.note.missing_why.setdefault(_why_none(ctx, rec.name), []).append(rec.name)
         return []
     regs = regress.regressions(
         rec,
@@ -156,7 +164,8 @@ def judge(
             (base.config, base.record.config), (ctx.config, rec.config), (base.commit, ctx.commit)
         ),
     )
-    ctx.note.used.setdefault(f"{short(base.commit, 12)} (run {base.run_id})", []).append(rec.name)
+    order = "" if base.order == ctx.order else f"; {base.order}"
+    ctx.note.used.setdefault(f"{short(base.commit, 12)} (run {base.run_id}{order})", []).append(rec.name)
     found = [Failure("regressed", r.message) for r in regs]
     moved = regress.crossover_moved(rec, base.record, earlier, baseline_commit=base.commit)
     if moved is not None and moved.gated:  # first: it says what the speed drop at this np means

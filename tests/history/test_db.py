@@ -28,7 +28,7 @@ from specsuite.history.baseline import find_baseline
 from specsuite.history.queries import runs
 from specsuite.history.recording import record_run
 from specsuite.history.schema import MIGRATIONS, connect, migrate
-from specsuite.results.document import Run, decode_run, load_run
+from specsuite.results.document import HistoryNote, Run, decode_run, load_run
 from specsuite.results.record import decode_record
 
 REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
@@ -674,6 +674,74 @@ def test_without_ancestry_builds_by_number_the_nearest_lower_one(tmp_path: Path)
     assert at(11434) == ("b9246", 0.30)  # its own build is never its baseline
     assert at(9113) == (X, 0.70)  # no lower build: the unnumbered run, by time
     assert at(9000) == (X, 0.70)
+
+
+def test_the_same_build_number_and_another_commit_is_judged_by_time(tmp_path: Path) -> None:
+    """A fork, a branch, a local patch on a release: two commits that report one build number. The number
+    cannot order them, so the latest earlier run of the other commit is the baseline (nearer than any lower
+    build), and the Baseline says it was chosen by time; never a run that started later, never itself."""
+    db = tmp_path / "h.sqlite"
+    record_run(_build_doc(11300, "2026-12-01T10:00:00+00:00", 0.80, commit=C), db)
+    record_run(_build_doc(11311, "2026-12-02T10:00:00+00:00", 0.90, commit=A), db)
+    record_run(_build_doc(11311, "2026-12-03T10:00:00+00:00", 0.95, commit=B), db)  # B's own earlier run
+    record_run(_build_doc(11311, "2026-12-05T10:00:00+00:00", 0.10, commit=X), db)  # after the judged run
+
+    found = base(db, B, build=11311, before="2026-12-04T10:00:00+00:00")
+    assert found is not None and (found.commit, found.record.accept_rate) == (A, 0.90)
+    assert found.order == "by time: the same build number 11311, another commit"
+    found = base(db, A, build=11311, before="2026-12-02T11:00:00+00:00")  # A's run: only b11300 before it
+    assert found is not None and (found.commit, found.order) == (C, "nearest lower build")
+    found = base(db, B, ancestors=[C], build=11311)  # ancestry, where the mirror knows B: A is no ancestor
+    assert found is not None and (found.commit, found.order) == (C, "nearest ancestor")
+
+
+def _why(db: Path, commit: str = B, **kw: Any) -> str:
+    args: dict[str, Any] = {"case": "mtp", "device_class": "nvidia-h200", "backend": "cuda",
+                            "cases_sha256": CASES_SHA, "ancestors": None, **kw}  # fmt: skip
+    assert base(db, commit, **{k: v for k, v in args.items() if k != "ancestors"},
+                ancestors=args["ancestors"]) is None  # fmt: skip
+    return baseline.why_none(db, commit=commit, **args)
+
+
+def test_no_baseline_says_which_rule_left_none(tmp_path: Path) -> None:
+    """ "none yet" never says that no other commit was measured where one was: it names the rule that left
+    every measured run out, as find_baseline applies them."""
+    db = tmp_path / "h.sqlite"
+    assert _why(db) == "no history yet"
+    record_run(_build_doc(9246, "2026-12-01T10:00:00+00:00", 0.30, commit=A), db)
+    assert _why(db, build=9113) == "only higher builds than b9113 measured it (b9246)"
+    assert _why(db, case="eagle3") == "no run of it in this history yet"
+    assert _why(db, A) == "only runs of this same commit measured it"
+    assert _why(db, before="2026-12-01T09:00:00+00:00") == "only runs that started after this one measured it"
+    assert _why(db, ancestors=[C]) == (
+        "only commits the mirror does not know as ancestors of this one measured it (aaaaaaaaaaaa)"
+    )
+    assert _why(db, device_class="nvidia-h100") == (
+        "only runs on another device or backend measured it (nvidia-h200/cuda)"
+    )
+    assert (
+        _why(db, backend="vulkan") == "only runs on another device or backend measured it (nvidia-h200/cuda)"
+    )
+    assert _why(db, cases_sha256="f" * 64) == "only runs with another cases.toml measured it on this setup"
+    failed = tmp_path / "failed.sqlite"
+    record_run(doc(A, cases={"mtp": case(None, "error", "crashed")}), failed)
+    assert _why(failed) == "no earlier run on this setup measured it (each failed before its numbers)"
+
+
+def test_the_history_line_says_why_there_is_no_baseline() -> None:
+    higher, new = "only higher builds than b9113 measured it (b9246)", "no run of it in this history yet"
+    note = HistoryNote(basis="nearest lower build, cpu-x/cpu, rtol 5%")
+    note.missing = ["tiny-a", "tiny-b"]
+    note.missing_why = {higher: ["tiny-a", "tiny-b"]}
+    assert note.render() == f"baseline (nearest lower build, cpu-x/cpu, rtol 5%): none yet: {higher}"
+    note.missing_why = {new: ["tiny-b"], higher: ["tiny-a"]}
+    assert note.render().endswith(f"none yet: {new} for tiny-b; {higher} for tiny-a")
+    note.used = {"b9100 (run r1)": ["tiny-c"]}
+    line = note.render()
+    assert line.endswith(f": b9100 (run r1) for tiny-c; {new} for tiny-b; {higher} for tiny-a")
+    assert "none yet" not in line
+    other = HistoryNote(basis=note.basis, missing=["tiny-d"], missing_why={new: ["tiny-d"]})
+    assert note.merged(other).missing_why == {new: ["tiny-b", "tiny-d"], higher: ["tiny-a"]}
 
 
 def test_a_build_key_matches_only_itself(tmp_path: Path) -> None:

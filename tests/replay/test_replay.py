@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ def fake_build(number: int, log: Path, build_argv: list[str]) -> Path:
     cfg = json.loads(Path(os.environ["FAKE_BUILDS"]).read_text())[str(number)]
     if cfg.get("interrupt"):
         raise KeyboardInterrupt  # the user's Ctrl-C during this build
+    if cfg.get("second") and "FAKE_SECOND" not in os.environ:
+        _second_replay(log.parent.parent)
     if cfg.get("fails"):
         raise BuildFailed("fake compile error: common/speculative.cpp:1: error")
     log.write_text(f"fake build of b{number} with {build_argv}\n")
@@ -66,6 +69,22 @@ def fake_build(number: int, log: Path, build_argv: list[str]) -> Path:
     fake = {k: v for k, v in cfg.items() if k in ("drop_types", "spec_metrics", "help_subs")}
     version = f"version: 0.6.0-dev (build {number}, commit unknown)"  # a tree without git names no commit
     return fake_llama(log.parent / "bin", version=version, accepted=acc, per_pos=_per_pos(acc), **fake)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _second_replay(out: Path) -> None:
+    """The same replay started again while this one builds (a second terminal, a CI job retried): how it
+    ended and whether it changed anything in the folder, into FAKE_SECOND_REPORT for the test."""
+    before = _files(out)
+    argv = json.loads(os.environ["FAKE_SECOND_ARGV"])
+    env = {**os.environ, "FAKE_SECOND": "1"}  # its own builds, if it ran any, start no third
+    proc = subprocess.run([sys.executable, "-m", "specsuite", *argv], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    report = {"code": proc.returncode, "err": proc.stderr, "same": _files(out) == before}
+    Path(os.environ["FAKE_SECOND_REPORT"]).write_text(json.dumps(report))
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +105,8 @@ def _builds(tmp_path: Path, builds: dict[str, dict[str, Any]]) -> None:
     os.environ["FAKE_BUILDS"] = str(tmp_path / "builds.json")
 
 
-def _replay(env: Path, index: FakeIndex, *extra: str) -> int:
-    argv = ["replay", "--tier", CASE, "--builds", "b100,b200,b300", "--out", str(env / "out")]
+def _replay(env: Path, index: FakeIndex, *extra: str, builds: str = "b100,b200,b300") -> int:
+    argv = ["replay", "--tier", CASE, "--builds", builds, "--out", str(env / "out")]
     old = os.environ.get("PIP_INDEX_URL")
     os.environ["PIP_INDEX_URL"] = index.url
     try:
@@ -226,6 +245,29 @@ def test_another_plan_in_the_folder_is_refused(env: Path, capsys: pytest.Capture
         finally:
             del os.environ["PIP_INDEX_URL"]
     assert code == 2 and "holds another replay" in capsys.readouterr().err
+
+
+def test_a_second_replay_into_a_busy_folder_is_refused_and_writes_nothing(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same command started again while the first builds (a real second process): one error line
+    naming the folder and the first replay's pid, nothing written there, nothing built twice."""
+    _builds(env, {"100": {"second": True}})
+    argv = ["replay", "--tier", CASE, "--builds", "b100", "--out", str(env / "out")]
+    monkeypatch.setenv("FAKE_SECOND_ARGV", json.dumps([*argv, "--builder", "test_replay:fake_build"]))
+    monkeypatch.setenv("FAKE_SECOND_REPORT", str(env / "second.json"))
+    with FakeIndex([100]) as index:
+        assert _replay(env, index, builds="b100") == 0
+        second = json.loads((env / "second.json").read_text())
+        err = second["err"].splitlines()
+        assert second["code"] == 2 and len(err) == 1, second
+        assert err[0].startswith(f"error: another replay (pid {os.getpid()} (") and str(env / "out") in err[0]
+        assert second["same"]  # it wrote nothing into the folder
+        capsys.readouterr()
+        # the lock goes with the first replay: the same command again finds its work done
+        assert _replay(env, index, builds="b100") == 0
+    assert "resuming" in capsys.readouterr().out
+    assert _calls(env) == [100]  # built once, by the first
 
 
 def test_range_and_count_take_builds_the_index_has() -> None:

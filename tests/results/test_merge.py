@@ -5,17 +5,23 @@ The parts are a real smoke run (tests/data/results/smoke-real-cal-1) cut into sh
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
-from testdata import DATA_ROOT
+from testdata import DATA_ROOT, write_shards
 
+from specsuite import cli
+from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.results.document import Device, Harness, HistoryNote, Run, RunOptions, load_run
+from specsuite.common.filehash import sha256_text
+from specsuite.results.document import Device, Harness, HistoryNote, Run, RunOptions, encode, load_run
 from specsuite.results.junit import junit_xml
 from specsuite.results.merge import check_parts, merge_runs, not_run
-from specsuite.results.record import CaseRecord
+from specsuite.results.record import CaseRecord, CategoryStats
 from specsuite.results.verdict import verdict
 
 REAL = DATA_ROOT / "results" / "smoke-real-cal-1"
@@ -146,14 +152,15 @@ def test_shards_of_different_runs_are_refused_with_one_line(what: str) -> None:
 def test_history_notes_of_the_parts_merge() -> None:
     a, b = _shards(_whole(), 2)
     basis = "nearest ancestor, cpu-x86-64/cpu, rtol 5%"
-    a.history = HistoryNote(basis=basis, used={"aaaa (run 1)": ["x"]}, missing=["y"])
-    b.history = HistoryNote(basis=basis, used={"aaaa (run 1)": ["z"], "bbbb (run 2)": ["w"]}, recorded=False)
+    new = "no run of it in this history yet"
+    a.history = HistoryNote(
+        basis=basis, used={"aaaa (run 1)": ["x"]}, missing=["y"], missing_why={new: ["y"]}
+    )
+    b.history = HistoryNote(basis=basis, used={"aaaa (run 1)": ["z"], "bbbb (run 2)": ["w"]}, recorded=False,
+                            missing=["v"], missing_why={new: ["v"]})  # fmt: skip
     note = merge_runs([a, b], run_id="m", shard=None).history
     assert note is not None and note.recorded is None
-    assert (
-        note.line
-        == f"baseline ({basis}): aaaa (run 1) for x, z; bbbb (run 2) for w; no earlier commit measured for y"
-    )
+    assert note.line == f"baseline ({basis}): aaaa (run 1) for x, z; bbbb (run 2) for w; {new} for y, v"
 
 
 def test_junit_from_the_records() -> None:
@@ -175,3 +182,75 @@ def test_junit_from_the_records() -> None:
         if rec.status == "passed":
             props = {p.get("name"): p.get("value") for p in case.iter("property")}
             assert float(props["accept_rate"]) == rec.accept_rate
+
+
+# --- issue 47, item 5: `specsuite merge` judges a shard's rates by its counters, and every floor again ----
+
+
+@pytest.fixture
+def merging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where a merge writes (its history off; no step summary)."""
+    monkeypatch.setenv("SPEC_HISTORY", str(tmp_path / "history.sqlite"))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    return tmp_path / "merged"
+
+
+def _merge(shard: Path, out: Path) -> int:
+    return cli.main(["merge", str(shard), "--out", str(out), "--no-history"])
+
+
+def test_a_shard_whose_rate_its_counters_do_not_give_is_refused(
+    tmp_path: Path, merging: Path, capsys
+) -> None:
+    """The round's attack: accept_rate 0.01, under draft-simple's floor of 0.97, over counters that give
+    1.0 merged as passed (the floor was judged on the counters; the stated rate was never compared)."""
+    write_shards(tmp_path / "a", history=False)
+    shard = tmp_path / "a" / "shard-3"
+    doc = json.loads((shard / "results.json").read_text())
+    doc["cases"]["draft-simple"]["accept_rate"] = 0.01
+    (shard / "results.json").write_text(json.dumps(doc))
+    assert _merge(shard, merging) == 2
+    assert capsys.readouterr().err == (
+        f"error: cannot merge: {shard}: case 'draft-simple': accept_rate 0.01 disagrees with its counters: "
+        "accepted 285 / drafted 285 = 1; not a shard the suite wrote\n"
+    )
+    assert not merging.exists()
+
+
+CATEGORIES = "tiny-simple-categories"  # the one case with category floors (words >= 0.7662, digits >= 0.97)
+
+
+def _categories_shard(folder: Path, words: dict[str, Any]) -> Path:
+    """A shard 1/1 of the plan ``tiny-simple-categories``: the real record of tiny-simple-random (the same
+    models and method; its counters are the ones cases.toml notes for the categories case: 77/66/27) with
+    the two categories, digits as measured (8 drafts, 23 drafted, 23 accepted), words as ``words``."""
+    run = load_run(DATA_ROOT / "results" / "synthetic-tier-real")
+    rec = msgspec.structs.replace(run.cases["tiny-simple-random"], name=CATEGORIES, log=None)
+    for name, c in {"words": words, "digits": {"drafted": 23, "accepted": 23, "drafts": 8}}.items():
+        rates = {"accept_rate": c["accepted"] / c["drafted"], "accept_len": 1 + c["accepted"] / c["drafts"]}
+        rec.categories[name] = CategoryStats(prompts=1, **c, **{k: round(v, 4) for k, v in rates.items()})
+    shard = msgspec.structs.replace(
+        run, run_id="shard-1", selector=CATEGORIES, shard="1/1", planned=[CATEGORIES],
+        cases={CATEGORIES: rec}, cases_sha256=sha256_text(paths.CASES_FILE.read_text(encoding="utf-8")),
+        options=msgspec.structs.replace(run.run_options, history=False),
+    )  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_bytes(encode(shard))
+    return folder
+
+
+def test_a_category_under_its_floor_fails_the_case_at_merge(tmp_path: Path, merging: Path) -> None:
+    """A shard's passed case whose category 'words' is under its floor (30 of 54 accepted: 0.5556 < 0.7662,
+    its rates what its counters give) is failed at the merge: the category floors are floors too."""
+    measured = _categories_shard(tmp_path / "ok", {"drafted": 54, "accepted": 43, "drafts": 19})
+    assert _merge(measured, merging) == 0
+    shard = _categories_shard(tmp_path / "low", {"drafted": 54, "accepted": 30, "drafts": 19})
+    assert _merge(shard, tmp_path / "merged-low") == 1
+    rec = load_run(tmp_path / "merged-low").cases[CATEGORIES]
+    assert (rec.status, rec.reason) == ("failed", "floor")
+    assert (
+        rec.message
+        and "judged again at merge by cases.toml: [floor] category 'words': accept_rate "
+        "0.5556 < floor 0.7662 (accepted=30 drafted=54 steps=19)"
+        in rec.message
+    )

@@ -39,8 +39,9 @@ RANDOM = "tiny-simple-random,tiny-mtp-random"
 DEFAULTS = [f"tiny-{m}-defaults" for m in ("simple", "mtp", "eagle3", "dflash", "dspark", "dspark-lowconf")]
 
 
-def wrapper(folder: Path, commit: str, flag: str, default: str, value: str) -> Path:
-    """A llama-server of ``commit`` whose ``flag`` defaults to ``default`` (stated) and runs at ``value``."""
+def wrapper(folder: Path, commit: str, flag: str, default: str, value: str, build: int = 1) -> Path:
+    """A llama-server of ``commit`` whose ``flag`` defaults to ``default`` (stated) and runs at ``value``;
+    ``build``: the build number its --version says (1, a depth-1 clone's, orders nothing)."""
     exe = folder / commit / "llama-server"
     exe.parent.mkdir(parents=True)
     real = shlex.quote(str(real_binary()))
@@ -48,7 +49,7 @@ def wrapper(folder: Path, commit: str, flag: str, default: str, value: str) -> P
     exe.write_text(
         "#!/bin/sh\n"
         f'case "$1" in\n'
-        f'  --version) echo "version: 9000 (build 1, commit {commit})" >&2; exit 0;;\n'
+        f'  --version) echo "version: 9000 (build {build}, commit {commit})" >&2; exit 0;;\n'
         f"  --help) {real} --help | sed {shlex.quote(stated)}; exit 0;;\n"
         "esac\n"
         f'exec {real} {flag} {value} "$@"\n'
@@ -91,13 +92,20 @@ def run_tier(
 
 
 def test_a_p_min_default_reset_is_named_first(tmp_path: Path, models: Path) -> None:
-    """llama.cpp #25792: --spec-draft-p-min's default went from 0.75 to 0.0 and acceptance collapsed."""
-    old = wrapper(tmp_path, "a1a1a1a", "--spec-draft-p-min", "0.75", "0.75")
-    new = wrapper(tmp_path, "b2b2b2b", "--spec-draft-p-min", "0.00", "0.0")
+    """llama.cpp #25792: --spec-draft-p-min's default went from 0.75 to 0.0 and acceptance collapsed.
+
+    Both commits report one build number, the pin's (a local patch on a release, a fork, a branch): the
+    number cannot order them, so the later run is judged against the earlier one by time, and says so."""
+    old = wrapper(tmp_path, "a1a1a1a", "--spec-draft-p-min", "0.75", "0.75", build=11311)
+    new = wrapper(tmp_path, "b2b2b2b", "--spec-draft-p-min", "0.00", "0.0", build=11311)
     run_tier(tmp_path, models, old, RANDOM, "a")
     rc, doc, out = run_tier(tmp_path, models, new, RANDOM, "b")
     assert rc == 1 and doc["config"]["defaults"]["--spec-draft-p-min"] == "0.00"
+    assert doc["binary"]["build"] == 11311
     head = (out / "summary.md").read_text().splitlines()
+    baseline = next(line for line in head[:8] if line.startswith("- baseline ("))
+    assert baseline.startswith("- baseline (nearest lower build, ") and "none yet" not in baseline
+    assert "; by time: the same build number 11311, another commit) for tiny-simple-random" in baseline
     assert head[0].startswith("### specsuite") and "FAILED" in head[0]
     # the cause first, once: the binary's default against the run before, with the cases it failed
     assert head[2].startswith("- **CONFIGURATION CHANGED since a1a1a1a (run ")
