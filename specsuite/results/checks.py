@@ -7,7 +7,8 @@ check a live case fails ``sanity`` on). A document read from a file (an artifact
 copy) holds whatever was typed into it; these checks refuse what no live run can write: a number that is
 not finite, a rate outside [0, 1], a counter that is negative, fractional or beyond any run, counters that
 break the server's relations, an unknown status or schema, a start time that is not a time, a run id that
-is not a plain name. Each problem is one line naming the case and the field.
+is not a plain name; a rate or a length its own counters do not give (``derived_problems``). Each problem
+is one line naming the case and the field.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import msgspec
 from specsuite.cases.schema import MAX_PARALLEL, MAX_TEMPERATURE
 from specsuite.common.settings import MAX_REPEAT
 from specsuite.results.document import KNOWN_SCHEMAS, Run, run_id_problem
-from specsuite.results.record import CaseRecord, Np1, SpeedSamples, finite
+from specsuite.results.record import CaseRecord, CategoryStats, Np1, SpeedSamples, finite
 from specsuite.server.metrics import Delta
 from specsuite.server.probe import plain_text_problem
 
@@ -40,6 +41,10 @@ MAX_CPU = 8192
 # lose to (a block ratio of -5 makes every later run's overhead a regression; a crossover of 2^80
 # overflows the history's integer).
 _AMOUNTS = ("blocks", "memory", "prefill", "concurrency", "categories")
+# results.json keeps a rate or a length to 4 decimals (measure.outcome), within 0.00005 of what its counters
+# give; twice that allows for the float division and still refuses any number a live run could not round
+# to (accept_rate 1.0 over 27 accepted of 36 drafted became a baseline no live run could reach).
+ROUNDING = 1e-4
 
 
 def _short(value: Any) -> str:
@@ -220,6 +225,95 @@ def _category_problems(rec: CaseRecord) -> list[str]:
     return out
 
 
+def _against(
+    field: str, stated: float | None, given: float | None, how: str, source: str = "counters"
+) -> list[str]:
+    """A stated number against what its counters give (None: the counters give none). A null is not
+    stated: records that measured nothing, and schema 1's missing pos0_rate, hold null."""
+    if stated is None or (given is not None and abs(stated - given) <= ROUNDING):
+        return []
+    gives = "none" if given is None else f"{round(given, 4):g}"
+    return [f"{field} {stated:g} disagrees with its {source}: {how} = {gives}"]
+
+
+def _delta(c: CaseRecord | CategoryStats) -> Delta | None:
+    """The record's counters as the live run's ``Delta``, whose arithmetic gave its rates (None: no
+    counters recorded, so they give no rate)."""
+    if c.drafted is None or c.accepted is None:
+        return None
+    return Delta(c.drafted, c.accepted, c.drafts, tuple(c.per_position), bool(c.per_position))
+
+
+def _given_positions(c: CaseRecord | CategoryStats, d: Delta | None) -> list[float] | None:
+    """The per-position rates the counters give: each count over the drafts, none without counts; None
+    where there are counts and no drafts to divide them by (no live run records that)."""
+    if not c.per_position:
+        return []
+    return d.per_position_rate if d is not None and c.drafts is not None else None
+
+
+def _position_problems(field: str, c: CaseRecord | CategoryStats, given: list[float] | None) -> list[str]:
+    if not c.per_position_rate or given is None:
+        return []
+    if len(c.per_position_rate) != len(given):  # a live run writes one rate per count
+        return [
+            f"{field} has {len(c.per_position_rate)} rates; its counters (per_position "
+            f"{_short(c.per_position)}) give {len(given)}"
+        ]
+    return [
+        p
+        for i, (r, g) in enumerate(zip(c.per_position_rate, given, strict=True))
+        for p in _against(f"{field}[{i}]", r, g, f"per_position[{i}] {c.per_position[i]} / drafts {c.drafts}")
+    ]
+
+
+def _null(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def _rate_problems(c: CaseRecord | CategoryStats, prefix: str = "") -> list[str]:
+    """accept_rate, accept_len and the per-position rates against the counters they come from, by the live
+    run's arithmetic (``metrics.Delta``, which ``measure.outcome.counter_numbers`` rounds for a case and a
+    category)."""
+    d = _delta(c)
+    counts = f"accepted {_null(c.accepted)} / "
+    out = _against(
+        f"{prefix}accept_rate",
+        c.accept_rate,
+        None if d is None else d.accept_rate,
+        f"{counts}drafted {_null(c.drafted)}",
+    )
+    out += _against(
+        f"{prefix}accept_len",
+        c.accept_len,
+        None if d is None else d.accept_len,
+        f"1 + {counts}drafts {_null(c.drafts)}",
+    )
+    return out + _position_problems(f"{prefix}per_position_rate", c, _given_positions(c, d))
+
+
+def derived_problems(rec: CaseRecord) -> list[str]:
+    """Every number of the record that its own counters (or its prompts) give, against what they give: the
+    gates and the floors read the stated numbers, a stated number off its counters is no measurement."""
+    out = _rate_problems(rec)
+    if (given := _given_positions(rec, _delta(rec))) is not None:  # pos0_rate: the first position's rate
+        how = f"per_position[0] {rec.per_position[0]} / drafts {rec.drafts}" if given else "per_position []"
+        out += _against("pos0_rate", rec.pos0_rate, given[0] if given else None, how)
+    for name, cat in rec.categories.items():
+        out += _rate_problems(cat, f"categories.{name}.")
+    return out + _identical_problems(rec)
+
+
+def _identical_problems(rec: CaseRecord) -> list[str]:
+    """identical_fraction against the prompts' own verdicts (schema 1 and hand-made records list none)."""
+    verdicts = [p.identical for p in rec.prompts]
+    if not verdicts or None in verdicts:
+        return []
+    same = sum(map(bool, verdicts))
+    how = f"{same} of {len(verdicts)} identical"
+    return _against("identical_fraction", rec.identical_fraction, same / len(verdicts), how, "prompts")
+
+
 def record_problems(rec: CaseRecord) -> list[str]:
     """Why this case record cannot be a live run's (empty: it can).
 
@@ -241,7 +335,9 @@ def record_problems(rec: CaseRecord) -> list[str]:
             f"rounds[{i}]: ", r.drafted, r.accepted, r.drafts, r.per_position, relations=not insane
         )
     why = _speed_problem(rec) if insane else out_of_range(rec)
-    return out if why is None else [*out, why]
+    if out or why is not None:
+        return out if why is None else [*out, why]
+    return derived_problems(rec)  # the derived numbers only of a record whose counters are counters
 
 
 def header_problems(run: Run) -> list[str]:

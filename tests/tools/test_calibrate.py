@@ -193,11 +193,16 @@ def test_runs_of_different_commits_are_refused(cases_file: Path) -> None:
 
 
 def _on_another_machine(tmp_path: Path, src: Path, rate: float) -> Path:
-    """A copy of a run as another machine's build of the same commit gave it, ngram at ``rate``."""
+    """A copy of a run as another machine's build of the same commit gave it, ngram at ``rate``: the same
+    accepted tokens of more drafted ones (its counters give the rate; x100, to its 4 decimals)."""
     data = json.loads((src / "results.json").read_text())
     data["binary"]["sha256"] = "f" * 64
     data["device"] = {"name": "AMD EPYC 9654", "class": "cpu-x86-64-avx512"}
-    data["cases"]["ngram"]["accept_rate"] = rate
+    ngram = data["cases"]["ngram"]
+    for key in ("accepted", "drafts"):
+        ngram[key] *= 100
+    ngram["per_position"] = [100 * n for n in ngram["per_position"]]
+    ngram.update(drafted=round(ngram["accepted"] / rate), accept_rate=rate)
     run = tmp_path / f"other-{src.name}"
     run.mkdir()
     (run / "results.json").write_text(json.dumps(data))
@@ -476,6 +481,25 @@ def test_a_number_out_of_range_is_refused(
 ) -> None:
     bad = _edited(tmp_path, CAL_RUNS[2], "bad", lambda d: d["cases"]["ngram"].update({field: value}))
     _refused(cases_file, [*CAL_RUNS[:2], bad], f"run fixture-cal-3: case 'ngram': {needle}")
+
+
+def test_a_rate_its_counters_do_not_give_is_refused(
+    cases_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stated rate in range but off the record's own counters is no measurement: calibrate refuses the
+    run in one line (exit 2), as ``history import`` and ``merge`` do, before a floor comes from it."""
+    from specsuite import cli
+    from specsuite.common import errors
+
+    bad = _edited(tmp_path, CAL_RUNS[2], "bad", lambda d: d["cases"]["ngram"].update(accept_rate=0.7))
+    runs = [*CAL_RUNS[:2], bad]
+    argv = ["calibrate", "--cases", str(cases_file), "--allow-unstable", "--from-results", *map(str, runs)]
+    assert cli.main(argv) == errors.BAD_INPUT
+    assert capsys.readouterr().err == (
+        "error: calibrate: run fixture-cal-3: case 'ngram': accept_rate 0.7 disagrees with its counters: "
+        "accepted 607 / drafted 965 = 0.629; not a measurement\n"
+    )
+    assert cases_file.read_text() == CASES  # nothing written
 
 
 def test_runs_of_another_tier_are_refused(cases_file: Path, tmp_path: Path) -> None:
