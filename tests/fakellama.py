@@ -65,6 +65,12 @@ DEFAULT: dict[str, Any] = {
     # a model architecture this build does not know (llama.cpp's load error, exit 1): "draft" on a
     # speculative server only (a draft model newer than the build), "target" on every server
     "unknown_arch": None,
+    # a build whose default speculates and whose --spec-type adds to it (upstream's #28391): the server
+    # started with --spec-type none drafts these counters per request all the same
+    "plain_drafts": None,
+    # speculation that stops after this many speculative /completion requests of the process (upstream's
+    # #27692: spec prefill switched itself off after a few long requests): later ones draft nothing
+    "stop_drafting_after": None,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -84,7 +90,10 @@ if args[:1] == ["--version"]:
     print(CONFIG["version"], file=sys.stderr); sys.exit(0)
 if args[:1] == ["--list-devices"]:
     print(CONFIG["devices"]); sys.exit(0)
-spec = any(a in args for a in ("--spec-type", "--spec-default", "--spec-draft-model", "--model-draft"))
+spec_types = args[args.index("--spec-type") + 1] if "--spec-type" in args else None
+spec = spec_types not in (None, "none") or any(
+    a in args for a in ("--spec-default", "--spec-draft-model", "--model-draft"))
+plain_drafts = not spec and CONFIG["plain_drafts"]  # a default that speculates: counters all the same
 if CONFIG["unknown_arch"] == "target" or (CONFIG["unknown_arch"] == "draft" and spec):
     print("0.00.003.775 E llama_model_load: error loading model: unknown model architecture: 'future'",
           file=sys.stderr)
@@ -178,7 +187,16 @@ class H(BaseHTTPRequestHandler):
             if spec and CONFIG["die_after_requests"] and state["requests"] > CONFIG["die_after_requests"]:
                 print("GGML_ASSERT(fake) failed", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGABRT)
-            if spec:
+            stop = CONFIG["stop_drafting_after"]
+            stopped = stop is not None and state["requests"] > stop
+            if plain_drafts or (spec and stopped):
+                now = {**CONFIG, **(CONFIG["plain_drafts"] or {}),
+                       **({"drafted": 0, "accepted": 0, "drafts": 0, "per_pos": None} if stopped else {})}
+                for k in ("drafted", "accepted", "drafts"):
+                    state[k] += now[k]
+                if now["drafted"]:
+                    timings.update(draft_n=now["drafted"], draft_n_accepted=now["accepted"])
+            elif spec:
                 time.sleep(CONFIG["request_sleep_s"])
                 now = dict(CONFIG)
                 if state["requests"] <= len(CONFIG["first_requests"]):

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from specsuite.cases.schema import Case
+from specsuite.measure import engaged
 from specsuite.measure.cold import cold_pass
 from specsuite.measure.command import server_command
 from specsuite.measure.outcome import Prompts, decode_tps, run_prompts
+from specsuite.measure.plain import without_speculation
 from specsuite.server import metrics
 from specsuite.server.probe import Capabilities, MissingFlag
 from specsuite.server.process import LlamaServer, ServerFailed, start_server
@@ -145,7 +147,8 @@ def command(work: Workload, flags: tuple[str, ...], port: int) -> list[str]:
     if flags:
         case = Case(name="bench", tier="smoke", target=work.target.name, mode="auto", uncalibrated=True)
     draft = work.drafter if DRAFT_FLAG in flags else None
-    return server_command(work.caps, work.target, port, case, draft, flags)
+    argv = server_command(work.caps, work.target, port, case, draft, flags)
+    return argv if flags else without_speculation(work.caps, argv)  # off: the build's word for it too
 
 
 def measure_modes(plans: list[tuple[str, Resolution]], work: Workload, say: Say) -> list[ModeRun]:
@@ -215,10 +218,16 @@ def measure(got: Measurement, work: Workload, say: Say) -> None:
 
 def _rounds(srv: LlamaServer, work: Workload, got: Measurement, say: Say) -> None:
     got.delta = cold_pass(srv, [(None, work.prompts)], work.n_predict, 1, 0.0).delta  # acceptance
+    mark, done = srv.metrics(), []
     for r in range(work.repeat):
-        tps = decode_tps(run_prompts(srv.post, work.prompts, work.n_predict))
+        done += (answers := run_prompts(srv.post, work.prompts, work.n_predict))
+        tps = decode_tps(answers)
         if tps is None:  # no timings: a number made up here would be worse than none
             got.reason, got.message = "no_tokens", "the server reported no decode time (timings.predicted_ms)"
             return
         got.tps.append(tps)
         say(f"bench:   round {r + 1}/{work.repeat}: {tps:.1f} tokens/s")
+    if not got.flags:  # off: its counters decide whether it was plain decoding, not its flags
+        counted = [got.delta, engaged.plain_counters(mark, srv.metrics(), done)]  # cold pass, rounds
+        if found := next((f for d in counted if (f := engaged.baseline_speculated(d))), None):
+            got.reason, got.message = found.reason, found.message

@@ -81,5 +81,18 @@ def split_speculative(caps: Capabilities, argv: Sequence[str]) -> tuple[list[str
 
 
 def without_speculation(caps: Capabilities, argv: Sequence[str]) -> list[str]:
-    """A case's command as its speculation-off baseline runs it: every speculative flag dropped."""
-    return split_speculative(caps, argv)[0]
+    """A case's command as its speculation-off baseline runs it: every speculative flag dropped, then the
+    build's own word for no speculation (``off_flags``) last, where llama.cpp takes the last of a repeated
+    flag: a default that speculates is turned off as a user would turn it off."""
+    return split_speculative(caps, argv)[0] + off_flags(caps)
+
+
+def off_flags(caps: Capabilities) -> list[str]:
+    """How this build is told not to speculate: ``--no-spec-type`` where its help lists one (upstream's
+    #28391 makes ngram-mod the default and ``--spec-type`` additive, so ``none`` would add nothing to it),
+    else ``--spec-type none``; a build with neither keeps its argv (nothing to say it with). Whether it
+    listened is the plain server's counters' to say (measure.engaged), not these flags'."""
+    if "--no-spec-type" in caps.options:
+        return ["--no-spec-type"]
+    spelling = caps.flag("spec_type")
+    return [spelling, "none"] if spelling and "none" in caps.spec_types else []

@@ -26,7 +26,7 @@ from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.measure import budget, categories, concurrency, judge, observe, overhead, plausible
+from specsuite.measure import budget, categories, concurrency, engaged, judge, observe, overhead, plausible
 from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.command import server_command
 from specsuite.measure.concurrency import Reference, Throughput
@@ -65,6 +65,9 @@ class Measured:
     usage: str | None  # what is wrong with /v1/chat/completions' usage, if anything
     throughput: Throughput = field(default_factory=Throughput)  # the rounds as a client sees them
     np1: Reference | None = None  # a case with several slots: the np-1 output it is compared with
+    # the servers' life (measure.engaged): the plain server drafted, or speculation stopped after the cold
+    # pass; either fails the case first, and its speed is of another configuration: not gated
+    life: list[judge.Failure] = field(default_factory=list)
 
 
 def new_record(case: Case) -> CaseRecord:
@@ -173,21 +176,37 @@ def _round_count(session: Engine, case: Case) -> int:
     return max(n, 2) if case.parallel > 1 else n
 
 
+@dataclass
+class Rounds:
+    """The rounds after the cold pass: each speculative round's counters (kept to show whether they repeat
+    and that speculation stayed engaged, never reported: the cold pass's are) and answers, the plain
+    server's first answers (the reference tokens) and its counters over them all (it must draft nothing),
+    and the speed."""
+
+    deltas: list[metrics.Delta]
+    spec: list[list[Completion]]
+    first_base: list[Completion]
+    plain: metrics.Delta
+    speed: Speed
+    seen: Throughput
+
+
 def _rounds(
     session: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch, rounds: int
-) -> tuple[list[metrics.Delta], list[Completion], Speed, Throughput]:
+) -> Rounds:
     """After the cold pass: a warm-up (the baseline's was done when it started), then ``rounds`` rounds
-    (``_round``, ``_round_count``); each speculative round's counters are the ``/metrics`` delta over it
-    (kept to show whether they repeat, never reported: the cold pass's are). ``watch`` samples memory after
-    each and keeps the timings."""
+    (``_round``, ``_round_count``); each side's counters are ``/metrics`` deltas. ``watch`` samples memory
+    after each and keeps the timings."""
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     watch.sample(case.streams)
-    snapshots = [spec.metrics()]
+    snapshots, plain_marks = [spec.metrics()], [base.metrics()]
     speed, seen, first_base = Speed(), Throughput(), None
     spec_rounds: list[list[Completion]] = []
+    plain_done: list[Completion] = []
     for r in range(rounds):
         got = _round(case, spec, base, r)
         spec_rounds.append(got["spec"].completions)
+        plain_done += got["base"].completions
         for side in ("spec", "base"):
             watch.round(side, got[side].completions)
         watch.sample(len(got["spec"].completions))
@@ -198,11 +217,13 @@ def _rounds(
             seen.add("spec", got["spec"])
             seen.add("base", got["base"])
     assert first_base is not None
+    plain_marks.append(base.metrics())
     deltas = [
         metrics.delta(a, b, done)
         for (a, b), done in zip(itertools.pairwise(snapshots), spec_rounds, strict=True)
     ]
-    return deltas, first_base, speed, seen
+    plain = engaged.plain_counters(plain_marks[0], plain_marks[1], plain_done)
+    return Rounds(deltas, spec_rounds, first_base, plain, speed, seen)
 
 
 def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str, Pass]:
@@ -243,7 +264,7 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
             cold = cold_of_case(spec, case)  # before any other request to this server
             watch.sample(len(cold.done.completions))
             rec.warnings += cold.warnings
-            deltas, base_comps, speed, seen = _rounds(session, case, spec, base, watch, rounds)
+            after = _rounds(session, case, spec, base, watch, rounds)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
             rec.config = case_config(spec.command, session.flag_keys, spec.props())
         except ServerFailed as exc:
@@ -255,13 +276,14 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
         finally:  # read while the servers still run
             rec.memory, rec.prefill = watch.memory(), watch.prefill()
-    ref = session.plain_tokens(like, case, base_comps)
+    ref = session.plain_tokens(like, case, after.first_base)
     comps = cold.done.completions
     divs = divergence(ref, comps)
-    cats = categories.numbers(cold.categories, comps, base_comps, divs)
-    outcome = RequestOutcome(cold.delta, comps, divs, speed, rounds=deltas, categories=cats)
+    cats = categories.numbers(cold.categories, comps, after.first_base, divs)
+    outcome = RequestOutcome(cold.delta, comps, divs, after.speed, rounds=after.deltas, categories=cats)
     np1 = session.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
-    return Measured(outcome, spec.log_text(), usage, seen, np1)
+    life = [f for f in (engaged.baseline_speculated(after.plain), engaged.disengaged(comps, after.spec)) if f]
+    return Measured(outcome, spec.log_text(), usage, after.seen, np1, life)
 
 
 def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
@@ -277,6 +299,8 @@ def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
 
 def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     """The filled record judged (the one typed record from measurement to verdict)."""
+    if m.life:  # measured against speculation, or after it stopped: no speed to report or gate
+        m.outcome.speed = Speed()
     _fill(rec, m.outcome, case)
     line = spec_result_line(rec)
     print(line, flush=True)
@@ -286,8 +310,9 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
     failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
-    if not session.speed or rec.implausible_speed:  # no speed measured, or none possible: no speed floor
+    if not session.speed or rec.implausible_speed or m.life:  # no speed measured, none possible: no floor
         failures = [f for f in failures if f.reason != "speed"]
+    failures = [*m.life, *failures]  # first: it says what every number after it means
     if m.usage:
         failures.append(judge.Failure("usage", m.usage))
     failures += observe.memory_failures(rec.memory)

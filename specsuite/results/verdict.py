@@ -137,10 +137,31 @@ def _implausible(run: Run) -> list[str]:
     ]
 
 
+# Failures that say what every other number of their case means, named in the first lines with their
+# message (measure.engaged): the run is red already; these lines say why its speed is not a speed.
+LIFE = {
+    "baseline_speculated": "BASELINE SPECULATED, speed not gated",
+    "spec_disengaged": "SPECULATION DISENGAGED, speed not gated",
+}
+
+
+def _life(run: Run) -> list[str]:
+    """One line per case a server's life failed (``LIFE``): the case and the failure's own message."""
+    out = []
+    for r in run.cases.values():
+        for reason, head in LIFE.items():
+            said = next((x for x in (r.message or "").splitlines() if x.startswith(f"- [{reason}] ")), None)
+            if said is not None:
+                out.append(f"{head}: {r.name}: {said.removeprefix(f'- [{reason}] ')}")
+    return out
+
+
 def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
     opts = run.run_options
+    if life := _life(run):
+        out.append((None, life))
     out += _not_in_build(run, by)
     if implausible := _implausible(run):
         out.append((f"IMPLAUSIBLE SPEED in {len(implausible)} case(s)", implausible))

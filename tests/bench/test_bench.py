@@ -140,6 +140,20 @@ def test_table_numbers_are_the_servers_speeds_and_counters(bench) -> None:
     assert all(_refused(m["command"]) for m in b.doc["modes"] if m["command"])
 
 
+def test_an_off_mode_that_drafts_is_no_baseline(bench) -> None:
+    """off runs with the build's own word for no speculation (--spec-type none), and its counters decide: a
+    build whose default speculates whatever --spec-type says (upstream's #28391) drafts there, and off is
+    then a failed row, baseline_speculated, and no mode gets a speedup over it."""
+    b = bench("--model", MTP_TARGET, "--modes", "off,mtp", "--repeat", "2")
+    assert b.mode("off")["command"][-2:] == ["--spec-type", "none"]
+    b = bench("--model", MTP_TARGET, "--modes", "off,mtp", "--repeat", "2",
+              plain_drafts={"drafted": 6, "accepted": 6, "drafts": 2})  # fmt: skip
+    off = b.mode("off")
+    assert (off["reason"], off["tps_median"]) == ("baseline_speculated", None), off
+    assert "the speculation-off server drafted" in off["message"]
+    assert b.mode("mtp")["speedup"] is None
+
+
 def test_progress_lines_name_each_mode_and_round(bench) -> None:
     b = bench("--model", MTP_TARGET, "--modes", "off,mtp", "--repeat", "2")
     assert "bench: mtp -> --spec-type draft-mtp --spec-draft-n-max 3" in b.stdout

@@ -4,6 +4,7 @@ flags (suite.baseline, command.split_speculative); what a speculative flag is co
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from testdata import DATA_ROOT
 from specsuite.cases.schema import GPU_TIERS, Case, load_cases
 from specsuite.common.serverflags import FLAG_SPELLINGS, NGRAM_N_MAX, NGRAM_N_MIN, speculative_option
 from specsuite.measure.command import server_command
-from specsuite.measure.plain import plain_of, split_speculative, without_speculation
+from specsuite.measure.plain import off_flags, plain_of, split_speculative, without_speculation
 from specsuite.server.probe import Capabilities, parse_help, parse_speculative
 from specsuite.server.resolver import caps_from_probe, resolve
 
@@ -60,6 +61,9 @@ def test_every_case_of_every_tier_differs_from_its_baseline_only_by_speculative_
                                           _resolved(caps, case))  # fmt: skip
     base = plain_of(caps, command, Path(case.target), case.gpus)
     spec_argv, base_argv = command(8111), base.command(8111)
+    off = off_flags(caps)  # the build's word for no speculation, last: then the case's own argv, less
+    assert off == ["--spec-type", "none"] and base_argv[-len(off) :] == off
+    base_argv = base_argv[: -len(off)]
     assert spec_argv != base_argv or case.mode == "off"
     removed, j = [], 0  # the case's tokens the baseline lacks, matched greedily in order
     for i, arg in enumerate(spec_argv):
@@ -103,12 +107,24 @@ def test_split_keeps_order_values_switches_and_equals_forms() -> None:
 
 def test_a_flag_the_help_does_not_list_is_judged_by_its_spelling_and_what_follows() -> None:
     caps = _caps()
-    assert without_speculation(caps, ["/b", "--spec-new-knob", "3", "-c", "8"]) == ["/b", "-c", "8"]
-    assert without_speculation(caps, ["/b", "--spec-new-switch", "-c", "8"]) == ["/b", "-c", "8"]
-    assert without_speculation(caps, ["/b", "--draft-thing", "x"]) == ["/b"]
+    off = ["--spec-type", "none"]
+    assert without_speculation(caps, ["/b", "--spec-new-knob", "3", "-c", "8"]) == ["/b", "-c", "8", *off]
+    assert without_speculation(caps, ["/b", "--spec-new-switch", "-c", "8"]) == ["/b", "-c", "8", *off]
+    assert without_speculation(caps, ["/b", "--draft-thing", "x"]) == ["/b", *off]
     bare = Capabilities("/b", "v", None, frozenset())  # probed without entries (a cached older probe)
     assert without_speculation(bare, ["/b", "-td", "2", "-t", "2"]) == ["/b", "-td", "2", "-t", "2"]
-    assert without_speculation(_caps(), ["/b", "-td", "2", "-t", "2"]) == ["/b", "-t", "2"]
+    assert without_speculation(_caps(), ["/b", "-td", "2", "-t", "2"]) == ["/b", "-t", "2", *off]
+
+
+def test_the_plain_server_is_told_not_to_speculate_in_the_builds_own_words() -> None:
+    """--spec-type none where the build lists it; --no-spec-type where its help has one (upstream's #28391:
+    --spec-type adds to a speculating default there); nothing where it has neither (an old build)."""
+    caps = _caps()
+    assert off_flags(caps) == ["--spec-type", "none"]
+    additive = dataclasses.replace(caps, options=caps.options | {"--no-spec-type"})
+    assert off_flags(additive) == ["--no-spec-type"]
+    assert off_flags(dataclasses.replace(caps, spec_types=caps.spec_types - {"none"})) == []
+    assert off_flags(Capabilities("/b", "v", None, frozenset())) == []
 
 
 @pytest.mark.parametrize("name", ["current", "legacy", "post-rename", "removal-stubs"])

@@ -299,6 +299,8 @@ def test_each_baseline_runs_its_cases_command_without_speculation(env, monkeypat
     bases = [b.command for b in s.results.run.baselines.values()]
     assert len(bases) == 2 and [r.baseline_command for r in recs] == [bases[0], bases[0], bases[1]]
     for rec in recs:
+        assert (rec.baseline_command or [])[-2:] == ["--spec-type", "none"]  # the build's word for plain
+        rec.baseline_command = (rec.baseline_command or [])[:-2]
         spec, base = " ".join(rec.command or []), " ".join(rec.baseline_command or [])
         assert "--spec-type" in spec and "--spec" not in base and "--spec-draft-poll" not in base
         # the builder puts the case's speculation after --port, and --spec-draft-poll 0 after --poll 0
@@ -307,6 +309,38 @@ def test_each_baseline_runs_its_cases_command_without_speculation(env, monkeypat
         assert head[:at] + head[at + 2 :] == (rec.baseline_command or [])[: len(head) - 2], (spec, base)
         assert (rec.baseline_command or [])[len(head) - 2 :][0] == "--port" and len(base.split()) == len(head)
     assert "--threads 1 -m" in " ".join(bases[0]) and "--threads 2 --batch-size 64 -m" in " ".join(bases[1])
+
+
+def test_a_plain_server_that_drafts_fails_first_and_gates_no_speed(run) -> None:
+    """A build whose default speculates and whose --spec-type adds to it (upstream's #28391): the plain
+    server, started with --spec-type none, drafts all the same. Its counters decide: the case fails
+    baseline_speculated, first, with the counters, and no speed is reported against that baseline."""
+    rec = run(_case(SIMPLE + "min_speedup = 5.0\n"), plain_drafts={"drafted": 6, "accepted": 6, "drafts": 2})
+    assert (rec.status, rec.reason) == ("failed", "baseline_speculated"), rec.message
+    assert "the speculation-off server drafted 12 tokens and accepted 12 (its own counters" in rec.message
+    assert rec.speedup is None and rec.speed is None and rec.block_ratio is None
+    assert "[speed]" not in rec.message  # its min_speedup is not judged against speculation either
+    assert (rec.drafted, rec.accepted) == (24, 18)  # the case's own cold pass still counts
+
+
+def test_a_plain_server_that_drafts_nothing_passes(run) -> None:
+    rec = run(_case(SIMPLE))
+    assert rec.status == "passed" and rec.baseline_command[-2:] == ["--spec-type", "none"]
+
+
+def test_speculation_that_stops_after_the_cold_pass_fails_naming_the_request(run, monkeypatch) -> None:
+    """Upstream's #27692: speculation silently off after the first requests. The cold pass (2 prompts)
+    and the warm-up (1 request) draft; every round after drafts nothing: spec_disengaged, first, naming the
+    round, the request and both counter sets; its speed (faster without drafting, here) not gated."""
+    monkeypatch.setenv("SPEC_REPEAT", "3")
+    rec = run(_case(SIMPLE), stop_drafting_after=3)
+    assert (rec.status, rec.reason) == ("failed", "spec_disengaged"), rec.message
+    assert (
+        "speculation stopped: round 1, request 1 of 2 ('a', first of the round): drafted 0 accepted 0, "
+        "against drafted 12 accepted 9 on the fresh server (the cold pass)"
+    ) in rec.message
+    assert rec.speed is None and rec.speedup is None
+    assert (rec.drafted, rec.accepted) == (24, 18) and [r.drafted for r in rec.rounds] == [0, 0, 0]
 
 
 def _run_all(env: Path, monkeypatch: pytest.MonkeyPatch, cases: list[Case], **fake: object) -> dict:
@@ -318,6 +352,23 @@ def _run_all(env: Path, monkeypatch: pytest.MonkeyPatch, cases: list[Case], **fa
     finally:
         suite.finish_session(s)
     return s.results.run.cases
+
+
+@pytest.mark.parametrize(
+    ("fake", "head"),
+    [
+        (
+            {"plain_drafts": {"drafted": 6, "accepted": 6, "drafts": 2}},
+            "BASELINE SPECULATED, speed not gated",
+        ),
+        ({"stop_drafting_after": 3}, "SPECULATION DISENGAGED, speed not gated"),
+    ],
+)
+def test_a_servers_life_failure_is_named_in_the_first_lines(env, monkeypatch, fake, head) -> None:
+    recs = _run_all(env, monkeypatch, [_case(SIMPLE)], **fake)
+    said = verdict(load_run(env / "results"))
+    assert said.headline == f"FAILED: 1 of 1 case(s): c ({recs['c'].reason})"
+    assert said.attention[0].startswith(f"{head}: c: "), said.attention
 
 
 def test_acceptance_that_drops_with_slots_fails_only_the_concurrent_members(env, monkeypatch) -> None:
