@@ -105,6 +105,29 @@ def _check_finite(table: msgspec.Struct) -> None:
             raise ValueError(f"{key} = {value}: not a finite number")
 
 
+Issue = Annotated[int, Meta(ge=1, le=10**7, description="llama.cpp's issue or pull request number")]
+
+
+class KnownBug(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An upstream bug the case reproduces (``[case.known_bug]``) and how it shows: the failure reason and,
+    where one is needed to tell it from another failure of that reason, a text of the case's message or
+    server log (an abort's file:line, the counters' words). While it shows so, the case is ``known_bug``;
+    when the case passes, the bug is FIXED (measure.known)."""
+
+    title: Annotated[str, Meta(min_length=1, max_length=200, description="a short title (1-200 characters)")]
+    reason: Name  # the failure reason it shows as: crashed, order_dependent, spec_disengaged, ...
+    # llama.cpp's issue or pull request number; none: not filed upstream yet (the title says what it is)
+    issue: Issue | None = None
+    evidence: Annotated[str, Meta(min_length=1, max_length=200, description="1-200 characters")] | None = None
+    # an intermittent bug: seen in ``seen[0]`` of ``seen[1]`` servers where it was measured; FIXED then
+    # needs as many clean runs in a row as make a still-present bug's chance of that under 5 %
+    seen: Annotated[tuple[Count, Count], Meta(description="[k, n]: seen in k of n")] | None = None
+
+    def __post_init__(self) -> None:
+        if self.seen is not None and self.seen[0] > self.seen[1]:
+            raise ValueError(f"known_bug.seen = {list(self.seen)}: seen in more servers than were measured")
+
+
 class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One ``[[case]]`` table as written: its keys, their types and ranges, and the rules joining them."""
 
@@ -175,6 +198,13 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     parallel: Annotated[Slots | Sweep, Meta(description=SLOTS_OR_SWEEP)] | None = None
     streams: Slots | None = None
     calibration: dict[str, Any] = {}
+    known_bug: KnownBug | None = None  # the upstream bug the case reproduces (docs/upstream.md)
+    # A server's life: prompt ids of the case's set sent in this order to one fresh server after the case's
+    # own measurement; each request is compared with itself sent alone to a fresh server, counters and
+    # tokens (order_dependent: measure.order). "long then short" is upstream's #27852.
+    sequence: Annotated[
+        tuple[Text, ...], Meta(min_length=2, max_length=64, description="2 to 64 prompt ids")
+    ] = ()
 
     def __post_init__(self) -> None:
         _check_finite(self)
@@ -455,6 +485,24 @@ def _check_category_floors(index: int, table: CaseTable, pset: PromptSet) -> Non
             raise _bad("case", index, table.name, f"{msg} (its categories: {', '.join(known) or 'none'})")
 
 
+def _check_sequence(index: int, table: CaseTable, pset: PromptSet) -> None:
+    """A sequence names prompts of the case's own inline set, on one slot (each request alone on its
+    server, as the reference it is compared with is)."""
+    if not table.sequence:
+        return
+    if pset.dataset is not None:
+        raise _bad(
+            "case", index, table.name, "sequence: give it with an inline prompt set (its ids are known)"
+        )
+    if table.parallel not in (None, 1) or (table.streams or 1) != 1:
+        raise _bad("case", index, table.name, "sequence: give it on a case of one slot and one stream")
+    ids = [p.id for p in pset.prompts]
+    if unknown := [s for s in table.sequence if s not in ids]:
+        raise _bad("case", index, table.name,
+                   f"sequence: prompt set {pset.name!r} has no prompt {', '.join(map(repr, unknown))} "
+                   f"(its ids: {', '.join(ids)})")  # fmt: skip
+
+
 def _ready(
     index: int,
     table: CaseTable,
@@ -469,6 +517,7 @@ def _ready(
         )
     pset = prompt_sets[table.prompts]
     _check_category_floors(index, table, pset)
+    _check_sequence(index, table, pset)
     files = (table.target, table.draft, pset.dataset.file if pset.dataset else None)
     for model in filter(None, files):
         if lock_names is not None and model not in lock_names:

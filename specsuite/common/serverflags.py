@@ -189,6 +189,18 @@ CASE_FLAGS: tuple[CaseFlag, ...] = (
     CaseFlag(("--spec-ngram-map-k-min-hits",), 1, "ngram-map-k's hits before it drafts"),
     CaseFlag(("--spec-ngram-map-k4v-size-n",), 1, "ngram-map-k4v's lookup length"),
     CaseFlag(("--spec-ngram-map-k4v-min-hits",), 1, "ngram-map-k4v's hits before it drafts"),
+    # the server's life over many requests: how it makes room at the context limit and what it keeps between
+    # requests. Upstream's bugs live there (#21815: the n-gram map speculators abort under --context-shift;
+    # #27852: ngram-cache state leaks from one request into the next), and a user reproducing a report
+    # gives these; the speculation-off server gets them too, so the comparison stays like for like.
+    CaseFlag(("--context-shift",), 0, "shift the context at its limit (#21815's trigger)"),
+    CaseFlag(("--no-context-shift",), 0, "stop at the context limit (the default, said explicitly)"),
+    CaseFlag(("--keep",), 1, "the prompt tokens a context shift keeps"),
+    CaseFlag(("--cache-reuse",), 1, "reuse cached prompt chunks by KV shifting"),
+    CaseFlag(("-cram", "--cache-ram"), 1, "the prompt cache's size in MiB"),
+    CaseFlag(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), 1, "context checkpoints per slot"),
+    CaseFlag(("-cms", "--checkpoint-min-step"), 1, "the spacing of context checkpoints in tokens"),
+    CaseFlag(("--swa-full",), 0, "a full-size SWA cache"),
     # a mode case's server_args are the user's extra arguments, read by the front end's resolver: a user who
     # sets the spec type or a draft length there decides it (USER_SPEC_CHOICES, owned by the harness else)
     *(

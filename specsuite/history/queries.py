@@ -342,3 +342,25 @@ def series(
         conn.row_factory = sqlite3.Row
         found = conn.execute(sql, [*args, *([case] if case is not None else [])])
         return sound_series([series_row(r) for r in found])
+
+
+def case_statuses(
+    case: str, device_class: str, backend: str, before: str | None, path: Path | None = None, limit: int = 50
+) -> list[str]:
+    """How ``case`` ended in its last ``limit`` runs on this device class and backend that started before
+    ``before`` (None: any), newest first: whether a known bug's clean streak goes on (measure.known). A
+    history that cannot be read says nothing (an empty list: the streak is this run's alone)."""
+    try:
+        with reading(path, recording=True) as conn:
+            if conn is None:
+                return []
+            rows = conn.execute(
+                "SELECT c.status FROM cases c JOIN runs r ON r.id = c.run WHERE c.name = ? "
+                "AND r.device_class = ? AND r.backend = ? "
+                f"AND (? IS NULL OR julianday({RUN_TIME}) < julianday(?)) "
+                f"ORDER BY {RUN_TIME} DESC, r.id DESC LIMIT ?",
+                (case, device_class, backend, before, before, limit),
+            ).fetchall()
+    except (UserError, sqlite3.Error):
+        return []
+    return [str(status) for (status,) in rows]

@@ -70,6 +70,9 @@ class Engine:
     _base_tokens: dict[tuple[PlainKey, str, int, float, int], list[Completion]] = field(default_factory=dict)
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
     vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
+    # a case's earlier statuses on this setup, newest first (the harness's history): whether an
+    # intermittent known bug that did not show has stayed away long enough to be called fixed
+    known_history: Callable[[str], list[str]] | None = None
     # what every case asks of the binary and the machine, worked out once a run
     resolver_caps: ResolverCaps = field(init=False)  # the front ends' view of the probe (mode cases)
     pinned_cpu: frozenset[int] | None = field(init=False)  # where a pin_cpu case's servers run (cpus)

@@ -19,6 +19,7 @@ import itertools
 import operator
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,18 @@ from specsuite.cases.dataset import with_prompts
 from specsuite.cases.schema import Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.measure import budget, categories, concurrency, engaged, judge, observe, overhead, plausible
+from specsuite.measure import (
+    budget,
+    categories,
+    concurrency,
+    engaged,
+    judge,
+    known,
+    observe,
+    order,
+    overhead,
+    plausible,
+)
 from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.command import server_command
 from specsuite.measure.concurrency import Reference, Throughput
@@ -54,6 +66,8 @@ from specsuite.server.probe import MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed
 from specsuite.server.resolver import resolve_for_model
 
+FIRST = ("baseline_speculated", "order_dependent", "spec_disengaged")  # a server's life's failures, in order
+
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
 
@@ -68,6 +82,7 @@ class Measured:
     # the servers' life (measure.engaged): the plain server drafted, or speculation stopped after the cold
     # pass; either fails the case first, and its speed is of another configuration: not gated
     life: list[judge.Failure] = field(default_factory=list)
+    order: judge.Failure | None = None  # a request of the case's sequence that the ones before it changed
 
 
 def new_record(case: Case) -> CaseRecord:
@@ -283,7 +298,23 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     outcome = RequestOutcome(cold.delta, comps, divs, after.speed, rounds=after.deltas, categories=cats)
     np1 = session.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
     life = [f for f in (engaged.baseline_speculated(after.plain), engaged.disengaged(comps, after.spec)) if f]
-    return Measured(outcome, spec.log_text(), usage, after.seen, np1, life)
+    return Measured(outcome, spec.log_text(), usage, after.seen, np1, life, _sequence(session, case, rec, at))
+
+
+def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> judge.Failure | None:
+    """The case's sequence (measure.order), after its own server stopped: one server of a case at a time."""
+    if not case.sequence:
+        return None
+
+    def serve(what: str) -> AbstractContextManager[LlamaServer]:
+        return session.serving(at(1), session.results.logs / f"{case.name}-{what}.log", case)
+
+    try:
+        done, alone = order.run_sequence(case, serve)
+    except ServerFailed as exc:
+        raise CaseEnd("failed", exc.reason, f"a server of the case's sequence failed: {exc}") from None
+    rec.sequence, rec.sequence_alone = order.counters(done), order.counters(list(alone.values()))
+    return order.order_dependent(done, alone)
 
 
 def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
@@ -312,7 +343,10 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
     if not session.speed or rec.implausible_speed or m.life:  # no speed measured, none possible: no floor
         failures = [f for f in failures if f.reason != "speed"]
-    failures = [*m.life, *failures]  # first: it says what every number after it means
+    # first what the numbers mean: a plain side that speculated, then a request the ones before it changed
+    # (the more exact word for a drafter whose state leaked), then speculation that stopped in the rounds
+    life = sorted([*m.life, *([m.order] if m.order else [])], key=lambda f: FIRST.index(f.reason))
+    failures = [*life, *failures]
     if m.usage:
         failures.append(judge.Failure("usage", m.usage))
     failures += observe.memory_failures(rec.memory)
@@ -391,5 +425,7 @@ def run_case(case: Case, session: Engine) -> CaseRecord:
         raise
     finally:
         rec.wall_s = round(time.monotonic() - t0, 2)
+        if case.known_bug is not None:  # the upstream bug it reproduces: still there, fixed, or another end
+            known.judge(case.known_bug, rec, session.results.logs / f"{case.name}.log", session.known_history)
         session.results.add_case(rec)
     return rec

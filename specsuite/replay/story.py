@@ -21,7 +21,7 @@ from specsuite.replay.state import BUILD_FAILED, DONE, Entry, Replay
 from specsuite.results import config
 from specsuite.results.document import Run, load_run
 from specsuite.results.names import names_phrase
-from specsuite.results.record import NOT_IN_BUILD, CaseRecord, finite
+from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD, CaseRecord, bug_name, finite
 from specsuite.server.metrics import METRICS, TIMINGS
 
 SHOWN = 5  # cases named per line before "and N more"
@@ -177,12 +177,13 @@ def _not_measured(entry: Entry) -> str:
 
 def _counts(run: Run | None) -> list[str]:
     if run is None:
-        return ["–"] * 5
+        return ["–"] * 6
     status = [r.status for r in run.cases.values()]
-    return [str(status.count(s)) for s in ("passed", "failed", "error", NOT_IN_BUILD, "skipped")]
+    return [str(status.count(s)) for s in ("passed", "failed", "error", KNOWN_BUG, NOT_IN_BUILD, "skipped")]
 
 
-HEADER = ("build", "verdict", "passed", "failed", "error", "not in build", "skipped", "build s", "run s")
+HEADER = ("build", "verdict", "passed", "failed", "error", "known bug", "not in build", "skipped", "build s",
+          "run s")  # fmt: skip
 
 
 def _row(step: Step) -> list[str]:
@@ -203,5 +204,26 @@ def markdown(replay: Replay, found: Sequence[Step], out: Path) -> str:
     for s in found:
         lines.append(f"- **{s.entry.key}**: {s.lines[0]}")
         lines += [f"  - {line}" for line in s.lines[1:]]
+    if bugs := known_bugs(found):
+        lines += ["", "Known upstream bugs across the builds (the cases that reproduce them):", "", *bugs]
     lines += ["", f"Every run's folder, results.json and summary.md: {out}"]
     return "\n".join(lines) + "\n"
+
+
+def known_bugs(found: Sequence[Step]) -> list[str]:
+    """Per upstream bug a case reproduces: at which builds it showed, at which the case passed (fixed, or
+    not seen for an intermittent one), where the case failed another way; so where it appeared and where
+    it was fixed read off one line."""
+    states: dict[tuple[int | None, str], dict[str, list[str]]] = {}
+    for step in found:
+        for rec in step.run.cases.values() if step.run else ():
+            if (ref := rec.known_bug) is not None:
+                at = states.setdefault((ref.issue, ref.title), {})
+                at.setdefault(ref.state, []).append(step.entry.key)
+    words = {"present": "present at", "fixed": "passes (fixed) at", "not_seen": "not seen at",
+             "other": "failed another way at"}  # fmt: skip
+    return [
+        f"- {bug_name(issue, title)}: "
+        + "; ".join(f"{words[s]} {', '.join(dict.fromkeys(keys))}" for s, keys in at.items())
+        for (issue, title), at in states.items()
+    ]

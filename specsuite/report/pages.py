@@ -11,7 +11,7 @@ from specsuite.report.data import METRICS, Group, Member, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
 from specsuite.results.document import Run
-from specsuite.results.record import NOT_IN_BUILD
+from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD
 from specsuite.results.summary import config_lines
 from specsuite.results.verdict import verdict
 
@@ -32,8 +32,9 @@ def status_of(status: str | None, reason: str | None, uncalibrated: bool) -> tup
     if status == "failed" and reason == "drifted":
         return "drifted", "failed: drifted"
     kind = status if status in ("failed", "skipped", "error", "interrupted") else "unknown"
-    kind = "skipped" if status == NOT_IN_BUILD else kind  # drawn as a skip; its words say which
-    said = "not in this build" if status == NOT_IN_BUILD else status
+    kind = "skipped" if status in (NOT_IN_BUILD, KNOWN_BUG) else kind  # drawn as a skip; its words say which
+    words: dict[str, str] = {NOT_IN_BUILD: "not in this build", KNOWN_BUG: "known bug, still present"}
+    said = words.get(status, status)
     return kind, f"{said}: {reason}" if reason else said
 
 

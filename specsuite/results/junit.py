@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from specsuite.results.document import Run
-from specsuite.results.record import NOT_IN_BUILD, CaseRecord, finite
+from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD, CaseRecord, finite
 
 JUNIT_METRICS = (
     "accept_rate",
@@ -34,13 +34,13 @@ def junit_xml(run: Run) -> bytes:
     """A run's junit.xml as pytest writes it for the suite (xunit1: one testcase per case, its metrics as
     properties), from the run's records: what `merge` writes, where no one pytest session saw every case."""
     recs = list(run.cases.values())
-    failed = [r for r in recs if r.status not in ("passed", "skipped", NOT_IN_BUILD)]
+    failed = [r for r in recs if r.status not in ("passed", "skipped", NOT_IN_BUILD, KNOWN_BUG)]
     suite = ET.Element(
         "testsuite",
         name=run.tier or "specsuite",  # the tier, as run-tier names its own junit.xml
         errors="0",
         failures=str(len(failed)),
-        skipped=str(sum(r.status in ("skipped", NOT_IN_BUILD) for r in recs)),
+        skipped=str(sum(r.status in ("skipped", NOT_IN_BUILD, KNOWN_BUG) for r in recs)),
         tests=str(len(recs)),
         time=f"{run.wall_s or 0:.3f}",
         timestamp=run.started or "",
@@ -60,7 +60,7 @@ def junit_xml(run: Run) -> bytes:
             for key, value in props:
                 ET.SubElement(group, "property", name=key, value=str(value))
         if rec.status != "passed":
-            tag = "skipped" if rec.status in ("skipped", NOT_IN_BUILD) else "failure"
+            tag = "skipped" if rec.status in ("skipped", NOT_IN_BUILD, KNOWN_BUG) else "failure"
             message = f"[{rec.reason}] {(rec.message or '').splitlines()[0] if rec.message else ''}".strip()
             ET.SubElement(case, tag, message=message).text = rec.message or ""
     root = ET.Element("testsuites")

@@ -17,10 +17,10 @@ import msgspec
 
 from specsuite.common.errors import UserError
 from specsuite.results.document import Harness, HistoryNote, Run, RunOptions
-from specsuite.results.record import NOT_IN_BUILD, CaseRecord
+from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD, CaseRecord
 
 # worst last: a case two parts ran keeps the worse of its two outcomes
-RANK = {"passed": 0, "skipped": 1, NOT_IN_BUILD: 1, "failed": 2, "error": 3, "interrupted": 4}
+RANK = {"passed": 0, "skipped": 1, NOT_IN_BUILD: 1, KNOWN_BUG: 1, "failed": 2, "error": 3, "interrupted": 4}
 NOT_RUN = "not_run"
 
 

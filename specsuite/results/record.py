@@ -21,9 +21,12 @@ from specsuite.results.config import CaseConfig
 
 # How a case ended: the one enumeration (a results.json holding another status is refused when read).
 # not_in_build: the binary predates what the case needs (suite.vintage): no failure of today's suite.
-Status = Literal["passed", "failed", "skipped", "not_in_build", "error", "interrupted"]
+# known_bug: the case reproduces an upstream bug it names (its [case.known_bug]) as the bug shows: counted,
+# said, not red; the bug fixed turns it green and named (measure.known).
+Status = Literal["passed", "failed", "skipped", "not_in_build", "known_bug", "error", "interrupted"]
 STATUSES: tuple[Status, ...] = get_args(Status)
 NOT_IN_BUILD: Status = "not_in_build"
+KNOWN_BUG: Status = "known_bug"
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
 MEASURED_FAIL_REASONS = frozenset(
@@ -197,6 +200,26 @@ class DriftRef(msgspec.Struct, kw_only=True):
     config_changes: list[str] = []  # the configuration across the change point (results.config.changes)
 
 
+def bug_name(issue: int | None, title: str) -> str:
+    """A known bug as every line says it: ``llama.cpp #21815 (title)``, or an unfiled one's title."""
+    return f"llama.cpp #{issue} ({title})" if issue is not None else f"not filed upstream yet ({title})"
+
+
+class KnownBugRef(msgspec.Struct, kw_only=True):
+    """The upstream bug a case reproduces, and how this run found it (measure.known): ``present`` (it showed
+    as the case says: status known_bug), ``fixed`` (the case passed; an intermittent bug only after enough
+    clean runs in a row), ``not_seen`` (an intermittent bug that did not show this run, not yet believed
+    fixed), ``other`` (the case failed another way: red as usual)."""
+
+    issue: int | None  # llama.cpp's issue or pull request number; None: not filed upstream yet
+    title: str
+    state: Literal["present", "fixed", "not_seen", "other"]
+    reason: str  # the failure reason it shows as
+    seen: list[int] | None = None  # an intermittent bug: seen in [k, n] servers when it was measured
+    clean_runs: int | None = None  # an intermittent bug: this and the runs before it in a row without it
+    clean_needed: int | None = None  # ... and the clean runs in a row FIXED needs (measure.known)
+
+
 class Memory(msgspec.Struct, kw_only=True):
     """The case server's memory and, beside it, the baseline server's (server.memory): peaks, a sample
     after each pass of the prompts (the cold pass, the warm-up, each round), and the growth from the
@@ -299,6 +322,11 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     config: CaseConfig | None = None  # the flags the case's server was given, what /props said
     memory: Memory | None = None
     prefill: Prefill | None = None
+    known_bug: KnownBugRef | None = None  # the upstream bug the case reproduces, and its state this run
+    # a case's sequence (measure.order): each request's own counters on one server, in order, and each of
+    # its prompts sent alone to a fresh server
+    sequence: list[RequestCounters] = []
+    sequence_alone: list[RequestCounters] = []
 
     @property
     def pos0(self) -> float | None:

@@ -10,13 +10,23 @@ headline names them too (``PASSED, with warnings (STRICT OFF: 1 skipped; 1 UNCAL
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from specsuite.cases.schema import GPU_TIERS
 from specsuite.results.document import Run
 from specsuite.results.merge import NOT_RUN
 from specsuite.results.names import SHOWN, all_but, names_phrase
-from specsuite.results.record import NOT_IN_BUILD, STATUSES, CaseRecord, Status
+from specsuite.results.record import (
+    KNOWN_BUG,
+    NOT_IN_BUILD,
+    STATUSES,
+    CaseRecord,
+    KnownBugRef,
+    Status,
+    bug_name,
+)
 
 ByStatus = dict[Status, list[CaseRecord]]
 Weakening = tuple[str | None, list[str]]  # (its tag in a green headline or None, its attention lines)
@@ -33,7 +43,7 @@ def verdict(run: Run) -> Verdict:
     recs = list(run.cases.values())
     by = {s: [r for r in recs if r.status == s] for s in STATUSES}
     bad = by["failed"] + by["error"] + by["interrupted"]
-    ran = by["passed"] + by["failed"]
+    ran = by["passed"] + by["failed"] + by[KNOWN_BUG]
     weakening = _weakening(run, by)
     attention = [line for _, lines in weakening for line in lines]
     scope = f" ({'; '.join(s)})" if (s := _scope(run)) else ""
@@ -145,6 +155,22 @@ LIFE = {
 }
 
 
+_CRASH = re.compile(
+    r"\[crashed: ([^\]\n]+)\]"
+)  # server.process: "[crashed: killed by signal SIGABRT at f:l: m]"
+
+
+def _crashes(run: Run) -> list[str]:
+    """One line per case whose server was killed by a signal, with its abort line (file:line and message)
+    where the log had one: a crash is named where it happened, not only as a reason."""
+    out = []
+    for r in run.cases.values():
+        if r.reason == "crashed" and (m := _CRASH.search(r.message or "")) is not None:
+            said = "known bug, still present" if r.status == KNOWN_BUG else r.status
+            out.append(f"CRASHED ({said}): {r.name}: {m[1]}")
+    return out
+
+
 def _life(run: Run) -> list[str]:
     """One line per case a server's life failed (``LIFE``): the case and the failure's own message."""
     out = []
@@ -156,11 +182,46 @@ def _life(run: Run) -> list[str]:
     return out
 
 
+# (a green headline's tag, the attention line's head) per state of a known bug, in the order said
+KNOWN_HEADS = {
+    "fixed": ("FIXED", "FIXED upstream (the case passes)"),
+    "present": ("KNOWN BUG", "KNOWN BUG, still present (not a failure)"),
+    "not_seen": ("NOT SEEN", "KNOWN BUG not seen this run"),
+}
+
+
+def _known_bugs(run: Run) -> list[Weakening]:
+    """The upstream bugs the run's cases reproduce (measure.known): fixed first (a green worth knowing),
+    then still present, then intermittent ones not seen this run; each bug once, with its cases."""
+    by: dict[str, dict[tuple[int | None, str], list[tuple[str, KnownBugRef]]]] = {}
+    for r in run.cases.values():
+        if (ref := r.known_bug) is not None and ref.state != "other":
+            by.setdefault(ref.state, {}).setdefault((ref.issue, ref.title), []).append((r.name, ref))
+    out: list[Weakening] = []
+    for state, (tag, head) in KNOWN_HEADS.items():
+        bugs = by.get(state, {})
+        lines = [f"{head}: {bug_name(issue, title)}: {', '.join(_seen(n, ref) for n, ref in cases)}"
+                 for (issue, title), cases in bugs.items()]  # fmt: skip
+        if lines:
+            out.append((f"{len(lines)} {tag}", lines))
+    return out
+
+
+def _seen(name: str, ref: KnownBugRef) -> str:
+    """A case of a known bug; an intermittent one's record of how often it showed and the clean streak."""
+    if ref.seen is None or ref.clean_runs is None:
+        return name
+    k, n = ref.seen
+    return (f"{name} (seen in {k} of {n} servers when measured; {ref.clean_runs} clean run(s) in a row, "
+            f"FIXED after {ref.clean_needed})")  # fmt: skip
+
+
 def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
     opts = run.run_options
-    if life := _life(run):
+    out += _known_bugs(run)
+    if life := _life(run) + _crashes(run):
         out.append((None, life))
     out += _not_in_build(run, by)
     if implausible := _implausible(run):

@@ -136,8 +136,24 @@ def diagnose(returncode: int | None, log_text: str, timed_out: bool = False) -> 
         return Diagnosis("spec_init_failed", line)
     if returncode is not None and (returncode < 0 or returncode in _SHELL_SIGNALS):
         signum = -returncode if returncode < 0 else returncode - 128
-        return Diagnosis("crashed", f"killed by signal {_signal_name(signum)}")
+        where = f" at {at}" if (at := abort_line(log_text)) else ""
+        return Diagnosis("crashed", f"killed by signal {_signal_name(signum)}{where}")
     return Diagnosis("server_exited", None if returncode is None else f"exit status {returncode}")
+
+
+# ggml_abort's line (ggml.c: "%s:%d: %s", file, line, message), what GGML_ABORT and GGML_ASSERT print before
+# the SIGABRT: the source path as the compiler saw it, cut to llama.cpp's own folders
+_ABORT = re.compile(r"(?:^|[\s/])((?:common|src|ggml|tools)/[\w./+-]+\.(?:c|cc|cpp|cu|h|hpp)):(\d+): (.+)")
+
+
+def abort_line(log_text: str) -> str | None:
+    """The last abort line of a log (``common/ngram-map.cpp:242: map.idx_last_check > cur_len: 253 > 128``),
+    the place and message a crash names; None when the server printed none."""
+    found = None
+    for line in _ANSI.sub("", log_text).splitlines():
+        if (m := _ABORT.search(line)) is not None:
+            found = f"{m[1]}:{m[2]}: {m[3].strip()[:300]}"
+    return found
 
 
 def _signal_name(signum: int) -> str:

@@ -26,8 +26,9 @@ import requests
 from specsuite.common import procs, settings
 from specsuite.common.procs import child_env
 from specsuite.server import metrics, portowner
-from specsuite.server.failure import classify
+from specsuite.server.failure import diagnose
 
+DYING_S = 15.0  # how long a server whose connection broke may take to die (its backtrace, under load)
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
 STOP_GRACE_S = 10.0
 PORT_ATTEMPTS = 3  # a port picked free can be taken before the server binds it: pick another
@@ -270,12 +271,28 @@ class LlamaServer:
     def log_tail(self, n: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-n:])
 
+    def _dying(self) -> int | None:
+        """A server whose connection broke is usually dying: an abort runs ggml's backtrace (gdb attached
+        for a second or more) before the SIGABRT, and a crash read before it ends reads as a server that
+        merely exited. Its exit status within DYING_S, else None (it lives on: the failure is the
+        request's)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=DYING_S)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _failure(self, message: str, *, timed_out: bool = False, reason: str | None = None) -> ServerFailed:
         rc = self.proc.poll() if self.proc is not None else None
         if rc is None and timed_out:
             self.stop()  # a hung server is stopped before its log is read, so the log is complete
-        reason = reason or classify(rc, self.log_text(), timed_out=timed_out and rc is None)
-        return ServerFailed(reason, f"{message} [{reason}]", self.log_tail())
+        elif rc is None and reason is None and self.proc is not None:
+            rc = self._dying()
+        why = None
+        if reason is None:  # the log decides, and its deciding line (an abort's file:line) is named with it
+            found = diagnose(rc, self.log_text(), timed_out=timed_out and rc is None)
+            reason, why = found.reason, found.evidence
+        return ServerFailed(reason, f"{message} [{reason}{f': {why}' if why else ''}]", self.log_tail())
 
 
 @atexit.register

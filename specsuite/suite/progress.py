@@ -34,6 +34,7 @@ def elapsed(seconds: float) -> str:
 
 
 NOT_IN_BUILD_MARK = "not in this build:"  # what test_speculative's skip of a not_in_build case says
+KNOWN_BUG_MARK = "known upstream bug:"  # ... and of a known_bug case (measure.known)
 
 
 def _reason(report: pytest.TestReport) -> str:
@@ -50,6 +51,7 @@ def verdict(report: pytest.TestReport) -> tuple[str, str]:
         return "passed", f"({', '.join(shown)})" if shown else ""
     if report.skipped:
         said = "not in this build" if NOT_IN_BUILD_MARK in report.longreprtext else "skipped"
+        said = "known bug, still present" if KNOWN_BUG_MARK in report.longreprtext else said
         return said, _reason(report)
     if report.when == "call":
         return "failed", _reason(report)

@@ -183,3 +183,17 @@ def test_real_build_failures(tmp_path, arch, args, reason):
     rc, text, timed_out = _serve(real_binary(), "-m", str(model), *args)
     assert rc not in (None, 0), text
     assert failure.classify(rc, text, timed_out) == reason
+
+
+def test_a_crash_names_its_abort_line() -> None:
+    """The pinned build's abort under --context-shift with ngram-map-k (upstream's #21815), as its log has it
+    (tests/data/failures/ngram-map-ctx-shift.log, cut from a real run): the place and message, not only the
+    signal."""
+    log = (FAILURE_DIR / "ngram-map-ctx-shift.log").read_text()
+    found = failure.diagnose(-6, log)
+    assert found == failure.Diagnosis(
+        "crashed",
+        "killed by signal SIGABRT at common/ngram-map.cpp:242: common_ngram_map_draft: map.idx_last_check > "
+        "cur_len: 246 > 128",
+    )
+    assert failure.abort_line("no abort here\n") is None
