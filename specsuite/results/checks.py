@@ -22,10 +22,11 @@ import msgspec
 
 from specsuite.cases.schema import MAX_PARALLEL, MAX_TEMPERATURE
 from specsuite.common.settings import MAX_REPEAT
+from specsuite.llamacpp.identity import HEX_RE
 from specsuite.results.document import KNOWN_SCHEMAS, Run, run_id_problem
 from specsuite.results.record import CaseRecord, CategoryStats, Np1, SpeedSamples, finite
 from specsuite.server.metrics import Delta
-from specsuite.server.probe import plain_text_problem
+from specsuite.server.probe import BACKENDS, plain_text_problem
 
 # A counter of one case in one run: tokens a server drafted or accepted. A trillion is far beyond any run
 # (a nightly tier drafts millions) and far inside SQLite's 64-bit INTEGER, so a counter of 2^80 is refused
@@ -363,6 +364,20 @@ def header_problems(run: Run) -> list[str]:
     out += _text_problems(header.get("config"), "config")
     if (wall := finite(run.wall_s)) is not None and wall < 0:
         out.append(f"wall_s {wall:g} is negative")
+    return out + binary_problems(run)
+
+
+def binary_problems(run: Run) -> list[str]:
+    """The binary's fields a summary, the history and the headline show, of the shapes a live run writes
+    (``llamacpp.info.problem`` checks the build record they come from): a commit of hex digits, a build
+    number, a backend the probe can name."""
+    b, out = run.binary, []
+    if b.commit is not None and not HEX_RE.fullmatch(b.commit):
+        out.append(f"binary.commit {_short(b.commit)} is not a git commit (7 to 40 hex digits)")
+    if b.build is not None and not (isinstance(b.build, int) and 0 <= b.build <= 10**7):
+        out.append(f"binary.build {_short(b.build)} is not a build number")
+    if b.backend is not None and b.backend not in BACKENDS:
+        out.append(f"binary.backend {_short(b.backend)} is not one of {', '.join(BACKENDS)}")
     return out
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specsuite.common import atomic, table
+from specsuite.common.table import markdown_code, markdown_text
 from specsuite.llamacpp.identity import short
 from specsuite.results import config
 from specsuite.results.crossover import crossovers
@@ -80,10 +82,11 @@ def _config_changes(r: CaseRecord) -> list[str]:
     return [*(r.baseline.config_changes if r.baseline else []), *(r.drift.config_changes if r.drift else [])]
 
 
-def config_lines(run: Run, failed: bool) -> list[str]:
+def config_lines(run: Run, failed: bool, show: Callable[[str], str] = str) -> list[str]:
     """The configuration changes since the baseline, one line per set of changes with the cases that
     share it: those of failed cases (``failed``; their likely cause, named first), or of the others.
-    What the run's own line says already (``run_config_line``) is not said again."""
+    What the run's own line says already (``run_config_line``) is not said again. ``show``: how a change
+    is written (``markdown_text`` in summary.md: a change holds the binary's own --help text)."""
     groups: dict[tuple[str, ...], list[CaseRecord]] = {}
     said = set(_run_changes(run))
     for r in run.cases.values():
@@ -92,7 +95,7 @@ def config_lines(run: Run, failed: bool) -> list[str]:
             groups.setdefault(tuple(dict.fromkeys(found)), []).append(r)
     head = "CONFIGURATION CHANGED under" if failed else "configuration differs from the baseline under"
     return [
-        f"{head} {_cases(recs, failed, list(run.cases))}: {config.summary_line(list(changes))}"
+        f"{head} {_cases(recs, failed, list(run.cases))}: {config.summary_line(list(map(show, changes)))}"
         for changes, recs in groups.items()
     ]
 
@@ -104,10 +107,10 @@ def _cases(recs: list[CaseRecord], failed: bool, everyone: list[str]) -> str:
     return all_but([r.name for r in recs], everyone)
 
 
-def run_config_line(run: Run) -> list[str]:
+def run_config_line(run: Run, show: Callable[[str], str] = str) -> list[str]:
     """The binary's configuration against the run before it on this setup, when it differs: the likely
     cause of whatever changed, named first even where no case had a baseline to compare with; with the
-    failed cases whose own baselines saw those changes."""
+    failed cases whose own baselines saw those changes. ``show``: as in ``config_lines``."""
     what = _run_changes(run)
     if not what or run.history is None:
         return []
@@ -117,7 +120,8 @@ def run_config_line(run: Run) -> list[str]:
         if r.status == "failed" and set(map(_bare, _config_changes(r))) & set(what)
     ]
     under = f"; failed under it: {_cases(hit, True, list(run.cases))}" if hit else ""
-    return [f"CONFIGURATION CHANGED since {run.history.config_base}: {config.summary_line(what)}{under}"]
+    since, changed = show(str(run.history.config_base)), config.summary_line(list(map(show, what)))
+    return [f"CONFIGURATION CHANGED since {since}: {changed}{under}"]
 
 
 def _bare(change: str) -> str:
@@ -157,18 +161,19 @@ def crossover_lines(run: Run) -> list[str]:
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
-    lines += [f"- **{a}**" for a in [*run_config_line(run), *config_lines(run, True), *drift_lines(run),
-                                     *v.attention]]  # fmt: skip
+    md = markdown_text  # text from the binary or its build record: shown as text, never as markup
+    lines += [f"- **{a}**" for a in [*run_config_line(run, md), *config_lines(run, True, md),
+                                     *drift_lines(run), *v.attention]]  # fmt: skip
     if run.history is not None and run.history.line:
-        lines.append(f"- {run.history.line}")
-    lines += [f"- {line}" for line in config_lines(run, False)]
+        lines.append(f"- {md(run.history.line)}")
+    lines += [f"- {line}" for line in config_lines(run, False, md)]
     lines += [f"- {c}" for c in crossover_lines(run)]
     if run.parts:
         lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
     lines += [
         "",
-        f"binary: `{b.path}` llama.cpp `{b.key}`{_build_note(b)} backend `{b.backend}` on {run.device_name}; "
-        f"wall {run.wall_s} s",
+        f"binary: {markdown_code(str(b.path))} llama.cpp {markdown_code(str(b.key))}{_build_note(b)} backend "
+        f"{markdown_code(str(b.backend))} on {md(run.device_name)}; wall {run.wall_s} s",
         "",
         table.render(SUMMARY_COLUMNS, [_row(r) for r in run.cases.values()], markdown=True),
     ]
@@ -182,7 +187,7 @@ def summary_markdown(run: Run, v: Verdict) -> str:
 def _build_note(b: Binary) -> str:
     """What the key leaves out: the build number beside a commit, where the identity came from."""
     said = [f"b{b.build}"] if b.build is not None and b.commit else []
-    said += [f"from {b.source.origin}"] if b.source.origin else []
+    said += [f"from {markdown_text(b.source.origin)}"] if b.source.origin else []
     return f" ({', '.join(said)})" if said else ""
 
 

@@ -259,7 +259,8 @@ def parse_commit(version_text: str) -> str | None:
 
 
 _DEVICE_RE = re.compile(r"^\s+(([A-Za-z]+)\d*: .*)$", re.MULTILINE)
-_BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl")
+GPU_BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl")
+BACKENDS = ("cpu", *GPU_BACKENDS)  # every backend a run names: what parse_devices can say
 
 
 def parse_devices(list_devices_out: str) -> tuple[str | None, tuple[str, ...]]:
@@ -270,8 +271,8 @@ def parse_devices(list_devices_out: str) -> tuple[str | None, tuple[str, ...]]:
         return None, ()
     found = _DEVICE_RE.findall(list_devices_out.split("Available devices:", 1)[1])
     kinds = [kind.lower() for _, kind in found]
-    kinds += [k for k in _BACKENDS if f"ggml_{k}_init" in list_devices_out.lower()]
-    backend = next((k for k in kinds if k in _BACKENDS), "cpu")
+    kinds += [k for k in GPU_BACKENDS if f"ggml_{k}_init" in list_devices_out.lower()]
+    backend = next((k for k in kinds if k in GPU_BACKENDS), "cpu")
     return backend, tuple(line.strip() for line, _ in found)
 
 

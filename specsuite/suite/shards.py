@@ -31,6 +31,7 @@ from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.common.filehash import sha256_text
+from specsuite.common.table import markdown_plain
 from specsuite.measure import judge
 from specsuite.results.checks import run_problems
 from specsuite.results.document import Run, RunResults, load_run, make_results_dir
@@ -188,7 +189,7 @@ def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
     out, green = merge_shards(a.dirs, a.out, no_history=a.no_history)
     summary = out / "summary.md"
-    print(summary.read_text(encoding="utf-8"))
+    print(markdown_plain(summary.read_text(encoding="utf-8")))  # a terminal shows the text, not escapes
     append_step_summary(summary)
     print(f"merged: {out} (results.json, summary.md, junit.xml, bench.json, logs/)")
     return 0 if green else 1

@@ -23,6 +23,9 @@ from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
+from specsuite.common.table import markdown_plain
+from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp.posargs import split_posargs
 from specsuite.models.fetch import FetchOptions, fetch_models
 from specsuite.results.document import claim_results_dir, make_results_dir
@@ -176,6 +179,7 @@ def preflight(tier: str, env: dict[str, str]) -> Capabilities:
         )
     caps = probe(binary)
     check_device(caps, cases, settings.load(env).allow_cpu)
+    buildinfo.for_binary(binary, sha256_file(binary))  # a forged or broken build record: refused here
     return caps
 
 
@@ -323,6 +327,6 @@ def report(results_dir: Path) -> bool:
     summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
     if not summary.is_file():
         return False
-    print(summary.read_text(encoding="utf-8"))
+    print(markdown_plain(summary.read_text(encoding="utf-8")))  # a terminal shows the text, not escapes
     append_step_summary(summary)
     return True

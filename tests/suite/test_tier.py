@@ -23,6 +23,7 @@ from readonly import sandbox_dir, sandbox_env, specsuite_readonly
 from specsuite import cli
 from specsuite.common import errors, paths
 from specsuite.common.errors import UserError
+from specsuite.common.filehash import sha256_file
 from specsuite.suite import tier
 from specsuite.suite.tier import exit_code, parser, pytest_command
 
@@ -494,3 +495,52 @@ def test_two_runs_started_in_the_same_second_get_their_own_folders_and_ids(tmp_p
 
     with sqlite3.connect(env["SPEC_HISTORY"]) as conn:
         assert sorted(r[0] for r in conn.execute("SELECT run_id FROM runs")) == sorted(ids)
+
+
+# --- issue 47: text from the binary and its build record is checked, and escaped in markdown -------------
+
+MARKUP = "<img src=x onerror=alert(1)>\n## injected"
+
+
+def test_a_forged_build_record_beside_the_binary_is_refused_in_one_line(tmp_path, chain_env) -> None:
+    """A build-info.json that names this binary (its binary_sha256) but holds markup for a commit and a
+    backend: refused before anything runs, one line naming the file, nothing written."""
+    exe = fake_llama(tmp_path / "w" / "bin", **ALL_ACCEPTED)
+    record = tmp_path / "w" / "build-info.json"
+    record.write_text(json.dumps({"binary_sha256": sha256_file(exe), "commit": MARKUP, "backend": MARKUP}))
+    job = tmp_path / "job-summary.md"
+    env = {**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe), "GITHUB_STEP_SUMMARY": str(job)}
+    proc = _run_tier(env, SYNTH)
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: {record}: its commit ") and proc.stderr.count("\n") == 1
+    assert "specsuite build" in proc.stderr and "<img" not in proc.stdout
+    assert not (tmp_path / "r" / "results.json").exists() and not job.exists()
+
+
+P_MIN = "minimum speculative decoding probability (greedy) (default: 0.00)"
+
+
+def test_a_default_stated_in_markup_is_escaped_in_the_summary_and_plain_on_the_terminal(
+    tmp_path, chain_env
+) -> None:
+    """A --help default that carries HTML and markdown, changed between two runs into one history: the
+    CONFIGURATION CHANGED line of summary.md and the job summary shows it as text; the terminal plainly."""
+    job = tmp_path / "job-summary.md"
+    env = {**chain_env, "GITHUB_STEP_SUMMARY": str(job)}
+    for commit, default in (("a1a1a1a", "<b>x</b>"), ("b2b2b2b", "**x** ## y")):
+        exe = fake_llama(
+            tmp_path / commit / "bin",
+            version=f"version: 9999 (build 1, commit {commit})",
+            help_subs=[[P_MIN, P_MIN.replace("0.00", default)]],
+            **ALL_ACCEPTED,
+        )
+        proc = _run_tier(
+            {**env, "LLAMA_SERVER_BIN_PATH": str(exe), "SPEC_RESULTS_DIR": str(tmp_path / commit)}, SYNTH
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    changed = [ln for ln in (tmp_path / commit / "summary.md").read_text().splitlines() if "CHANGED" in ln]
+    assert len(changed) == 1 and changed[0].endswith(
+        r": default of --spec-draft-p-min: \<b>x\</b> -> \*\*x\*\* \#\# y**"
+    ), changed
+    assert changed[0] in job.read_text().splitlines()
+    assert "default of --spec-draft-p-min: <b>x</b> -> **x** ## y**" in proc.stdout
