@@ -60,7 +60,9 @@ def test_the_wheel_carries_the_suite_and_its_data(wheel: Path) -> None:
     assert "pytest11" not in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
-def test_an_installed_wheel_runs_the_synthetic_tier_from_an_empty_folder(wheel: Path, tmp_path: Path) -> None:
+def test_an_installed_wheel_runs_synthetic_cases_from_an_empty_folder(wheel: Path, tmp_path: Path) -> None:
+    """The wheel's own cases.toml and models.lock, from a folder with neither: three cases of the synthetic
+    tier (the whole tier runs in CI's test_synthetic session; here it would only run twice)."""
     binary = real_binary()
     venv = tmp_path / "venv"
     _install(wheel, venv)
@@ -72,11 +74,12 @@ def test_an_installed_wheel_runs_the_synthetic_tier_from_an_empty_folder(wheel: 
         SPEC_CACHE_DIR=str(tmp_path / "cache"),
         SPEC_HISTORY=str(tmp_path / "history.sqlite"),
     )
-    proc = _run([str(venv / "bin" / "specsuite"), "run-tier", "synthetic"], cwd=work, env=env)
+    cases = "tiny-simple-fixed,tiny-mtp-fixed,tiny-ngram-cache-order"
+    proc = _run([str(venv / "bin" / "specsuite"), "run-tier", cases], cwd=work, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [run] = (work / "results").iterdir()
     doc = json.loads((run / "results.json").read_text())
-    assert doc["verdict"].startswith("PASSED") and doc["cases"]
+    assert doc["verdict"].startswith("PASSED") and list(doc["cases"]) == cases.split(",")
     assert doc["harness"]["commit"] is None and doc["harness"]["version"]  # a wheel: its version, no commit
     assert (run / "summary.md").is_file() and (run / "junit.xml").is_file()
     assert not list(venv.rglob("results.json"))  # nothing written inside the installation

@@ -10,31 +10,19 @@ synthetic models: the counters, the memory and the prefill of these runs are the
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakeserver import real_binary
+from tierrun import run_tier
 
 from specsuite.common import paths
 from specsuite.measure.observe import limit
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # the real build: on CI's first Python only
-DROPPED = (
-    "SPEC_METHODS",
-    "SPEC_STRICT",
-    "SPEC_REPEAT",
-    "SPEC_NO_HISTORY",
-    "SPEC_RTOL",
-    "SPEC_WORKERS",
-    "SPEC_GPUS",
-    "GITHUB_STEP_SUMMARY",
-)
 RANDOM = "tiny-simple-random,tiny-mtp-random"
 DEFAULTS = [f"tiny-{m}-defaults" for m in ("simple", "mtp", "eagle3", "dflash", "dspark", "dspark-lowconf")]
 
@@ -65,30 +53,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     fetch_models(FetchOptions(methods=[*RANDOM.split(","), *DEFAULTS], model_dir=folder, tty=False))
     return folder
-
-
-def run_tier(
-    root: Path, models: Path, exe: Path, selector: str, name: str
-) -> tuple[int, dict[str, Any], Path]:
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
-    env.update(
-        LLAMA_SERVER_BIN_PATH=str(exe),
-        SPEC_MODEL_DIR=str(models),
-        SPEC_CACHE_DIR=str(root / "cache"),
-        SPEC_HISTORY=str(root / "history.sqlite"),
-        SPEC_RESULTS_DIR=str(root / name),
-        OMP_WAIT_POLICY="PASSIVE",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "specsuite", "run-tier", selector],
-        cwd=paths.REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert (root / name / "results.json").is_file(), proc.stdout + proc.stderr
-    return proc.returncode, json.loads((root / name / "results.json").read_text()), root / name
 
 
 def test_a_p_min_default_reset_is_named_first(tmp_path: Path, models: Path) -> None:

@@ -12,23 +12,16 @@ real build serving the real synthetic models.
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeserver import real_binary
-
-from specsuite.common import paths
+from tierrun import run_tier
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]  # the real build: on CI's first Python only
 KNOWN = ("tiny-ngram-map-k-ctx-shift", "tiny-eagle3-ctx-shift", "tiny-ngram-cache-order", "tiny-simple-order")
-DROPPED = ("SPEC_METHODS", "SPEC_STRICT", "SPEC_REPEAT", "SPEC_NO_HISTORY", "SPEC_RTOL", "SPEC_WORKERS",
-           "SPEC_GPUS", "GITHUB_STEP_SUMMARY")  # fmt: skip
 
 
 def wrapper(folder: Path, commit: str, rewrite: str) -> Path:
@@ -58,21 +51,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_tier(root: Path, models: Path, exe: Path, selector: str) -> tuple[int, dict[str, Any], list[str]]:
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED}
-    env.update(LLAMA_SERVER_BIN_PATH=str(exe), SPEC_MODEL_DIR=str(models), SPEC_CACHE_DIR=str(root / "cache"),
-               SPEC_HISTORY=str(root / "history.sqlite"), SPEC_RESULTS_DIR=str(root / "results"),
-               OMP_WAIT_POLICY="PASSIVE")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "specsuite", "run-tier", selector], cwd=paths.REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    out = root / "results"
-    assert (out / "results.json").is_file(), proc.stdout + proc.stderr
-    doc = json.loads((out / "results.json").read_text())
-    return proc.returncode, doc, (out / "summary.md").read_text().splitlines()
+def _run(root: Path, models: Path, exe: Path, selector: str) -> tuple[int, dict[str, Any], list[str]]:
+    rc, doc, out = run_tier(root, models, exe, selector)
+    return rc, doc, (out / "summary.md").read_text().splitlines()
 
 
 def test_the_pins_known_bugs_are_said_still_present_and_the_run_passes(tmp_path: Path, models: Path) -> None:
-    rc, doc, head = run_tier(tmp_path, models, real_binary(), ",".join(KNOWN))
+    rc, doc, head = _run(tmp_path, models, real_binary(), ",".join(KNOWN))
     states = {n: (r["status"], (r["known_bug"] or {}).get("state")) for n, r in doc["cases"].items()}
     assert rc == 0 and states == {
         "tiny-ngram-map-k-ctx-shift": ("known_bug", "present"),
@@ -95,7 +80,7 @@ def test_a_build_where_a_known_bug_no_longer_shows_reports_it_fixed_first(
 ) -> None:
     """The context made roomy on the way to the real build: the n-gram map speculator no longer aborts."""
     fixed = wrapper(tmp_path, "f1f1f1f", '  [ "$a" = 256 ] && a=1024; args+=("$a")')
-    rc, doc, head = run_tier(tmp_path, models, fixed, "tiny-ngram-map-k-ctx-shift")
+    rc, doc, head = _run(tmp_path, models, fixed, "tiny-ngram-map-k-ctx-shift")
     rec = doc["cases"]["tiny-ngram-map-k-ctx-shift"]
     assert rc == 0 and (rec["status"], rec["known_bug"]["state"]) == ("passed", "fixed"), rec["message"]
     assert head[0].endswith("PASSED, with warnings (1 FIXED; 1 UNCALIBRATED): 1 passed")
@@ -106,7 +91,7 @@ def test_a_build_whose_plain_server_speculates_is_caught_first(tmp_path: Path, m
     """#28391 on the real build: --spec-type none becomes ngram-mod; the plain server's own counters say it
     drafted, the case fails baseline_speculated, first, and no speedup is reported."""
     additive = wrapper(tmp_path, "a2a2a2a", '  [ "$a" = none ] && a=ngram-mod; args+=("$a")')
-    rc, doc, head = run_tier(tmp_path, models, additive, "tiny-simple-fixed")
+    rc, doc, head = _run(tmp_path, models, additive, "tiny-simple-fixed")
     rec = doc["cases"]["tiny-simple-fixed"]
     assert rc == 1 and (rec["status"], rec["reason"]) == ("failed", "baseline_speculated"), rec["message"]
     assert rec["baseline_command"][-2:] == ["--spec-type", "none"] and rec["speedup"] is None
