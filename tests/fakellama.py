@@ -71,6 +71,9 @@ DEFAULT: dict[str, Any] = {
     # speculation that stops after this many speculative /completion requests of the process (upstream's
     # #27692: spec prefill switched itself off after a few long requests): later ones draft nothing
     "stop_drafting_after": None,
+    # a slot restored from its file drafts from an empty draft context (upstream's #28619): the speculative
+    # requests after a /slots/0?action=restore accept nothing
+    "restore_drops_drafts": False,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -181,6 +184,10 @@ class H(BaseHTTPRequestHandler):
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
         timings = {"predicted_n": n, "predicted_ms": ms}
         time.sleep(CONFIG["pace"] * ms / 1000)
+        if self.path.startswith("/slots/0?action="):  # save and restore: the slot file's name echoed
+            action = self.path.split("=", 1)[1]
+            state["restored"] = action == "restore" and CONFIG["restore_drops_drafts"]
+            return self._send(200, {"id_slot": 0, "filename": body.get("filename"), "n_" + action + "d": n})
         if self.path == "/completion":
             t0 = time.time()
             state["requests"] += 1
@@ -205,6 +212,8 @@ class H(BaseHTTPRequestHandler):
                     now.update(CONFIG["by_request"][(state["requests"] - 1) % len(CONFIG["by_request"])])
                 if slots > 1 and CONFIG["parallel_counters"]:
                     now.update(CONFIG["parallel_counters"])
+                if state.get("restored"):  # an empty draft context: it drafts, and nothing is accepted
+                    now.update(accepted=0, per_pos=[0] * len(now["per_pos"] or []))
                 for k in ("drafted", "accepted", "drafts"):
                     state[k] += now[k]
                 for i, c in enumerate(now["per_pos"] or []):

@@ -76,6 +76,9 @@ Temperature = Annotated[
     float, Meta(ge=0, le=MAX_TEMPERATURE, description=f"a number in [0, {MAX_TEMPERATURE:g}]")
 ]
 FLOOR_KEYS = ("min_accept_rate", "min_accept_len")
+# A sequence's slot steps: save slot 0, restore it (the harness's own slot folder, --slot-save-path)
+SAVE, RESTORE = "@save", "@restore"
+SLOT_STEPS = (SAVE, RESTORE)
 # The concurrency axis: the server's slots (--parallel) and the concurrent streams of requests. --ctx-size
 # grows with the slots (llama.cpp divides it among them), so every slot holds CTX_SIZE whatever the slots.
 MAX_PARALLEL = 64
@@ -497,10 +500,32 @@ def _check_sequence(index: int, table: CaseTable, pset: PromptSet) -> None:
     if table.parallel not in (None, 1) or (table.streams or 1) != 1:
         raise _bad("case", index, table.name, "sequence: give it on a case of one slot and one stream")
     ids = [p.id for p in pset.prompts]
-    if unknown := [s for s in table.sequence if s not in ids]:
+    if (why := _slot_steps_problem(table.sequence)) is not None:
+        raise _bad("case", index, table.name, f"sequence: {why}")
+    if unknown := [s for s in table.sequence if s not in ids and s not in SLOT_STEPS]:
         raise _bad("case", index, table.name,
                    f"sequence: prompt set {pset.name!r} has no prompt {', '.join(map(repr, unknown))} "
                    f"(its ids: {', '.join(ids)})")  # fmt: skip
+
+
+def _slot_steps_problem(steps: tuple[str, ...]) -> str | None:
+    """A restore needs a save before it, and the prompt after it must be the one after that save (the warm
+    slot's answer it is compared with); the sequence starts with a prompt."""
+    if steps[0].startswith("@"):
+        return f"{steps[0]!r}: the first step is a prompt"
+    after_save = None
+    for i, step in enumerate(steps):
+        if step.startswith("@") and step not in SLOT_STEPS:
+            return f"{step!r} is not a step ({SAVE!r} or {RESTORE!r}; a prompt id does not start with '@')"
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if step == SAVE:
+            after_save = nxt
+        if step == RESTORE and (after_save is None or nxt != after_save):
+            return (
+                f"{RESTORE!r} at step {i + 1} must follow a {SAVE!r} and be followed by the prompt that "
+                f"followed it ({after_save!r}): the warm slot's answer is compared with it"
+            )
+    return None
 
 
 def _ready(

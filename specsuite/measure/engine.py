@@ -73,6 +73,9 @@ class Engine:
     # a case's earlier statuses on this setup, newest first (the harness's history): whether an
     # intermittent known bug that did not show has stayed away long enough to be called fixed
     known_history: Callable[[str], list[str]] | None = None
+    # the binary is an older build than the pin the cases (and their known bugs) are written against: a
+    # known bug that does not show there is not there yet, not fixed
+    older_than_pin: bool = False
     # what every case asks of the binary and the machine, worked out once a run
     resolver_caps: ResolverCaps = field(init=False)  # the front ends' view of the probe (mode cases)
     pinned_cpu: frozenset[int] | None = field(init=False)  # where a pin_cpu case's servers run (cpus)

@@ -4,9 +4,11 @@ against it once it has ended.
 - It ended as the bug shows (its failure reason, and the evidence text in its message or server log, where
   given): status ``known_bug``, counted and said, not red. A bug the suite stepped around is a bug it would
   never report fixed; a case that reproduces it keeps saying that it is still there.
-- It passed: the bug is FIXED, named in the first lines, a green worth knowing. An intermittent bug (seen
-  in k of n servers when measured) is not fixed after one clean run: it is ``not_seen`` until enough runs
-  in a row were clean (``clean_runs_needed``), counted from the history the harness hands in.
+- It passed: the bug is FIXED, named in the first lines, a green worth knowing; on a build older than the
+  pin the bugs were recorded on, it is not there yet (``absent``): where it appeared, in a replay's story.
+  An intermittent bug (seen in k of n servers when measured) is not fixed after one clean run: it is
+  ``not_seen`` until enough runs in a row were clean (``clean_runs_needed``), counted from the history
+  the harness hands in.
 - It failed another way: red as usual; the record still names the bug, so the line says which one was
   expected.
 """
@@ -47,9 +49,13 @@ def shows(bug: KnownBug, rec: CaseRecord, log_text: str) -> bool:
     return bug.evidence is None or bug.evidence in (rec.message or "") or bug.evidence in log_text
 
 
-def judge(bug: KnownBug, rec: CaseRecord, log: Path | None, history: History | None = None) -> None:
+def judge(
+    bug: KnownBug, rec: CaseRecord, log: Path | None, history: History | None = None, older: bool = False
+) -> None:
     """The ended case against the bug it names: its status, message and ``known_bug`` record (the
-    module's rules). ``history``: the earlier runs' statuses, for an intermittent bug's clean streak."""
+    module's rules). ``history``: the earlier runs' statuses, for an intermittent bug's clean streak.
+    ``older``: the binary predates the pin the bug was recorded on, so a case that passes there says the
+    bug is not there yet (``absent``), not that it was fixed."""
     if rec.status not in ("passed", "failed", "error"):
         return  # not run, not in this build, skipped, interrupted: nothing said of the bug
     ref = KnownBugRef(issue=bug.issue, title=bug.title, state="other", reason=bug.reason,
@@ -59,6 +65,8 @@ def judge(bug: KnownBug, rec: CaseRecord, log: Path | None, history: History | N
     if shows(bug, rec, _tail(log)):
         ref.state, rec.status = "present", KNOWN_BUG
         rec.message = f"known bug, still present: {named}: [{rec.reason}] {rec.message}"
+    elif rec.status == "passed" and older:
+        ref.state = "absent"
     elif rec.status == "passed":
         ref.state = "fixed"
         if bug.seen is not None:

@@ -18,13 +18,13 @@ import functools
 import itertools
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsuite.cases.dataset import with_prompts
-from specsuite.cases.schema import Case
+from specsuite.cases.schema import SLOT_STEPS, Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.measure import (
@@ -66,7 +66,14 @@ from specsuite.server.probe import MissingFlag
 from specsuite.server.process import Command, LlamaServer, ServerFailed
 from specsuite.server.resolver import resolve_for_model
 
-FIRST = ("baseline_speculated", "order_dependent", "spec_disengaged")  # a server's life's failures, in order
+FIRST = (
+    "baseline_speculated",
+    "order_dependent",
+    "slot_restore",
+    "spec_disengaged",
+)  # a server's life's failures, in order
+
+SLOT_SAVE_PATH = "--slot-save-path"  # harness-owned: where a sequence's slot is saved (never a case's flag)
 
 # The case's server command at a number of slots (its own, or 1 for its np-1 reference).
 Slots = Callable[[int], Command]
@@ -82,7 +89,8 @@ class Measured:
     # the servers' life (measure.engaged): the plain server drafted, or speculation stopped after the cold
     # pass; either fails the case first, and its speed is of another configuration: not gated
     life: list[judge.Failure] = field(default_factory=list)
-    order: judge.Failure | None = None  # a request of the case's sequence that the ones before it changed
+    # a request of the case's sequence that the ones before it changed, one a slot's restore changed
+    order: list[judge.Failure] = field(default_factory=list)
 
 
 def new_record(case: Case) -> CaseRecord:
@@ -301,20 +309,34 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
     return Measured(outcome, spec.log_text(), usage, after.seen, np1, life, _sequence(session, case, rec, at))
 
 
-def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> judge.Failure | None:
-    """The case's sequence (measure.order), after its own server stopped: one server of a case at a time."""
+def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[judge.Failure]:
+    """The case's sequence (measure.order), after its own server stopped: one server of a case at a time.
+    Slot steps need the build's --slot-save-path (the harness's own folder in the run's logs): a build
+    without it cannot run the case (``binary_no_slot_save_path``)."""
     if not case.sequence:
-        return None
+        return []
+    slot_flags: list[str] = []
+    if any(step in SLOT_STEPS for step in case.sequence):
+        if SLOT_SAVE_PATH not in session.caps.options:
+            raise _missing(session, case, f"option {SLOT_SAVE_PATH}", "binary_no_slot_save_path")
+        folder = session.results.logs / f"{case.name}-slots"
+        folder.mkdir(exist_ok=True)
+        slot_flags = [SLOT_SAVE_PATH, str(folder)]
 
-    def serve(what: str) -> AbstractContextManager[LlamaServer]:
-        return session.serving(at(1), session.results.logs / f"{case.name}-{what}.log", case)
+    def serve(what: str, extra: Sequence[str]) -> AbstractContextManager[LlamaServer]:
+        command = at(1) if not extra else (lambda port: [*at(1)(port), *extra])
+        return session.serving(command, session.results.logs / f"{case.name}-{what}.log", case)
 
     try:
-        done, alone = order.run_sequence(case, serve)
+        got = order.run_sequence(case, serve, slot_flags)
     except ServerFailed as exc:
         raise CaseEnd("failed", exc.reason, f"a server of the case's sequence failed: {exc}") from None
-    rec.sequence, rec.sequence_alone = order.counters(done), order.counters(list(alone.values()))
-    return order.order_dependent(done, alone)
+    rec.sequence, rec.sequence_alone = order.counters(got.done), order.counters(list(got.alone.values()))
+    return [
+        f
+        for f in (order.order_dependent(got.done, got.alone, got.after_restore), order.slot_restore(got))
+        if f
+    ]
 
 
 def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
@@ -345,7 +367,7 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
         failures = [f for f in failures if f.reason != "speed"]
     # first what the numbers mean: a plain side that speculated, then a request the ones before it changed
     # (the more exact word for a drafter whose state leaked), then speculation that stopped in the rounds
-    life = sorted([*m.life, *([m.order] if m.order else [])], key=lambda f: FIRST.index(f.reason))
+    life = sorted([*m.life, *m.order], key=lambda f: FIRST.index(f.reason))
     failures = [*life, *failures]
     if m.usage:
         failures.append(judge.Failure("usage", m.usage))
@@ -426,6 +448,7 @@ def run_case(case: Case, session: Engine) -> CaseRecord:
     finally:
         rec.wall_s = round(time.monotonic() - t0, 2)
         if case.known_bug is not None:  # the upstream bug it reproduces: still there, fixed, or another end
-            known.judge(case.known_bug, rec, session.results.logs / f"{case.name}.log", session.known_history)
+            log = session.results.logs / f"{case.name}.log"
+            known.judge(case.known_bug, rec, log, session.known_history, session.older_than_pin)
         session.results.add_case(rec)
     return rec

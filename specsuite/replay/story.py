@@ -220,7 +220,8 @@ def known_bugs(found: Sequence[Step]) -> list[str]:
             if (ref := rec.known_bug) is not None:
                 at = states.setdefault((ref.issue, ref.title), {})
                 at.setdefault(ref.state, []).append(step.entry.key)
-    words = {"present": "present at", "fixed": "passes (fixed) at", "not_seen": "not seen at",
+    words = {"present": "present at", "fixed": "passes (fixed) at", "absent": "not there yet at",
+             "not_seen": "not seen at",
              "other": "failed another way at"}  # fmt: skip
     return [
         f"- {bug_name(issue, title)}: "

@@ -208,12 +208,13 @@ def bug_name(issue: int | None, title: str) -> str:
 class KnownBugRef(msgspec.Struct, kw_only=True):
     """The upstream bug a case reproduces, and how this run found it (measure.known): ``present`` (it showed
     as the case says: status known_bug), ``fixed`` (the case passed; an intermittent bug only after enough
-    clean runs in a row), ``not_seen`` (an intermittent bug that did not show this run, not yet believed
-    fixed), ``other`` (the case failed another way: red as usual)."""
+    clean runs in a row), ``absent`` (the case passed on a build older than the pin the bug was recorded on:
+    not there yet), ``not_seen`` (an intermittent bug that did not show this run, not yet believed fixed),
+    ``other`` (the case failed another way: red as usual)."""
 
     issue: int | None  # llama.cpp's issue or pull request number; None: not filed upstream yet
     title: str
-    state: Literal["present", "fixed", "not_seen", "other"]
+    state: Literal["present", "fixed", "absent", "not_seen", "other"]
     reason: str  # the failure reason it shows as
     seen: list[int] | None = None  # an intermittent bug: seen in [k, n] servers when it was measured
     clean_runs: int | None = None  # an intermittent bug: this and the runs before it in a row without it

@@ -187,6 +187,7 @@ KNOWN_HEADS = {
     "fixed": ("FIXED", "FIXED upstream (the case passes)"),
     "present": ("KNOWN BUG", "KNOWN BUG, still present (not a failure)"),
     "not_seen": ("NOT SEEN", "KNOWN BUG not seen this run"),
+    "absent": ("NOT YET", "KNOWN BUG not in this build yet (an older build than the pin; the case passes)"),
 }
 
 

@@ -177,7 +177,8 @@ def open_session(
     session = Engine(
         caps, results, options, place=_place(caps, cases, options, out, shape.part), part=shape.part
     )
-    session.vintage = Vintage.of(run, history=not options.no_history).judge
+    vintage = Vintage.of(run, history=not options.no_history)
+    session.vintage, session.older_than_pin = vintage.judge, vintage.older
     if not options.no_history:
         gate.install(session)
     results.save()

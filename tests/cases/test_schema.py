@@ -591,3 +591,54 @@ def test_cases_toml_is_parsed_once_per_process_while_it_is_the_same_file(tmp_pat
     file.write_text(file.read_text() + "\n# edited\n")
     schema.load_cases(file)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("sequence", "message"),
+    [
+        ('["a", "nosuch"]', "sequence: prompt set 'p' has no prompt 'nosuch' (its ids: a, b)"),
+        ('["@save", "a"]', "sequence: '@save': the first step is a prompt"),
+        ('["a", "@bogus", "b"]', "sequence: '@bogus' is not a step ('@save' or '@restore'; a prompt id"),
+        ('["a", "@restore", "a"]', "sequence: '@restore' at step 2 must follow a '@save'"),
+        ('["a", "@save", "b", "@restore", "a"]', "and be followed by the prompt that followed it ('b')"),
+    ],
+)
+def test_a_bad_sequence_is_one_clear_error(sequence: str, message: str) -> None:
+    text = f"""
+version = 1
+[[prompt_set]]
+name = "p"
+prompts = [{{ id = "a", text = "x" }}, {{ id = "b", text = "y" }}]
+[[case]]
+name = "s"
+tier = "synthetic"
+spec_type = "draft-simple"
+target = "t.gguf"
+draft = "d.gguf"
+n_max = 3
+prompts = "p"
+uncalibrated = true
+sequence = {sequence}
+"""
+    with pytest.raises(UserError) as err:
+        parse_cases(text)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_known_bug_is_checked_like_every_other_key() -> None:
+    head = 'version = 1\n[[prompt_set]]\nname = "p"\nprompts = [{ id = "a", text = "x" }]\n'
+    case = (
+        '[[case]]\nname = "k"\ntier = "synthetic"\nspec_type = "ngram-cache"\ntarget = "t.gguf"\n'
+        'prompts = "p"\nuncalibrated = true\n[case.known_bug]\ntitle = "t"\n'
+    )
+    found = parse_cases(head + case + 'reason = "crashed"\nissue = 21815\n')[0].known_bug
+    assert found is not None and (found.issue, found.reason, found.seen) == (21815, "crashed", None)
+    for keys, said in (
+        ('reason = "crashed"\nseen = [3, 2]', "seen in more servers than were measured"),
+        ('reason = "crashed"\nissue = 0', "issue"),
+        ('reason = "Crashed!"', "reason"),
+        ('reason = "crashed"\ncolour = 1', "colour"),
+        ("issue = 1", "reason"),
+    ):
+        with pytest.raises(UserError, match=said):
+            parse_cases(head + case + keys + "\n")

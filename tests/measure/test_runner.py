@@ -756,3 +756,47 @@ def test_a_sequence_whose_requests_do_not_depend_on_order_passes(run) -> None:
     rec = run(_case(SIMPLE + 'sequence = ["b", "a", "b"]\n'))
     assert rec.status == "passed", rec.message
     assert [c.prompt for c in rec.sequence] == ["b", "a", "b"] and len(rec.sequence_alone) == 2
+
+
+SLOTS = 'sequence = ["a", "@save", "b", "@restore", "b"]\n'
+
+
+def test_a_restored_slot_answers_as_the_warm_one(run, env) -> None:
+    """Slot steps: the sequence's server gets the harness's own --slot-save-path (in the run's logs), and
+    the request after the restore equals the warm slot's answer to it (right after the save)."""
+    rec = run(_case(SIMPLE + SLOTS))
+    assert rec.status == "passed", rec.message
+    assert [c.prompt for c in rec.sequence] == ["a", "b", "b"]
+    assert (env / "results" / "logs" / "c-slots").is_dir()
+
+
+def test_a_restored_slot_that_lost_its_draft_context_fails_slot_restore(run) -> None:
+    """Upstream's #28619: a restored slot drafts from an empty draft KV (the fake accepts nothing after a
+    restore): slot_restore, naming the request and both counter sets."""
+    rec = run(_case(SIMPLE + SLOTS), restore_drops_drafts=True)
+    assert (rec.status, rec.reason) == ("failed", "slot_restore"), rec.message
+    assert (
+        "request 'b' after the slot's restore: drafted 12 accepted 0, the same tokens; on the warm slot "
+        "right after its save: drafted 12 accepted 9"
+    ) in rec.message
+
+
+def test_slot_steps_on_a_build_without_a_slot_folder_flag_are_a_lost_method(run) -> None:
+    rec = run(_case(SIMPLE + SLOTS), drop_options=["--slot-save-path"])
+    assert (rec.status, rec.reason) == ("failed", "binary_no_slot_save_path"), rec.message
+
+
+def test_a_known_bug_that_does_not_show_on_an_older_build_is_not_there_yet(env, monkeypatch) -> None:
+    """A build older than the pin the bug was recorded on: the case passes because the bug is not there
+    yet, and the run says so instead of FIXED (a replay reads where it appeared off it)."""
+    case = _case(SIMPLE + KNOWN)
+    s = _session(env, monkeypatch, case)
+    try:
+        s.older_than_pin = True
+        rec = runner.run_case(case, s)
+    finally:
+        suite.finish_session(s)
+    assert (rec.status, rec.known_bug.state) == ("passed", "absent")
+    said = verdict(load_run(env / "results"))
+    assert said.headline == "PASSED, with warnings (1 NOT YET): 1 passed"
+    assert said.attention[0].startswith("KNOWN BUG not in this build yet (an older build than the pin; the ")
