@@ -169,9 +169,15 @@ def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: 
             )
 
         at(case.parallel)(0)  # the case's own command: what the binary lacks ends the case before any server
+        if _slot_steps(case) and SLOT_SAVE_PATH not in session.caps.options:  # its sequence's server's flag
+            raise MissingFlag(session.caps.binary, f"option {SLOT_SAVE_PATH}", "binary_no_slot_save_path")
     except MissingFlag as exc:
         raise _missing(session, case, exc.what, exc.reason) from None
     return at
+
+
+def _slot_steps(case: Case) -> bool:
+    return any(step in SLOT_STEPS for step in case.sequence)
 
 
 def _types(case: Case, rec: CaseRecord) -> tuple[str, ...]:
@@ -222,7 +228,7 @@ def _rounds(
     after each and keeps the timings."""
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     watch.sample(case.streams)
-    snapshots, plain_marks = [spec.metrics()], [base.metrics()]
+    snapshots, plain_mark = [spec.metrics()], base.metrics()
     speed, seen, first_base = Speed(), Throughput(), None
     spec_rounds: list[list[Completion]] = []
     plain_done: list[Completion] = []
@@ -240,12 +246,11 @@ def _rounds(
             seen.add("spec", got["spec"])
             seen.add("base", got["base"])
     assert first_base is not None
-    plain_marks.append(base.metrics())
     deltas = [
         metrics.delta(a, b, done)
         for (a, b), done in zip(itertools.pairwise(snapshots), spec_rounds, strict=True)
     ]
-    plain = engaged.plain_counters(plain_marks[0], plain_marks[1], plain_done)
+    plain = engaged.plain_counters(plain_mark, base.metrics(), plain_done)
     return Rounds(deltas, spec_rounds, first_base, plain, speed, seen)
 
 
@@ -311,14 +316,12 @@ def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pa
 
 def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[judge.Failure]:
     """The case's sequence (measure.order), after its own server stopped: one server of a case at a time.
-    Slot steps need the build's --slot-save-path (the harness's own folder in the run's logs): a build
-    without it cannot run the case (``binary_no_slot_save_path``)."""
+    Slot steps give its server the build's --slot-save-path (the harness's own folder in the run's logs;
+    ``_command`` found the flag)."""
     if not case.sequence:
         return []
     slot_flags: list[str] = []
-    if any(step in SLOT_STEPS for step in case.sequence):
-        if SLOT_SAVE_PATH not in session.caps.options:
-            raise _missing(session, case, f"option {SLOT_SAVE_PATH}", "binary_no_slot_save_path")
+    if _slot_steps(case):
         folder = session.results.logs / f"{case.name}-slots"
         folder.mkdir(exist_ok=True)
         slot_flags = [SLOT_SAVE_PATH, str(folder)]
