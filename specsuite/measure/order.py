@@ -35,14 +35,14 @@ class Sequenced:
 
     done: list[Completion]
     alone: dict[str, Completion]
-    restored: list[tuple[Completion, Completion]] = field(default_factory=list)  # (warm, after restore)
+    # positions in ``done``: (the warm slot's answer right after a save, the answer after the restore)
+    restored: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def after_restore(self) -> set[int]:
-        """The positions in ``done`` of the requests after a restore: the warm slot's answer judges them
+        """The positions of the requests after a restore: the warm slot's answer judges them
         (``slot_restore``), not the alone rule."""
-        after = {id(a) for _, a in self.restored}
-        return {k for k, c in enumerate(self.done) if id(c) in after}
+        return {after for _, after in self.restored}
 
 
 def _body(case: Case, text: str, slots: bool) -> dict[str, object]:
@@ -57,7 +57,7 @@ def _send(srv: LlamaServer, case: Case, steps: Sequence[str], slots: bool) -> Se
     restore (``/slots/0?action=…``)."""
     texts = dict(case.prompt_texts)
     got = Sequenced([], {})
-    warm: Completion | None = None
+    warm: int | None = None  # the position of the answer right after the last save
     last = ""
     for step in steps:  # one after another on the one server: the order is the point
         if step in SLOT_STEPS:
@@ -67,9 +67,9 @@ def _send(srv: LlamaServer, case: Case, steps: Sequence[str], slots: bool) -> Se
         answer = Completion.from_response(step, srv.post("/completion", _body(case, texts[step], slots)))
         got.done.append(answer)
         if last == SAVE:
-            warm = answer
+            warm = len(got.done) - 1
         elif last == RESTORE and warm is not None:
-            got.restored.append((warm, answer))
+            got.restored.append((warm, len(got.done) - 1))
         last = step
     return got
 
@@ -92,7 +92,7 @@ def slot_restore(got: Sequenced) -> Failure | None:
     """A request after a restore whose counters or tokens differ from the warm slot's answer to it: the
     restored slot lost what the saved one had (upstream's #28619: the draft context is not saved, so a
     restored slot drafts from an empty draft KV)."""
-    for warm, after in got.restored:
+    for warm, after in ((got.done[w], got.done[a]) for w, a in got.restored):
         if _same(warm, after):
             continue
         return Failure(
