@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from specsuite.cases.schema import Case, load_cases  # noqa: E402
 from specsuite.common import paths  # noqa: E402
-from specsuite.measure.command import server_command  # noqa: E402
+from specsuite.measure.argv import server_command  # noqa: E402
 from specsuite.measure.outcome import Completion, request_body  # noqa: E402
 from specsuite.measure.streams import Pass  # noqa: E402
 from specsuite.models.store import locate  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.cases.schema import load_cases, select_cases
 from specsuite.common import paths, table
-from specsuite.measure.command import server_command
+from specsuite.measure.argv import server_command
 from specsuite.measure.outcome import run_prompts
 from specsuite.measure.streams import warm_up
 from specsuite.server.memory import Sampler

@@ -43,7 +43,6 @@ SpecType = Literal[
     "ngram-mod",
     "ngram-cache",
 ]
-SPEC_TYPES: tuple[str, ...] = get_args(SpecType)
 # "detect": pass no --spec-type and let the server pick the type from the draft's GGUF metadata.
 DETECT = "detect"
 Token = Literal[SpecType, "detect"]

@@ -17,7 +17,7 @@ from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
 from specsuite.measure import judge, observe
 from specsuite.measure.cold import of_case as cold_of_case
-from specsuite.measure.command import runs_on_cpu
+from specsuite.measure.argv import runs_on_cpu
 from specsuite.measure.concurrency import Reference
 from specsuite.measure.outcome import Completion
 from specsuite.measure.plain import PlainServer
@@ -44,6 +44,25 @@ class CaseEnd(Exception):
     def __init__(self, status: Status, reason: str, message: str) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
+
+
+# What a server's failure makes of the case, by the server's role. The speculative path under test failing
+# (the case's own server, its np-1 reference, a server of its sequence) is the case's failure; the
+# speculation-off server failing leaves nothing to compare against: an error of the measurement, not a
+# verdict on speculation. (A binary that predates the case's model ends it as not in this build:
+# Engine.start.)
+SERVER_ROLES = {
+    "case": ("failed", ""),
+    "reference": ("failed", "the np-1 reference server failed: "),
+    "sequence": ("failed", "a server of the case's sequence failed: "),
+    "plain": ("error", "the speculation-off server failed: "),
+}
+
+
+def server_end(exc: ServerFailed, role: str) -> CaseEnd:
+    """The one place a ``ServerFailed`` becomes a case's end."""
+    status, prefix = SERVER_ROLES[role]
+    return CaseEnd(status, exc.reason, f"{prefix}{exc}")
 
 
 # The gate against history: (case, record, whether the case already failed) -> failures; the harness
@@ -127,7 +146,7 @@ class Engine:
         try:
             srv = self.start(command, log, case)
         except ServerFailed as exc:
-            raise CaseEnd("failed", exc.reason, str(exc)) from None
+            raise server_end(exc, "case") from None
         try:
             yield srv
         finally:
@@ -198,7 +217,7 @@ class Engine:
             try:
                 got = cold_of_case(srv, case, streams=1)
             except ServerFailed as exc:
-                raise CaseEnd("failed", exc.reason, f"the np-1 reference server failed: {exc}") from None
+                raise server_end(exc, "reference") from None
         return Reference(
             f"measured for {case.name}: {self.results.rel(log)}", got.done.completions, got.delta
         )

@@ -40,9 +40,9 @@ from specsuite.measure import (
     plausible,
 )
 from specsuite.measure.cold import of_case as cold_of_case
-from specsuite.measure.command import server_command
+from specsuite.measure.argv import server_command
 from specsuite.measure.concurrency import Reference, Throughput
-from specsuite.measure.engine import CaseEnd, Engine
+from specsuite.measure.engine import CaseEnd, Engine, server_end
 from specsuite.measure.outcome import (
     Completion,
     Prompts,
@@ -115,14 +115,14 @@ def new_record(case: Case) -> CaseRecord:
 # --- the steps of a case ---------------------------------------------------------------------------------
 
 
-def _missing(session: Engine, case: Case, what: str, reason: str) -> CaseEnd:
+def _missing(engine: Engine, case: Case, what: str, reason: str) -> CaseEnd:
     """A method or flag the binary lacks: not in this build yet (an older build than the pin, where no
     lower build measured the case: ``vintage``), else a loss (strict: failed; --allow-missing: skipped)."""
-    msg = f"{session.caps.binary} cannot run this case: it has no {what}"
-    fresh, said = session.vintage(case.name, what) if session.vintage else (False, "")
+    msg = f"{engine.caps.binary} cannot run this case: it has no {what}"
+    fresh, said = engine.vintage(case.name, what) if engine.vintage else (False, "")
     if fresh:
         return CaseEnd(NOT_IN_BUILD, reason, f"{msg}{said}")
-    if session.options.strict:
+    if engine.options.strict:
         return CaseEnd(
             "failed", reason, f"{msg}{said} (strict: a lost method is a regression; --allow-missing skips)"
         )
@@ -130,14 +130,14 @@ def _missing(session: Engine, case: Case, what: str, reason: str) -> CaseEnd:
 
 
 def _resolve(
-    session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None
+    engine: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None
 ) -> tuple[str, ...]:
     """A ``mode`` case: the front end's resolver picks the flags from the probe and the GGUF metadata."""
     res = resolve_for_model(
         case.mode,
-        caps=session.resolver_caps,
+        caps=engine.resolver_caps,
         model_path=target,
-        gpu=session.gpu,
+        gpu=engine.gpu,
         mtp_draft_path=str(draft) if draft else None,
         spec_draft_n_max=case.n_max,
         extra_args=list(case.server_args),  # the user's extra args: a --spec-type there owns speculation
@@ -150,29 +150,29 @@ def _resolve(
     got = res.spec_type or "none"
     if res.fallback_reason:  # the binary lacks what the mode would pick: a missing method, said as such
         what = f"support for {case.mode!r} as resolved ({res.why})"
-        raise MissingFlag(session.caps.binary, what, res.fallback_reason)
+        raise MissingFlag(engine.caps.binary, what, res.fallback_reason)
     if case.expect_resolved is not None and got != case.expect_resolved:
         msg = f"mode {case.mode!r} resolved to {got}, expected {case.expect_resolved} ({res.why})"
         raise CaseEnd("failed", "self_test", msg)
     return tuple(res.flags)
 
 
-def _command(session: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
+def _command(engine: Engine, case: Case, rec: CaseRecord, target: Path, draft: Path | None) -> Slots:
     """The case's command at a number of slots. What the binary lacks (the method a mode resolves to, a flag
     or type the command needs: ``MissingFlag``) ends the case here, before any server starts."""
     try:
-        resolved = _resolve(session, case, rec, target, draft) if case.mode else None
+        resolved = _resolve(engine, case, rec, target, draft) if case.mode else None
 
         def at(parallel: int) -> Command:
             return lambda port: server_command(
-                session.caps, target, port, case, draft, resolved, parallel=parallel
+                engine.caps, target, port, case, draft, resolved, parallel=parallel
             )
 
         at(case.parallel)(0)  # the case's own command: what the binary lacks ends the case before any server
-        if _slot_steps(case) and SLOT_SAVE_PATH not in session.caps.options:  # its sequence's server's flag
-            raise MissingFlag(session.caps.binary, f"option {SLOT_SAVE_PATH}", "binary_no_slot_save_path")
+        if _slot_steps(case) and SLOT_SAVE_PATH not in engine.caps.options:  # its sequence's server's flag
+            raise MissingFlag(engine.caps.binary, f"option {SLOT_SAVE_PATH}", "binary_no_slot_save_path")
     except MissingFlag as exc:
-        raise _missing(session, case, exc.what, exc.reason) from None
+        raise _missing(engine, case, exc.what, exc.reason) from None
     return at
 
 
@@ -196,12 +196,12 @@ def _check_models(
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
 
-def _round_count(session: Engine, case: Case) -> int:
+def _round_count(engine: Engine, case: Case) -> int:
     """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
     anything there, the round is for tokens and counters); with several slots at least two, so that
     counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
     measure.concurrency)."""
-    n = max(session.options.repeat, case.repeat) if session.speed else 1  # a case's own repeat raises it
+    n = max(engine.options.repeat, case.repeat) if engine.speed else 1  # a case's own repeat raises it
     return max(n, 2) if case.parallel > 1 else n
 
 
@@ -221,7 +221,7 @@ class Rounds:
 
 
 def _rounds(
-    session: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch, rounds: int
+    engine: Engine, case: Case, spec: LlamaServer, base: LlamaServer, watch: observe.Watch, rounds: int
 ) -> Rounds:
     """After the cold pass: a warm-up (the baseline's was done when it started), then ``rounds`` rounds
     (``_round``, ``_round_count``); each side's counters are ``/metrics`` deltas. ``watch`` samples memory
@@ -241,7 +241,7 @@ def _rounds(
         watch.sample(len(got["spec"].completions))
         snapshots.append(spec.metrics())
         first_base = first_base or got["base"].completions
-        if session.speed:
+        if engine.speed:
             speed.add(got["spec"].completions, got["base"].completions)
             seen.add("spec", got["spec"])
             seen.add("base", got["base"])
@@ -273,48 +273,48 @@ def _round(case: Case, spec: LlamaServer, base: LlamaServer, r: int) -> dict[str
     return {k: functools.reduce(operator.add, v) for k, v in got.items()}
 
 
-def _measure(session: Engine, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
-    rounds = _round_count(session, case)
-    like = plain_of(session.caps, at(case.parallel), target, case.gpus, session.cpus(case))
+def _measure(engine: Engine, case: Case, rec: CaseRecord, at: Slots, target: Path) -> Measured:
+    rounds = _round_count(engine, case)
+    like = plain_of(engine.caps, at(case.parallel), target, case.gpus, engine.cpus(case))
     try:
-        base = session.plain_server(like, case)
+        base = engine.plain_server(like, case)
     except ServerFailed as exc:  # it starts first (a target the build predates: Engine.start ends the case)
-        raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
-    log = session.results.logs / f"{case.name}.log"
-    rec.log = session.results.rel(log)
+        raise server_end(exc, "plain") from None
+    log = engine.results.logs / f"{case.name}.log"
+    rec.log = engine.results.rel(log)
     rec.baseline_command = base.command
     rec.cpus = sorted(base.cpus) if base.cpus else None
-    limit = budget.Budget.of(case, session.options, base.log_path, rounds)
-    with session.serving(at(case.parallel), log, case) as spec, budget.armed(limit, log):
+    limit = budget.Budget.of(case, engine.options, base.log_path, rounds)
+    with engine.serving(at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
-        watch = observe.Watch(spec, base, session.gpu)
+        watch = observe.Watch(spec, base, engine.gpu)
         try:
             cold = cold_of_case(spec, case)  # before any other request to this server
             watch.sample(len(cold.done.completions))
             rec.warnings += cold.warnings
-            after = _rounds(session, case, spec, base, watch, rounds)
+            after = _rounds(engine, case, spec, base, watch, rounds)
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
-            rec.config = case_config(spec.command, session.flag_keys, spec.props())
+            rec.config = case_config(spec.command, engine.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
-                session.close()
-                raise CaseEnd("error", exc.reason, f"the speculation-off server failed: {exc}") from None
-            raise CaseEnd("failed", exc.reason, str(exc)) from None
+                engine.close()
+                raise server_end(exc, "plain") from None
+            raise server_end(exc, "case") from None
         except metrics.MetricsError as exc:
             raise CaseEnd("failed", "metrics", f"{exc}\n{log_tail(spec.log_text())}") from None
         finally:  # read while the servers still run
             rec.memory, rec.prefill = watch.memory(), watch.prefill()
-    ref = session.plain_tokens(like, case, after.first_base)
+    ref = engine.plain_tokens(like, case, after.first_base)
     comps = cold.done.completions
     divs = divergence(ref, comps)
     cats = categories.numbers(cold.categories, comps, after.first_base, divs)
     outcome = RequestOutcome(cold.delta, comps, divs, after.speed, rounds=after.deltas, categories=cats)
-    np1 = session.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
+    np1 = engine.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
     life = [f for f in (engaged.baseline_speculated(after.plain), engaged.disengaged(comps, after.spec)) if f]
-    return Measured(outcome, spec.log_text(), usage, after.seen, np1, life, _sequence(session, case, rec, at))
+    return Measured(outcome, spec.log_text(), usage, after.seen, np1, life, _sequence(engine, case, rec, at))
 
 
-def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[judge.Failure]:
+def _sequence(engine: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[judge.Failure]:
     """The case's sequence (measure.order), after its own server stopped: one server of a case at a time.
     Slot steps give its server the build's --slot-save-path (the harness's own folder in the run's logs;
     ``_command`` found the flag)."""
@@ -322,18 +322,18 @@ def _sequence(session: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[j
         return []
     slot_flags: list[str] = []
     if _slot_steps(case):
-        folder = session.results.logs / f"{case.name}-slots"
+        folder = engine.results.logs / f"{case.name}-slots"
         folder.mkdir(exist_ok=True)
         slot_flags = [SLOT_SAVE_PATH, str(folder)]
 
     def serve(what: str, extra: Sequence[str]) -> AbstractContextManager[LlamaServer]:
         command = at(1) if not extra else (lambda port: [*at(1)(port), *extra])
-        return session.serving(command, session.results.logs / f"{case.name}-{what}.log", case)
+        return engine.serving(command, engine.results.logs / f"{case.name}-{what}.log", case)
 
     try:
         got = order.run_sequence(case, serve, slot_flags)
     except ServerFailed as exc:
-        raise CaseEnd("failed", exc.reason, f"a server of the case's sequence failed: {exc}") from None
+        raise server_end(exc, "sequence") from None
     rec.sequence, rec.sequence_alone = order.counters(got.done), order.counters(list(got.alone.values()))
     return [
         f
@@ -353,20 +353,20 @@ def _fill(rec: CaseRecord, outcome: RequestOutcome, case: Case) -> None:
     rec.not_in_build = list(dict.fromkeys([*rec.not_in_build, *outcome.delta.not_in_build()]))
 
 
-def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
+def _judge(engine: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     """The filled record judged (the one typed record from measurement to verdict)."""
     if m.life:  # measured against speculation, or after it stopped: no speed to report or gate
         m.outcome.speed = Speed()
     _fill(rec, m.outcome, case)
     line = spec_result_line(rec)
     print(line, flush=True)
-    session.result_lines.append(line)
+    engine.result_lines.append(line)
     sanity = m.outcome.delta.sanity_errors()
-    against_np1 = concurrency.check(case, rec, m.outcome, m.throughput, m.np1, session.options.rtol)
+    against_np1 = concurrency.check(case, rec, m.outcome, m.throughput, m.np1, engine.options.rtol)
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
     failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
-    if not session.speed or rec.implausible_speed or m.life:  # no speed measured, none possible: no floor
+    if not engine.speed or rec.implausible_speed or m.life:  # no speed measured, none possible: no floor
         failures = [f for f in failures if f.reason != "speed"]
     # first what the numbers mean: a plain side that speculated, then a request the ones before it changed
     # (the more exact word for a drafter whose state leaked), then speculation that stopped in the rounds
@@ -375,8 +375,8 @@ def _judge(session: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     if m.usage:
         failures.append(judge.Failure("usage", m.usage))
     failures += observe.memory_failures(rec.memory)
-    if session.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
-        failures += session.gate(case, rec, bool(failures))
+    if engine.gate is not None:  # also after a failed floor: its baseline is where a bisect starts
+        failures += engine.gate(case, rec, bool(failures))
     if failures:
         per_pos = ", ".join(f"{r:.3f}" for r in rec.per_position_rate if r is not None)
         body = "\n".join(f"- [{f.reason}] {f.message}" for f in failures)
@@ -402,41 +402,41 @@ def _with_dataset(case: Case, folder: Path) -> Case:
         raise CaseEnd("error", "model_missing_or_invalid", str(exc)) from None
 
 
-def _gpus(session: Engine, case: Case) -> None:
+def _gpus(engine: Engine, case: Case) -> None:
     """A case that needs more GPUs than this run gives a worker cannot measure what it says."""
-    have = len(session.place.gpus) if session.place is not None else 0
+    have = len(engine.place.gpus) if engine.place is not None else 0
     if have and case.gpus > have:
         msg = f"the case needs {case.gpus} GPUs and this run gives each worker {have} (--gpus)"
-        if session.options.strict:
+        if engine.options.strict:
             raise CaseEnd("failed", "too_few_gpus", f"{msg} (strict; --allow-missing skips)")
         raise CaseEnd("skipped", "too_few_gpus", f"{msg} (skipped: --allow-missing / SPEC_STRICT=0)")
 
 
-def _run(session: Engine, case: Case, rec: CaseRecord) -> None:
-    _gpus(session, case)
+def _run(engine: Engine, case: Case, rec: CaseRecord) -> None:
+    _gpus(engine, case)
     folder = paths.model_dir()  # the case's files, which ``verify`` checks by their stamps
     target, draft = folder / case.target, folder / case.draft if case.draft else None
     # a flag or type the binary lacks ends the case before models are looked at; a mode case's command is
     # resolved from the GGUF metadata, so after they are verified
-    at = None if case.mode else _command(session, case, rec, target, draft)
-    session.verify(case)
+    at = None if case.mode else _command(engine, case, rec, target, draft)
+    engine.verify(case)
     case = _with_dataset(case, folder)
-    at = at or _command(session, case, rec, target, draft)
+    at = at or _command(engine, case, rec, target, draft)
     _check_models(rec, _types(case, rec), target, draft, case.ctx_size)
-    _judge(session, case, rec, _measure(session, case, rec, at, target))
+    _judge(engine, case, rec, _measure(engine, case, rec, at, target))
 
 
-def run_case(case: Case, session: Engine) -> CaseRecord:
+def run_case(case: Case, engine: Engine) -> CaseRecord:
     """Run one case; every way it can end is in the returned record (and in results.json)."""
     rec = new_record(case)
     t0 = time.monotonic()
     try:
-        _run(session, case, rec)
+        _run(engine, case, rec)
         rec.status = "passed"
     except CaseEnd as end:
         rec.status, rec.reason, rec.message = end.status, end.reason, end.message
     except budget.OverBudget as over:  # its servers may be mid-request: the next case starts its own
-        session.close()
+        engine.close()
         rec.status, rec.reason, rec.message = "failed", "over_budget", str(over)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one: recorded, then passed on
         rec.status, rec.reason, rec.message = (
@@ -451,7 +451,7 @@ def run_case(case: Case, session: Engine) -> CaseRecord:
     finally:
         rec.wall_s = round(time.monotonic() - t0, 2)
         if case.known_bug is not None:  # the upstream bug it reproduces: still there, fixed, or another end
-            log = session.results.logs / f"{case.name}.log"
-            known.judge(case.known_bug, rec, log, session.known_history, session.older_than_pin)
-        session.results.add_case(rec)
+            log = engine.results.logs / f"{case.name}.log"
+            known.judge(case.known_bug, rec, log, engine.known_history, engine.older_than_pin)
+        engine.results.add_case(rec)
     return rec

@@ -30,7 +30,6 @@ from specsuite.server.failure import diagnose
 
 DYING_S = 15.0  # how long a server whose connection broke may take to die (its backtrace, under load)
 REQUEST_TIMEOUT_S = 600.0  # upstream's DEFAULT_REQUEST_TIMEOUT: a hung server fails instead of stalling CI
-STOP_GRACE_S = 10.0
 PORT_ATTEMPTS = 3  # a port picked free can be taken before the server binds it: pick another
 Command = Callable[[int], list[str]]  # port -> argv
 _LIVE: set[LlamaServer] = set()
@@ -161,7 +160,13 @@ class LlamaServer:
             )
 
     def stop(self) -> int | None:
-        """SIGTERM to the process group, wait, then SIGKILL; returns the exit code. Safe to call twice."""
+        """SIGKILL to the process group, then wait for it to exit (as upstream's harness waits); returns the
+        exit code, None if it outlived the wait. Safe to call twice.
+
+        Why no SIGTERM and grace: nothing the server would do on a clean shutdown is measured (its numbers are
+        read before), a server stuck in a speculative loop can ignore SIGTERM for its whole grace, and the
+        wait after SIGKILL is what matters: the next server starts only once this one's port, memory and
+        threads are gone, so both sides of a comparison start on the same idle machine."""
         proc, self.proc = self.proc, None
         rc = None
         try:

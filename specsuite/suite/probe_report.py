@@ -1,7 +1,7 @@
 """``specsuite probe [BINARY] [--all-cases]``: what a llama-server binary can run, each case of the suite and
 why not.
 
-The probe (``server.probe``) says what the binary offers; the case's command builder (``measure.command``)
+The probe (``server.probe``) says what the binary offers; the case's command builder (``measure.argv``)
 decides what a case needs, so the table's reason is the exact reason the case would be skipped or failed.
 By default only the cases the binary cannot run are rows (the build session runs this after every build:
 57 rows of "yes" buried the one that mattered); ``--all-cases`` lists every case.
@@ -16,7 +16,7 @@ from specsuite.cases.schema import load_cases
 from specsuite.common import paths, table
 from specsuite.common.argtypes import CommandParser
 from specsuite.llamacpp.source import load_pin
-from specsuite.measure.command import missing_reason
+from specsuite.measure.argv import missing_reason
 from specsuite.server.probe import Capabilities, probe
 
 

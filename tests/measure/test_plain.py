@@ -12,7 +12,7 @@ from testdata import DATA_ROOT
 
 from specsuite.cases.schema import GPU_TIERS, Case, load_cases
 from specsuite.common.serverflags import FLAG_SPELLINGS, NGRAM_N_MAX, NGRAM_N_MIN, speculative_option
-from specsuite.measure.command import server_command
+from specsuite.measure.argv import server_command
 from specsuite.measure.plain import off_flags, plain_of, split_speculative, without_speculation
 from specsuite.server.probe import Capabilities, parse_help, parse_speculative
 from specsuite.server.resolver import caps_from_probe, resolve

@@ -13,7 +13,7 @@ from fakeserver import HELP_DIR, HELP_VARIANTS, help_binary, real_binary
 from specsuite.cases.schema import Case, parse_cases
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.measure.command import missing_reason
+from specsuite.measure.argv import missing_reason
 from specsuite.results import config
 from specsuite.results.config import RunConfig
 from specsuite.server import probe

@@ -13,7 +13,7 @@ import pytest
 
 from specsuite.common import paths
 from specsuite.common.errors import UserError
-from specsuite.measure.command import server_command
+from specsuite.measure.argv import server_command
 from specsuite.measure.outcome import request_body
 from specsuite.server.probe import Capabilities
 from specsuite.server.process import LlamaServer, ServerFailed, _child_env, free_port, start_timeout_s

@@ -34,9 +34,6 @@ CONTROL = ("<|bos|>", "<|endoftext|>", "<|mask|>")
 TOKENS: tuple[str, ...] = (*_byte_symbols(), *(m.replace(" ", "") for m in MERGES), *CONTROL)
 N_VOCAB = len(TOKENS)
 BOS_ID, EOS_ID, MASK_ID = (TOKENS.index(t) for t in CONTROL)
-TOKEN_TYPES: tuple[int, ...] = tuple(
-    int(gguf.TokenType.CONTROL if t in CONTROL else gguf.TokenType.NORMAL) for t in TOKENS
-)
 
 # The tiny vocabulary of the sampling test's models: 8 letters, one merge and the control tokens, 12 in
 # all, so that a next-token distribution has few outcomes and a chi-square test needs few samples. Text

@@ -14,7 +14,7 @@ from casetext import HEAD
 from testdata import DATA_ROOT
 
 from specsuite.cases.schema import parse_case_file
-from specsuite.measure.command import missing_reason, server_command
+from specsuite.measure.argv import missing_reason, server_command
 from specsuite.server.probe import Capabilities, MissingFlag, parse_help
 
 HELP = DATA_ROOT / "help" / "current.txt"
