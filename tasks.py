@@ -4,8 +4,9 @@ resolve.
 
 Each task is a thin wrapper over the ``specsuite`` command of the same name (the nox sessions call the same
 commands): its options become the command's arguments, so every option is checked in one place, and its
-docstring and option help are the command parser's own. A failure becomes a clean ``Exit`` with the
-command's message and exit code, Ctrl-C an ``interrupted`` line and 130.
+docstring and option help are the command parser's own. A failure is the command's own one line (printed
+by the command, never again by invoke: the ``Exit`` carries the exit code only), Ctrl-C an ``interrupted``
+line and 130. ``invoke --help TASK`` lists a task's positionals as positionals (``A``, ``B``), first.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import invoke.collection
 from invoke import Argument, Collection, Exit, Task
+from invoke.parser import ParserContext
+from invoke.parser.context import flag_key, to_flag
 
 from specsuite.cli import command_parser, main, task_help
 
@@ -39,13 +43,34 @@ def _run(command: str, *positional: str | None, **options: Any) -> None:
             argv.append(f"{flag}={value}")  # one token: a value may itself start with "--" (extra args)
     code = main(argv)
     if code:
-        raise Exit(code=code)
+        raise Exit(code=code)  # no message: the command has said what went wrong, once
+
+
+class _Context(ParserContext):
+    """A task's arguments as ``invoke --help TASK`` lists them: its positionals first, by their names as
+    the command's usage writes them (``A``, ``B``), then its options. invoke's own listing shows a positional
+    as an option (``-a STRING``), which reads as a flag to give, and following it fails where the task
+    takes the positional in another way (compare's ``B --against auto``)."""
+
+    def help_tuples(self) -> list[tuple[str, str | None]]:
+        shown: list[tuple[str, str | None]] = [
+            (str(a.name).upper(), f"(positional) {a.help or ''}") for a in self.positional_args
+        ]
+        options = sorted((a for a in self.flags.values() if not a.positional), key=flag_key)
+        return shown + [self.help_for(to_flag(str(a.name))) for a in dict.fromkeys(options)]
+
+
+# invoke builds every task's parser context with the ParserContext its collection module names, and offers
+# no other hook for a task's help listing (its loader copies `ns` into a plain Collection, so a Collection
+# subclass is lost): the one name is replaced, for the tasks of this file. tests/test_cli.py runs
+# `invoke --help compare` and checks the listing, so an invoke that builds its contexts otherwise fails there.
+invoke.collection.ParserContext = _Context  # type: ignore[misc]
 
 
 class _RequiredUnless(Argument):
     """A positional required only while another argument has no value (invoke has no optional positional):
-    compare's B. With ``--against auto`` the one run given lands in A (invoke fills positionals in order),
-    and the command's parser, whose A is the optional one, reads it as B."""
+    compare's A and B. With ``--against auto`` the one run given lands in A (invoke fills positionals in
+    order), and the command's parser, whose A is the optional one, reads it as B."""
 
     def __init__(self, other: Argument, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -67,7 +92,7 @@ class _CompareTask(Task):
         against = next(a for a in found if a.name == "against")
         return [
             _RequiredUnless(against, names=a.names, kind=a.kind, help=a.help, positional=True)
-            if a.name == "b"
+            if a.name in ("a", "b")
             else a
             for a in found
         ]
@@ -96,8 +121,10 @@ def probe(c, binary=None, all_cases=False):
 
 
 @command(positional=["a", "b"], klass=_CompareTask)
-def compare(c, a, b, against=None, rtol=None, markdown=False, no_plot=False):  # A B, or B --against auto
-    _run("compare", a, b, against=against, rtol=rtol, markdown=markdown, no_plot=no_plot)
+def compare(
+    c, a, b, against=None, rtol=None, all=False, markdown=False, no_plot=False
+):  # A B, or B --against auto
+    _run("compare", a, b, against=against, rtol=rtol, all=all, markdown=markdown, no_plot=no_plot)
 
 
 @command()
@@ -123,7 +150,7 @@ def report(c, out=None, device=None, last=None, results=None, db=None):
 @command()
 def resolve(
     c,
-    model,
+    model=None,  # an option, as the command's --model (required there): not an invoke positional
     mode=None,
     device=None,
     binary=None,

@@ -4,9 +4,10 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
 
     LLAMA_SERVER_BIN_PATH=build/bin/llama-server python benchmarks/bench_gate.py
 
-    [--runs 6] [--cv 0.03] [--sizes 0.05,0.10,0.20]           the fake server (0 runs: skip it)
-    [--real-runs 5] [--real-cases synthetic] [--speed-runs 12]  the real CPU build (0 real runs: skip it)
-    [--slowdowns 1.5,2,4] [--repeat 4] [--rtol 0.05] [--block-rtol 0.2] [--window 10] [--workdir DIR]
+    [--runs 6] [--cv 0.03] [--sizes 0.05,0.10,0.20] [--fake-repeat 4]   the fake server (0 runs: skip it)
+    [--real-runs 5] [--real-cases synthetic] [--speed-runs 12]  the real CPU build (0 runs of both: skip it)
+    [--drafter all,np2] [--slowdowns 1.5,2,4] [--np-slowdowns 2]   the real build's B runs
+    [--repeat N] [--rtol 0.05] [--block-rtol 0.2] [--window 10] [--workdir DIR]
 
 1. Fake server (tests/fakellama.py: a real HTTP server whose /completion timings are scripted): every
    request's time drawn with ``--cv`` × 1.22 around its mean (the speedup of a round, a ratio of two
@@ -20,11 +21,18 @@ slowdown (A/B), side by side with a plain fixed-threshold gate on the same runs.
    counters stay identical and its decoding is about k times slower. Every server of A and B runs in a
    cgroup of its side (the baselines' and A's speculating servers at a whole CPU), so the two differ only in
    the quota. A quota is a cap: on a machine loaded past it the server gets less than its quota anyway and
-   the slowdown shrinks; the table says how much slower the speculative server really decoded. Runs are
+   the slowdown shrinks; the table says how much slower the speculative server really decoded. ``--drafter``
+   adds B runs whose slowdown is more work, not a cap, so any load keeps it (tests/slowdraft.py: the case's
+   own target as its draft model, llama.cpp #25117's class; at np >= 2 only, #27342's); no root needed
+   when no quota is asked for (``--slowdowns '' --np-slowdowns ''``). Runs are
    interleaved (A, B at each slowdown, A, ...) so that a machine whose load changes favours no side. Then
    ``--speed-runs`` more of each with the speed cases alone (the cases with their own ``repeat``), for more
    A/A pairs where it counts. The speed cases and the tiny cases are reported apart: the tiny models decode
-   at thousands of tokens a second, where a round measures the machine more than the method.
+   at thousands of tokens a second, where a round measures the machine more than the method. Each speed case
+   (a sweep's members too) has rows of its own. ``--np-slowdowns``: B runs where only a speculating server
+   of 2 slots or more is under the quota (speculation slower than plain only at np >= 2: llama.cpp #27342).
+   Without ``--repeat`` every run-tier runs at its tier's default rounds (cases.schema.TIER_REPEAT, raised
+   by a case's own ``repeat``): the error rates of the gate as a plain ``nox -s test_synthetic`` arms it.
 Every comparison is one case of one run judged against the same case of another: A/A every later A run
 against every earlier one, A/B every B run against every A run, by the relative gate
 (``history.regress.regressions``: a speed drop beyond ``--rtol`` (or the case's own ``speed_rtol``,
@@ -56,8 +64,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from cpuquota import NoQuota, QuotaGroup, slowed_binary  # noqa: E402
 from fakellama import fake_llama  # noqa: E402
+from slowdraft import costly_drafter  # noqa: E402
 
-from specsuite.cases.schema import load_cases, select_cases  # noqa: E402
+from specsuite.cases.schema import TIER_REPEAT, load_cases, select_cases  # noqa: E402
 from specsuite.common import paths, table  # noqa: E402
 from specsuite.history import regress  # noqa: E402
 from specsuite.results.document import Run, load_run  # noqa: E402
@@ -83,11 +92,15 @@ class Measured:
     loads: list[float] = field(default_factory=list)
 
 
-def run_tier(binary: Path, cases: str, repeat: int, out: Path, loads: list[float] | None = None) -> Run:
+def run_tier(
+    binary: Path, cases: str, repeat: int | None, out: Path, loads: list[float] | None = None
+) -> Run:
+    """One run-tier of ``cases`` (``repeat`` None: the tier's default rounds), no history."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_") or k in ("SPEC_MODEL_DIR",)}
     env.update(LLAMA_SERVER_BIN_PATH=str(binary), SPEC_RESULTS_DIR=str(out), SPEC_NO_HISTORY="1")
     env.pop("GITHUB_STEP_SUMMARY", None)
-    cmd = [sys.executable, "-m", "specsuite", "run-tier", cases, "--repeat", str(repeat), "--allow-missing"]
+    rounds = ["--repeat", str(repeat)] if repeat else []
+    cmd = [sys.executable, "-m", "specsuite", "run-tier", cases, *rounds, "--allow-missing"]
     load = os.getloadavg()[0]
     if loads is not None:
         loads.append(load)
@@ -220,7 +233,8 @@ def section(setup: str, got: Measured, names: set[str], args: argparse.Namespace
 
 def fake_part(args: argparse.Namespace, work: Path) -> list[list[str]]:
     print(
-        f"fake server: {args.runs} A runs and {args.runs} B runs per size, repeat {args.repeat}", flush=True
+        f"fake server: {args.runs} A runs and {args.runs} B runs per size, repeat {args.fake_repeat}",
+        flush=True,
     )
     per_request = args.cv * (3 / 2) ** 0.5  # a round's speedup: a ratio of two sums of 3 requests
     fake = lambda folder, slow: fake_llama(  # noqa: E731
@@ -230,24 +244,30 @@ def fake_part(args: argparse.Namespace, work: Path) -> list[list[str]]:
     got = Measured()
     a_bin = fake("fake-a", 0.0)
     got.a = [
-        run_tier(a_bin, FAKE_CASES, args.repeat, work / f"fake-a-{i}", got.loads) for i in range(args.runs)
+        run_tier(a_bin, FAKE_CASES, args.fake_repeat, work / f"fake-a-{i}", got.loads)
+        for i in range(args.runs)
     ]
     for size in [float(s) for s in args.sizes.split(",")]:
         b_bin = fake(f"fake-b{size:g}", size)
         got.b[f"slower by {size * 100:g} %"] = [
-            run_tier(b_bin, FAKE_CASES, args.repeat, work / f"fake-b{size:g}-{i}", got.loads)
+            run_tier(b_bin, FAKE_CASES, args.fake_repeat, work / f"fake-b{size:g}-{i}", got.loads)
             for i in range(args.runs)
         ]
     return section(f"fake server (CV {args.cv * 100:g} % set)", got, set(FAKE_CASES.split(",")), args)
 
 
-def _interleaved(binary: Path, slowed: dict[float, Path], cases: str, n: int, tag: str, work: Path,
+def _interleaved(binary: Path, slowed: dict[str, tuple[str, Path]], cases: str, n: int, tag: str, work: Path,
                  got: Measured, args: argparse.Namespace) -> None:  # fmt: skip
+    """``slowed``: per B setup's label, (a short tag for its folders, its binary)."""
     for i in range(n):  # A, then each B: a machine whose load changes over time favours no side
         got.a.append(run_tier(binary, cases, args.repeat, work / f"{tag}-a-{i}", got.loads))
-        for k, exe in slowed.items():
-            runs = got.b.setdefault(f"spec {k:g}x slower (quota 1/{k:g} CPU)", [])
-            runs.append(run_tier(exe, cases, args.repeat, work / f"{tag}-b{k:g}x-{i}", got.loads))
+        for label, (short, exe) in slowed.items():
+            runs = got.b.setdefault(label, [])
+            runs.append(run_tier(exe, cases, args.repeat, work / f"{tag}-b{short}-{i}", got.loads))
+
+
+def _sizes(text: str) -> list[float]:
+    return [float(s) for s in text.split(",") if s.strip()]
 
 
 def real_part(args: argparse.Namespace, work: Path) -> tuple[list[list[str]], Measured, list[str]]:
@@ -260,18 +280,32 @@ def real_part(args: argparse.Namespace, work: Path) -> tuple[list[list[str]], Me
         group = lambda name, share: stack.enter_context(  # noqa: E731
             QuotaGroup(f"specsuite-bench-{os.getpid()}-{name}", share)
         )
-        base = group("base", 1.0)  # every baseline server: a whole CPU, as in the A runs
-        plain = slowed_binary(binary, group("spec-1x", 1.0), base, work / "slow-1x")  # A: the same groups
-        slowed = {}
-        for k in [float(s) for s in args.slowdowns.split(",")]:
-            slowed[k] = slowed_binary(binary, group(f"spec-{k:g}x", 1 / k), base, work / f"slow-{k:g}x")
-        print(f"real CPU build: {args.real_runs} A runs of {args.real_cases} and as many per slowdown "
-              f"{args.slowdowns}, then {args.speed_runs} of {','.join(speed)}", flush=True)  # fmt: skip
+        slowed: dict[str, tuple[str, Path]] = {}
+        plain = binary
+        if _sizes(args.slowdowns) or _sizes(args.np_slowdowns):  # a quota: every side in a group
+            base = group("base", 1.0)  # every baseline server: a whole CPU, as in the A runs
+            whole = group("spec-1x", 1.0)
+            plain = slowed_binary(binary, whole, base, work / "slow-1x")  # A: the same groups
+        for setup in [s.strip() for s in args.drafter.split(",") if s.strip()]:
+            np = {"all": 1, "np2": 2}[setup]
+            exe = costly_drafter(work / f"drafter-{setup}", plain, min_parallel=np)
+            where = "at every np" if np == 1 else "at np >= 2 only"
+            slowed[f"drafter as costly as the target {where} (its own target drafts)"] = (f"d{setup}", exe)
+        for k in _sizes(args.slowdowns):
+            exe = slowed_binary(binary, group(f"spec-{k:g}x", 1 / k), base, work / f"slow-{k:g}x")
+            slowed[f"spec {k:g}x slower (quota 1/{k:g} CPU)"] = (f"{k:g}x", exe)
+        for k in _sizes(args.np_slowdowns):
+            exe = slowed_binary(binary, group(f"np-{k:g}x", 1 / k), base, work / f"np-{k:g}x", 2, whole)
+            slowed[f"spec {k:g}x slower at np >= 2 only (quota 1/{k:g} CPU there)"] = (f"np{k:g}x", exe)
+        print(f"real CPU build: {args.real_runs} A runs of {args.real_cases} and as many of each B "
+              f"({'; '.join(slowed)}), then {args.speed_runs} of {','.join(speed)}", flush=True)  # fmt: skip
         _interleaved(plain, slowed, args.real_cases, args.real_runs, "real", work, got, args)
         if speed and args.speed_runs:
             _interleaved(plain, slowed, ",".join(speed), args.speed_runs, "speed", work, got, args)
     cores = os.cpu_count()
-    rows = section(f"real CPU build, {cores} cores: speed cases ({', '.join(speed)})", got, set(speed), args)
+    rows = [
+        row for name in speed for row in section(f"real CPU build, {cores} cores: {name}", got, {name}, args)
+    ]
     if tiny:
         rows += section(f"real CPU build, {cores} cores: the {len(tiny)} tiny cases", got, tiny, args)
     return rows, got, sorted(tiny | set(speed))
@@ -291,9 +325,24 @@ def main() -> None:
     ap.add_argument(
         "--speed-runs", type=int, default=12, help="more runs of A and B with the speed cases alone"
     )
+    ap.add_argument(
+        "--drafter",
+        default="all,np2",
+        help="B runs whose drafter is the target itself (tests/slowdraft.py): at every np (all), at np >= 2 "
+        "only (np2); '': none",
+    )
     ap.add_argument("--slowdowns", default="1.5,2,4", help="the speculating server's slowdowns (CPU quota)")
     ap.add_argument(
-        "--repeat", type=int, default=4, help="A-B-B-A rounds per case (a case's own may be more)"
+        "--np-slowdowns", default="2", help="slowdowns of a speculating server at np >= 2 only ('': none)"
+    )
+    ap.add_argument(
+        "--repeat", type=int, help="A-B-B-A rounds per case on the real build (default: each tier's own)"
+    )
+    ap.add_argument(
+        "--fake-repeat",
+        type=int,
+        default=TIER_REPEAT["compact"],
+        help="rounds per case on the fake server (default: the GPU tiers' own, which it stands in for)",
     )
     ap.add_argument("--rtol", type=float, default=0.05)
     ap.add_argument("--block-rtol", type=float, default=regress.BLOCK_RTOL)
@@ -305,7 +354,7 @@ def main() -> None:
     if args.runs:
         rows += fake_part(args, work)
     real: tuple[list[list[str]], Measured, list[str]] | None = None
-    if args.real_runs:
+    if args.real_runs or args.speed_runs:
         try:
             real = real_part(args, work)
         except NoQuota as exc:

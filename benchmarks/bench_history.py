@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specsuite.common import paths, table
 from specsuite.common.filehash import sha256_file
 from specsuite.history import queries, recording, schema
-from specsuite.history.report import history_command
+from specsuite.history.command import history_command
 from specsuite.results.document import load_run
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

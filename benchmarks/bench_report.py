@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specsuite.common import paths, table
 from specsuite.history import recording, schema
-from specsuite.history.report import history_command
+from specsuite.history.command import history_command
 from specsuite.results.document import Run, load_run
 
 REAL = paths.REPO_ROOT / "tests" / "data" / "results" / "site-real-3"

@@ -90,29 +90,42 @@ class QuotaGroup:
 
 
 WRAPPER = """#!/bin/sh
-# bench_gate.py: a speculating llama-server (any --spec-* flag) into one cgroup, any other server (--port)
-# into another, the probe's --help, --version and --list-devices as they are
-group=
+# bench_gate.py: a speculating llama-server (any --spec-* flag) at --parallel {min_parallel} or more into one
+# cgroup, one at fewer slots into another, any other server (--port) into a third; the probe's --help,
+# --version and --list-devices as they are
+spec= port= np=1 prev=
 for a in "$@"; do
   case "$a" in
-    --spec-*) group={spec}; break;;
-    --port) group={base};;
+    --spec-*) spec=1;;
+    --port) port=1;;
   esac
+  [ "$prev" = --parallel ] && np=$a
+  prev=$a
 done
+group=
+if [ -n "$spec" ]; then
+  if [ "$np" -ge {min_parallel} ]; then group={spec}; else group={fast}; fi
+elif [ -n "$port" ]; then
+  group={base}
+fi
 [ -n "$group" ] && echo $$ > "$group"
 exec {binary} "$@"
 """
 
 
-def slowed_binary(binary: Path, spec: QuotaGroup, base: QuotaGroup, folder: Path) -> Path:
+def slowed_binary(binary: Path, spec: QuotaGroup, base: QuotaGroup, folder: Path, min_parallel: int = 1,
+                  fast: QuotaGroup | None = None) -> Path:  # fmt: skip
     """A ``llama-server`` in ``folder`` that runs ``binary``: its speculating servers inside ``spec``, its
     other servers (the baselines) inside ``base``. Both sides in a group of their own, the A runs too (both
     groups at a whole CPU): measured on the loaded 2-core machine, a speculating server alone in a group
     and its baseline among every other process of the root group did not share the CPU alike (the
-    baseline decoded at 196-364 tokens/s beside 721-794 in runs where only the quota differed)."""
+    baseline decoded at 196-364 tokens/s beside 721-794 in runs where only the quota differed).
+    ``min_parallel``: only a speculating server of that many slots or more (``--parallel``) goes into
+    ``spec``, one of fewer into ``fast`` (a speculation that is slower only at np >= 2: llama.cpp #27342)."""
     folder.mkdir(parents=True, exist_ok=True)
     exe = folder / "llama-server"
-    quoted = {k: shlex.quote(str(g.procs)) for k, g in (("spec", spec), ("base", base))}
-    exe.write_text(WRAPPER.format(binary=shlex.quote(str(binary)), **quoted))
+    groups = (("spec", spec), ("base", base), ("fast", fast or spec))
+    quoted = {k: shlex.quote(str(g.procs)) for k, g in groups}
+    exe.write_text(WRAPPER.format(binary=shlex.quote(str(binary)), min_parallel=int(min_parallel), **quoted))
     exe.chmod(0o755)
     return exe

@@ -41,6 +41,10 @@ DEFAULT: dict[str, Any] = {
     "counted_at_start": 0,  # drafted, accepted and drafts already counted when /health first answers
     "spec_ms_per_token": 10.0,  # decode speed of a speculative server
     "base_ms_per_token": 20.0,  # ... and of one without speculation
+    # prompt processing (timings.prompt_n: the prompt's characters, prompt_ms: this per one) of a speculative
+    # server and of one without; null: no prompt timings in the answers (the prefill is not measured)
+    "spec_prompt_ms_per_token": None,
+    "base_prompt_ms_per_token": None,
     "ms_cv": 0.0,  # noise: each request's time drawn around the above with this coefficient of variation
     # each request also takes this fraction of its scripted time on the clock, so that throughput measured
     # by the clock (a sweep's aggregate speedups, hence its crossover) follows the scripted speeds too
@@ -183,6 +187,9 @@ class H(BaseHTTPRequestHandler):
         if CONFIG["ms_cv"]:
             ms *= max(0.05, random.gauss(1.0, CONFIG["ms_cv"]))
         timings = {"predicted_n": n, "predicted_ms": ms}
+        per_prompt_token = CONFIG["spec_prompt_ms_per_token" if spec else "base_prompt_ms_per_token"]
+        if per_prompt_token is not None:
+            timings.update(prompt_n=len(text), prompt_ms=len(text) * per_prompt_token)
         time.sleep(CONFIG["pace"] * ms / 1000)
         if self.path.startswith("/slots/0?action="):  # save and restore: the slot file's name echoed
             action = self.path.split("=", 1)[1]

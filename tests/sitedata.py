@@ -24,6 +24,8 @@ from testdata import DATA_ROOT
 
 from specsuite.history.recording import record_run
 from specsuite.results.document import decode_run
+from specsuite.results.summary import write_summary
+from specsuite.results.verdict import verdict
 
 REAL = [DATA_ROOT / "results" / f"site-real-{i}" for i in (1, 2, 3)]
 T0 = dt.datetime(2026, 12, 1, 0, 0, tzinfo=dt.timezone.utc)
@@ -245,4 +247,91 @@ def drift_story(tmp: Path) -> Story:
         doc = drift_doc(commit, n)
         record(doc, db, results)
         ids.append(doc["run_id"])
+    return Story(db, results, mirror, commits, ids)
+
+
+# The morning (issue 51): what changed since the last run. Five runs of the real synthetic tier at five
+# commits; the fourth fails RED_BEFORE (a floor) and STILL_RED (spec_inactive) and reproduces KNOWN_CASE's
+# upstream bug; the fifth (the newest) fixes RED_BEFORE, fails NEW_RED (a floor) and STILL_RED again, still
+# reproduces KNOWN_CASE's bug, no longer shows FIXED_CASE's, has NOT_BUILT cases its build predates, and its
+# binary's --spec-draft-p-min default moved (the CONFIGURATION CHANGED line, as the gate writes it into its
+# results.json and as the history keeps it). A second device class has one green run.
+RED_BEFORE, NEW_RED, STILL_RED = "tiny-dspark-random", "tiny-eagle3-random", "tiny-simple-random"
+KNOWN_CASE, FIXED_CASE = "tiny-dflash-random", "tiny-auto-mtp"
+NOT_BUILT = ("tiny-dspark-fixed", "tiny-dspark-n8", "tiny-dspark-p05", "tiny-dspark-detect")
+KNOWN_BUG = {"issue": 21815, "title": "the n-gram map speculators abort under --context-shift",
+             "reason": "crashed"}  # fmt: skip
+P_MIN = "--spec-draft-p-min"
+# a suspects line as the suspects finder writes one into a run's history note (issue 50)
+SUSPECTS = f"suspects for {NEW_RED}: common/speculative.cpp +12 -3 in common_speculative_draft_simple()"
+MORNING_COMMITS = 5
+OTHER_CLASS = "nvidia-h200"
+
+
+def _config(p_min: str) -> dict[str, Any]:
+    return {"defaults": {P_MIN: p_min, "--spec-draft-n-max": "16"}, "build": None}
+
+
+def _known(rec: dict[str, Any], state: str) -> None:
+    rec["known_bug"] = {**KNOWN_BUG, "state": state}
+    if state == "present":
+        named = f"llama.cpp #{KNOWN_BUG['issue']} ({KNOWN_BUG['title']})"
+        said = f"known bug, still present: {named}: [crashed] POST /completion failed"
+        rec.update(status="known_bug", reason="crashed", message=said)
+
+
+def morning_doc(commits: list[str], n: int, before: str = "") -> dict[str, Any]:
+    """The ``n``-th run of the morning story (its results.json); ``before``: the run id before it."""
+    from specsuite.results import config
+
+    doc = at(real(min(n, 2)), commits[n], n)
+    doc.pop("verdict", None)
+    doc["config"] = _config("0.75" if n < MORNING_COMMITS - 1 else "0.00")
+    cases = doc["cases"]
+    if n == MORNING_COMMITS - 2:
+        fail(cases[RED_BEFORE], "floor", "accept_rate 0.2001 < floor 0.25")
+        fail(cases[STILL_RED], "spec_inactive", "the server drafted no token: speculative decoding never ran")
+        _known(cases[KNOWN_CASE], "present")
+        _known(cases[FIXED_CASE], "present")
+    if n == MORNING_COMMITS - 1:
+        fail(cases[NEW_RED], "floor", "accept_rate 0.1000 < floor 0.25")
+        fail(cases[STILL_RED], "spec_inactive", "the server drafted no token: speculative decoding never ran")
+        _known(cases[KNOWN_CASE], "present")
+        _known(cases[FIXED_CASE], "fixed")
+        for name in NOT_BUILT:  # as run-tier records a case the binary cannot run: no numbers
+            cases[name].update(status="not_in_build", reason="binary_no_dspark", speed=None, speedup=None,
+                               message="llama-server cannot run this case: no dspark", accept_rate=None,
+                               accept_len=None, pos0_rate=None, per_position_rate=[], per_position=[],
+                               drafted=None, accepted=None, drafts=None, decode_tps=None,
+                               baseline_decode_tps=None, identical_fraction=None)  # fmt: skip
+        was = config.RunConfig(defaults=_config("0.75")["defaults"])
+        now = config.RunConfig(defaults=doc["config"]["defaults"])
+        changes = config.changes((was, None), (now, None), (commits[n - 1], commits[n]))
+        # the failed case's baseline was the run before: it failed under the change (as the gate records it)
+        cases[NEW_RED]["baseline"] = {"commit": commits[n - 1], "run_id": before, "config_changes": changes}
+        base = f"{commits[n - 1][:12]} (run {before})"
+        doc["history"] = {"line": None, "recorded": True, "config_base": base, "config_changes": changes,
+                          "suspects": [SUSPECTS]}  # fmt: skip
+    else:
+        doc.pop("history", None)
+    return doc
+
+
+def morning_story(tmp: Path) -> Story:
+    mirror = tmp / "mirror"
+    commits = git_commits(mirror, MORNING_COMMITS)
+    db, results = tmp / "history.sqlite", tmp / "results"
+    ids = []
+    for n in range(MORNING_COMMITS):
+        doc = morning_doc(commits, n, ids[-1] if ids else "")
+        folder = record(doc, db, results)
+        ids.append(doc["run_id"])
+    run = decode_run(doc, doc["run_id"])
+    write_summary(run, verdict(run), folder)  # the newest run's summary.md, as the suite writes it
+    other = at(real(2), commits[0], 0, run_id="h200-run")
+    other.pop("verdict", None)
+    other.pop("history", None)
+    other["device"] = {"name": "NVIDIA H200", "class": OTHER_CLASS}
+    other["binary"]["backend"] = "cuda"
+    record(other, db, results)
     return Story(db, results, mirror, commits, ids)

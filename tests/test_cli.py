@@ -196,7 +196,7 @@ def test_invoke_compare_takes_the_readmes_command_lines(tmp_path: Path) -> None:
         mp.setenv("SPEC_HISTORY", env["SPEC_HISTORY"])
         baseline = decode_run(as_history_run(base, "a" * 40, "2026-12-01T00:00:00+00:00"), "a")
         assert recording.record_run(baseline) is not None
-    auto = _run("compare", str(run_b), "--against", "auto", "--no-plot", tool="invoke", env=env)
+    auto = _run("compare", str(run_b), "--against", "auto", "--no-plot", "--all", tool="invoke", env=env)
     assert auto.returncode == 1 and "history baseline, commit(s) aaaaaaaaaaaa" in auto.stdout, auto.stderr
     assert "accept_rate 0.4500 is 27.4 % below 0.6200" in auto.stdout
     neither = _run("compare", str(run_b), "--no-plot", tool="invoke")
@@ -300,3 +300,67 @@ def test_an_unwritable_step_summary_never_turns_a_green_run_red(tmp_path: Path, 
     err = capsys.readouterr().err
     assert err.startswith(f"warning: GITHUB_STEP_SUMMARY={target}: cannot append the summary (")
     assert err.count("\n") == 1
+
+
+# --- through invoke: positionals as positionals, each error once, the nearest name (issue 51, item 4) -------
+
+
+def test_invoke_help_lists_positionals_as_positionals_and_following_it_works(tmp_path: Path) -> None:
+    """`invoke --help compare` lists A and B first, as positionals (invoke's own listing shows `-a STRING`,
+    an option); each way the help and the README give the runs then works."""
+    shown = _run("--help", "compare", tool="invoke")
+    assert shown.returncode == 0, shown.stderr
+    options = shown.stdout.split("Options:\n", 1)[1].splitlines()
+    assert options[0].split()[:2] == ["A", "(positional)"] and options[2].split()[:2] == ["B", "(positional)"]
+    assert "-a STRING" not in shown.stdout and "-b STRING" not in shown.stdout
+    assert "--against=STRING" in shown.stdout and "--all" in shown.stdout
+    base, regressed = DATA / "fixture-base", DATA / "fixture-regressed"
+    env = {**os.environ, "SPEC_HISTORY": str(tmp_path / "h.sqlite"), "SPEC_CACHE_DIR": str(tmp_path / "c")}
+    both = _run("compare", "--no-plot", str(base), str(regressed), tool="invoke", env=env)
+    assert both.returncode == 1 and both.stdout.startswith("**B regresses in 1 case(s): ngram**"), both.stderr
+    for given in ([str(regressed)], ["-b", str(regressed)]):  # B alone: as the help lists it, or by flag
+        alone = _run("compare", *given, "--against", "auto", "--no-plot", tool="invoke", env=env)
+        # the empty history has no baseline: the command's own error, so the arguments reached it
+        assert alone.returncode == 2 and alone.stderr.startswith("error: no history baseline"), alone.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "--case", "nosuch"],  # a UserError
+        ["history", "--last", "0"],  # argparse's usage error
+        ["compare", "/nonexistent/a", "/nonexistent/b"],  # bad input found by the command
+        ["changes", "--metric", "drafted"],
+        ["fetch-models", "--methods", "mpt", "--offline"],
+    ],
+)
+def test_an_error_through_invoke_is_printed_once(argv: list[str], tmp_path: Path) -> None:
+    """The command prints its one `error:` line; the Exit invoke gets carries only the exit code."""
+    db = tmp_path / "h.sqlite"
+    assert recording.import_runs([DATA / "smoke-real-1"], db)
+    env = {**os.environ, "SPEC_HISTORY": str(db), "SPEC_CACHE_DIR": str(tmp_path / "c")}
+    proc = _run(*argv, tool="invoke", env=env)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    errors_ = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors_) == 1 and len(set(proc.stderr.splitlines())) == len(proc.stderr.splitlines()), (
+        proc.stderr
+    )
+
+
+def test_a_mistyped_case_name_gets_the_nearest_one(tmp_path: Path) -> None:
+    """Wherever a case name is taken: the history's cases, cases.toml's (fetch-models, bisect)."""
+    db = tmp_path / "h.sqlite"
+    assert recording.import_runs([DATA / "smoke-real-1"], db)
+    env = {**os.environ, "SPEC_HISTORY": str(db), "SPEC_CACHE_DIR": str(tmp_path / "c")}
+    for argv, nearest in (
+        (["history", "--case", "ngram-mdo"], "'ngram-mod'"),
+        (["changes", "--case", "ngram-mdo"], "'ngram-mod'"),
+        (["fetch-models", "--methods", "mpt"], "'mtp'"),
+    ):
+        proc = _run(*argv, tool="invoke", env=env)
+        assert proc.returncode == 2 and proc.stderr.rstrip().endswith(f": did you mean {nearest}?"), (
+            proc.stderr
+        )
+        assert proc.stderr.count("\n") == 1
+    bisect = _run("bisect", "--good", "a", "--bad", "b", "--case", "mtpp", env=env)
+    assert bisect.returncode == 2 and bisect.stderr.rstrip().endswith(": did you mean 'mtp'?"), bisect.stderr

@@ -508,3 +508,94 @@ def test_ci_runs_exactly_the_test_command_the_readme_and_development_md_show() -
     assert command.startswith("python3 -m pip install nox uv && nox -s ")
     assert f"`{command}`" in README
     assert command in PAGES["docs/development.md"]
+
+
+# --- promises kept: what the Quick start installs, a first baseline, a runner from the README (issue 51) ----
+
+
+def _section(title: str) -> str:
+    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_quick_start_installs_the_commands_the_readme_uses() -> None:
+    """`invoke …` and `specsuite …` lines follow the Quick start: it installs both (the `tasks` extra holds
+    invoke; the package's script is specsuite)."""
+    import tomllib
+
+    quick = _section("Quick start")
+    installs = [
+        ln for ln in re.findall(r"^python3 -m pip install [^#\n]*", quick, re.M) if "-e" in ln.split()
+    ]
+    assert installs == ["python3 -m pip install -e '.[tasks]'   "], installs
+    project = tomllib.loads((paths.REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert any(req.startswith("invoke") for req in project["optional-dependencies"]["tasks"])
+    assert "specsuite" in project["scripts"]
+    rest = README.split("## Quick start\n", 1)[1]
+    assert "`invoke " in rest and "`specsuite " in rest  # what it installs them for
+
+
+def test_the_readme_says_how_to_seed_a_first_baseline() -> None:
+    """The same tier on a build before the pin's: a real earlier build, as a line every check parses."""
+    pin = tomllib_load(paths.REPO_ROOT / "llama.cpp.pin.toml")["llama_cpp"]["build"]
+    reading = _section("Reading a run")
+    assert "none yet" in reading and "seed one with the same tier on an earlier build" in reading
+    [line] = re.findall(r"`(nox -s build test_smoke -- --ref b(\d+))`", reading)
+    assert line[0] in NOX_LINES and int(line[1]) < pin
+
+
+def tomllib_load(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the same parser, as tomli (a dependency there)
+        import tomli as tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _workflow() -> dict[str, Any]:
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "spec-suite.yml").read_text(encoding="utf-8"))
+    return workflow
+
+
+def test_the_runner_setup_says_what_a_first_runner_needs() -> None:
+    """README's setup section (and docs/runner.md in depth): the floors first; the driver with its source;
+    the container check on the workflow's own image; host toolchain against the image's; the folders the
+    jobs mount, created for root; the first run's cost; the public-repository warning on a workflow that
+    has no pull-request trigger."""
+    from specsuite.tools import gpucheck
+
+    setup, runner = _section("Setting up a GPU runner"), PAGES["docs/runner.md"]
+    first, steps = setup.split("\n1. ", 1)
+    assert "calibrate" in first and "DGX" in first.replace("\n", " ")  # before step 1
+    workflow = _workflow()
+    image = workflow["jobs"]["suite"]["container"]["image"]
+    assert f"`docker run --rm --gpus all {image} nvidia-smi`" in steps
+    assert f"docker run --rm --gpus all {image} nvidia-smi" in runner
+    assert "driver 580 or newer" in steps and "CUDA 13.x, minimum driver >= 580" in runner
+    assert "Minor Version Compatibility" in runner  # where the number comes from
+    assert "`nox -s gpu_check` tests the host's toolchain" in steps
+    assert "nox -s gpu_check -- --container IMAGE" in NOX_LINES
+    folders = f"sudo install -d -m 755 {gpucheck.RUNNER_MODELS} {gpucheck.RUNNER_CACHE}"
+    assert f"`{folders}`" in steps and "run as root" in steps and folders in runner
+    options = workflow["jobs"]["suite"]["container"]["options"]
+    assert f"'{gpucheck.RUNNER_MODELS}'" in options and f"'{gpucheck.RUNNER_CACHE}'" in options
+    assert list(workflow[True]) == ["workflow_dispatch", "schedule"]  # yaml reads `on:` as True
+    assert "fork's pull request" in steps and "only by hand and on schedule" in steps
+    assert "forks of a public repository can run code on the runner" in runner.replace("\n", " ")
+    gib = f"about {compact_download_gib():.1f} GiB of models"
+    assert gib in steps.replace("\n   ", " ") and "image" in steps and "CUDA cold" in steps
+
+
+def compact_download_gib() -> float:
+    """The compact tier's models from models.lock: the locked sizes, else upstream's in each entry's note."""
+    lock = tomllib_load(paths.REPO_ROOT / "models.lock")
+    names = {m for c in schema.select_cases(CASES, "compact") for m in c.models}
+    total = 0.0
+    for entry in (e for e in lock["model"] if e["name"] in names):
+        if entry.get("size"):
+            total += entry["size"]
+            continue
+        number, unit = re.search(r"about ([\d.]+) (GiB|MiB)", entry["note"]).groups()
+        total += float(number) * 2 ** (30 if unit == "GiB" else 20)
+    return total / 2**30

@@ -23,7 +23,7 @@ LAYERS = (
     ("server",),
     ("llamacpp",),
     ("results",),
-    ("history",),
+    ("history", "suspects"),
     ("measure",),
     ("suite",),
     ("tools", "bisect", "bench", "report", "replay"),

@@ -18,8 +18,8 @@ from typing import Any
 
 from specsuite.cases.schema import Case
 from specsuite.measure import engaged
-from specsuite.measure.cold import cold_pass
 from specsuite.measure.argv import server_command
+from specsuite.measure.cold import cold_pass
 from specsuite.measure.outcome import Prompts, decode_tps, run_prompts
 from specsuite.measure.plain import without_speculation
 from specsuite.server import metrics

@@ -13,6 +13,7 @@ report says so and how many: what a git bisect of those commits would decide whe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,9 @@ from specsuite.common.errors import UserError
 from specsuite.llamacpp import builds as choose
 from specsuite.llamacpp import pypi
 from specsuite.llamacpp.inplace import load_builder
+from specsuite.results.document import load_run
+from specsuite.suspects.runlines import safe_between
+from specsuite.suspects.trees import locate
 
 DEFAULT_BUILDER = "specsuite.llamacpp.inplace:build_number"
 
@@ -55,11 +59,22 @@ class BuildBisect:
         self.builder = load_builder(params.builder)
         self.report = Report(params, len(found) - 1, [f"b{b}" for b in found], unit="build")
         self.low, self.high, self.skipped = 0, len(found) - 1, set[int]()
+        self.folders: dict[int, str] = {}  # build -> its step's folder (its results.json names the backend)
 
     def step(self, label: str, folder: str, build: int) -> Step:
         what = (f"b{build}", f"{pypi.PROJECT}=={build}.0.0")
+        self.folders[build] = folder
         return measure(self.params, label, folder, what,
                        lambda log: self.builder(build, log, self.params.build_argv))  # fmt: skip
+
+    def suspects(self, good: int, bad: int) -> list[str]:
+        """Which of the upstream changes between the two builds touch what the case exercises: the files
+        and functions from their trees (each step built its sdist's tree here), or the commits where a git
+        repository knows both (specsuite.suspects)."""
+        backend = None
+        with contextlib.suppress(UserError):
+            backend = load_run(Path(self.params.out) / self.folders.get(bad, "bad")).binary.backend or None
+        return safe_between(locate(f"b{good}"), locate(f"b{bad}"), [self.params.case], backend)
 
     def endpoints(self) -> None:
         """Good first (its record is the reference), then bad; UserError (exit 1) unless they bracket."""
@@ -110,6 +125,7 @@ class BuildBisect:
     def _found(self) -> None:
         last_good, first_bad = self.builds[self.low], self.builds[self.high]
         self.report.status, self.report.first_bad = "found", f"b{first_bad}"
+        self.report.suspects = self.suspects(last_good, first_bad)
         self.report.first_bad_subject = f"{pypi.PROJECT}=={first_bad}.0.0"
         if first_bad - last_good > 1:
             self.report.between = (
@@ -127,6 +143,7 @@ class BuildBisect:
         self.report.status, self.report.message = "stopped", why
         low, high = self.builds[self.low], self.builds[self.high]
         self.report.range_left = (f"b{low}", f"b{high}", self.high - self.low)
+        self.report.suspects = self.suspects(low, high)
 
 
 def index_url() -> str:

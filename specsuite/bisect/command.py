@@ -25,7 +25,7 @@ from specsuite.bisect.build import DEFAULT_BUILDER, load_builder, parse_build_ar
 from specsuite.bisect.judge import METRICS, SPEED_METRICS
 from specsuite.bisect.report import Report, log2_bound
 from specsuite.bisect.step import STOPPED_FILE, Params, reference_record, run_step, step_command, step_lock
-from specsuite.cases.schema import TIERS, Case, load_cases
+from specsuite.cases.schema import TIERS, Case, load_cases, suggest
 from specsuite.common import atomic, paths
 from specsuite.common.argtypes import CommandParser, repeat_count
 from specsuite.common.errors import UserError
@@ -113,8 +113,9 @@ def check_case(name: str) -> Case:
     cases = {c.name: c for c in load_cases()}
     if name in cases:
         return cases[name]
-    hint = f"{name!r} is a tier" if name in TIERS else f"{name!r} is not a case of {paths.CASES_FILE.name}"
-    raise UserError(f"--case {hint}; bisect takes one case name: {', '.join(cases)}")
+    if name in TIERS:
+        raise UserError(f"--case {name!r} is a tier; bisect takes one case name{suggest(name, list(cases))}")
+    raise UserError(f"--case {name!r} is not a case of {paths.CASES_FILE.name}{suggest(name, list(cases))}")
 
 
 def check_options(args: argparse.Namespace) -> float:

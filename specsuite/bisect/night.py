@@ -63,7 +63,7 @@ def plan(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
                 )
                 continue
             metric = _metric(rec)
-            repeat = max(opts.repeat, SPEED_REPEAT) if metric in SPEED_METRICS else opts.repeat
+            repeat = max(opts.repeat or 1, SPEED_REPEAT) if metric in SPEED_METRICS else opts.repeat
             entries.append(
                 {
                     "case": rec.name,

@@ -36,6 +36,7 @@ class Report:
     message: str = ""
     unit: str = "commit"  # "build": a bisect over upstream builds (bisect.builds), not git's commits
     between: str = ""  # a build bisect's answer when builds lie far apart: the commits it leaves open
+    suspects: list[str] = field(default_factory=list)  # of the range it ends on: what touches the case
     started: str = field(default_factory=utc_now)
     t0: float = field(default_factory=time.monotonic)
 
@@ -89,6 +90,7 @@ class Report:
             "params": asdict(self.params),
             "commits_in_range": self.n_commits,  # a build bisect: the builds after good up to bad
             "unit": self.unit,
+            "suspects": self.suspects,
             "steps": _n_steps(steps),
             "log2_bound": log2_bound(self.n_commits),
             "tested": steps,
@@ -115,7 +117,9 @@ class Report:
         sha = self.first_bad or ""
         if self.status == "found" and (url := commit_url(self.params.repository, sha)):
             head = head.replace(sha, f"[`{sha[:12]}`]({url})", 1)  # the first line links the commit
-        lines = [f"### specsuite bisect: {head}", "", f"- {self._counts(steps)}", ""]
+        why = [f"- **{table.markdown_text(line)}**" for line in self.suspects]
+        lines = [f"### specsuite bisect: {head}", "", *why]
+        lines += [f"- {self._counts(steps)}", ""]
         lines += [table.render(self.header, self.rows(steps), markdown=True), ""]
         lines += [
             f"- `{short(s['commit'], 10)}` {s['label']}: {s['verdict']} ({s['rule']}) {s['detail']}"
@@ -125,7 +129,9 @@ class Report:
 
     def text(self, steps: list[dict[str, Any]]) -> str:
         body = table.render(self.header, self.rows(steps))
-        return f"\nbisect: {self.headline(steps)}\n\n{body}\n\n{self._counts(steps)}; results in {self.out}"
+        why = "".join(f"\n{line}" for line in self.suspects)
+        tail = f"{self._counts(steps)}; results in {self.out}"
+        return f"\nbisect: {self.headline(steps)}{why}\n\n{body}\n\n{tail}"
 
 
 def commit_url(repository: str, sha: str) -> str | None:

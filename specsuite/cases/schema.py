@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta
 
+from specsuite.cases import kvtypes
+from specsuite.cases.kvtypes import KvPair
 from specsuite.common import declared, paths, statcache, tomldata
 from specsuite.common.errors import UserError
 from specsuite.common.serverflags import ALLOWED, SPEC_FLAG_PREFIXES, server_args_problem, speculative_option
@@ -29,6 +31,16 @@ CASE_TIERS: tuple[str, ...] = get_args(Tier)
 GPU_TIERS = ("compact", "nightly")
 # What a selector may name besides case names: every tier, and "all" (the GPU tiers together, as upstream).
 TIERS = (*CASE_TIERS, "all")
+# The relative gate judges a speed from this many A-B-B-A rounds a side (history.regress: one-sided
+# Mann–Whitney at p < 0.05, which 3 rounds a side cannot reach).
+GATE_ROUNDS = 4
+# Each tier's rounds per case where neither --repeat nor SPEC_REPEAT says (a case's own ``repeat`` raises
+# it): what the tier's speed gate needs, from the gate's measured power (benchmarks/bench_gate.py,
+# docs/speed.md "Rounds by tier"). GPU tiers: 4, at a GPU-like spread (CV 3 % a round) no false alarm in 120
+# A/A pairs and a 10 % slowdown caught in 95 %. CPU tiers: 1; the tiny synthetic models cannot be gated at
+# any number of rounds (25 % A/A false alarms at 4), so the synthetic tier gates speed on its speed cases
+# (their own ``repeat``); the smoke tier's Gemma is not gated (1 round: the run's first lines say so).
+TIER_REPEAT: dict[str, int] = {"smoke": 1, "synthetic": 1, "compact": GATE_ROUNDS, "nightly": GATE_ROUNDS}
 # Canonical --spec-type tokens at the pinned commit (common/speculative.cpp), "none" included.
 SpecType = Literal[
     "none",
@@ -86,6 +98,10 @@ Sweep = Annotated[tuple[Slots, ...], Meta(min_length=1, description="a non-empty
 SLOTS_OR_SWEEP = f"a whole number from 1 to {MAX_PARALLEL} (the slots) or a non-empty list of them (a sweep)"
 # exact counters are per request set: a sweep's members send streams x prompts requests each
 EXACT_COUNT_KEYS = ("expect_drafted", "expect_accepted", "expect_drafts")
+# The KV-cache axis: a member's cache types (cases.kvtypes), a list of them with f16 (the reference)
+KvType = Annotated[str, Meta(pattern=kvtypes.PATTERN, description=kvtypes.DESCRIPTION)]
+KV_LIST = "a list of 2 to 16 KV cache types (q8_0, or TARGET/DRAFT as f16/q8_0), f16 among them"
+Fraction = Annotated[float, Meta(gt=0, le=1, description="a fraction in (0, 1]")]
 
 
 class CategoryFloors(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -163,6 +179,12 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # ... and for its speculative server's own decode tokens/s (else speed_rtol, else the run's rtol): an
     # absolute speed moves with a shared machine's load, which a ratio to the baseline cancels
     decode_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
+    # ... and for its prefill and time to first token against plain (else the run's rtol): a long prompt's
+    # prompt timings spread as their own (docs/speed.md, "Prefill")
+    prefill_rtol: Annotated[float, Meta(gt=0, lt=1, description="a fraction in (0, 1)")] | None = None
+    # Its speculative server's prompt tokens/s at least this fraction of plain's (the median of the rounds): a
+    # product rule like min_speedup, for a long-prompt case (a drafter processing every prompt ubatch)
+    min_prefill_ratio: Positive | None = None
     # Both servers of the case (and its baseline) on one CPU, the same one, where speed is measured on a CPU
     # build: a speed case on shared cores (docs/speed.md). Its servers must run one thread (--threads 1).
     pin_cpu: bool = False
@@ -199,6 +221,11 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # value), and the concurrent streams of requests (default: one per slot).
     parallel: Annotated[Slots | Sweep, Meta(description=SLOTS_OR_SWEEP)] | None = None
     streams: Slots | None = None
+    # The KV-cache axis (docs/configuration.md): one case per value, the target's and the draft's cache types
+    # ("q8_0" both, "f16/q8_0" target/draft), each judged against its f16 member of the same run
+    # (measure.kvaxis): acceptance at least this fraction of f16's (default kvtypes.MIN_ACCEPT_FRACTION)
+    kv_types: Annotated[tuple[KvType, ...], Meta(min_length=2, max_length=16, description=KV_LIST)] = ()
+    kv_min_accept_fraction: Fraction | None = None
     calibration: dict[str, Any] = {}
     known_bug: KnownBug | None = None  # the upstream bug the case reproduces (docs/upstream.md)
     # A server's life: prompt ids of the case's set sent in this order to one fresh server after the case's
@@ -221,6 +248,7 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 "holds the prompt and every generated token (raise ctx_size)"
             )
         self._check_sweep()
+        self._check_kv()
         if self.n_max is not None and self.n_max > self.n_predict:
             raise ValueError(
                 f"n_max = {self.n_max} is more than n_predict = {self.n_predict}: a draft longer than the "
@@ -329,6 +357,36 @@ class CaseTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 "give them on a case with one parallel value"
             )
 
+    def _check_kv(self) -> None:
+        """A KV axis: f16 among its values (the reference), each once; it owns the cache-type flags, and
+        stands alone (no parallel sweep, no mode, no defaults: it sets the draft's cache type)."""
+        if not self.kv_types:
+            if self.kv_min_accept_fraction is not None:
+                raise ValueError("kv_min_accept_fraction judges a kv_types axis's members: give kv_types")
+            return
+        pairs = [KvPair.parse(v) for v in self.kv_types]
+        if twice := sorted({p.spelled for p in pairs if pairs.count(p) > 1}):
+            raise ValueError(f"kv_types = {list(self.kv_types)} names {', '.join(twice)} twice")
+        if kvtypes.REFERENCE not in pairs:
+            raise ValueError(
+                f"kv_types = {list(self.kv_types)} lacks f16: the member every other one is judged against"
+            )
+        why = {
+            "parallel": self.sweep is not None,
+            "mode": self.mode is not None,
+            "defaults": self.defaults,
+            **{k: getattr(self, k) is not None for k in EXACT_COUNT_KEYS},
+        }
+        if given := [k for k, v in why.items() if v]:
+            raise ValueError(
+                f"{', '.join(given)}: not with kv_types (one axis a table; a mode or the binary's defaults "
+                "leave the draft's cache type to the binary; a cache type moves exact counters)"
+            )
+        owned = kvtypes.TARGET_FLAGS + kvtypes.DRAFT_FLAGS
+        spellings = {s for a in owned for s in ALLOWED[a].spellings}
+        if flags := [a for a in self.server_args if a in spellings]:  # FLAG=VALUE: refused before
+            raise ValueError(f"server_args: {', '.join(flags)}: kv_types sets the cache types (remove it)")
+
     def _check_synth(self) -> None:
         if self.synth_rates is not None and self.synth_len is not None:
             raise ValueError("synth_rates and synth_len are mutually exclusive (as in llama-server)")
@@ -352,7 +410,8 @@ def _one_thread(args: tuple[str, ...]) -> bool:
 
 class Case(CaseTable, frozen=True):
     """A case ready to run: ``spec_type`` always a tuple, ``parallel`` and ``streams`` numbers, and the
-    texts of its prompt set. A sweep's table is one Case per slot count (``sweep_member``)."""
+    texts of its prompt set. A sweep's table is one Case per slot count (``sweep_members``), a KV axis's
+    one per cache type (``kv_members``)."""
 
     spec_type: tuple[Token, ...] = ()
     parallel: int = 1  # a number here: a sweep is one Case per value
@@ -366,6 +425,26 @@ class Case(CaseTable, frozen=True):
     dataset: DatasetSource | None = None
     sweep_name: str | None = None
     sweep_nps: tuple[int, ...] = ()
+    # A member of a KV axis (``kv_members``): its cache types, its table's name, the fraction of its f16
+    # member's acceptance it must reach. Its ``server_args`` end with the types' flags (``KvPair.flags``),
+    # and its ``kv_types`` are empty: a member is one case, as a sweep's member is.
+    kv: KvPair | None = None
+    kv_sweep: str | None = None
+    kv_fraction: float | None = None
+
+    @property
+    def table(self) -> str:
+        """The name of the cases.toml table it comes from (a sweep's or a KV axis's, else its own)."""
+        return self.sweep_name or self.kv_sweep or self.name
+
+    def kv_member(self, pair: KvPair) -> Case:
+        """The member of its KV axis at ``pair`` (the f16 reference of a member: ``REFERENCE``): its own
+        server_args with the types' flags in place of its own."""
+        assert self.kv is not None and self.kv_sweep is not None
+        own = self.server_args[: len(self.server_args) - len(self.kv.flags)]
+        return msgspec.structs.replace(
+            self, name=kvtypes.member_name(self.kv_sweep, pair), server_args=(*own, *pair.flags), kv=pair
+        )
 
     @property
     def concurrent(self) -> bool:
@@ -387,6 +466,11 @@ class Case(CaseTable, frozen=True):
     def gpu(self) -> bool:
         return self.tier in GPU_TIERS
 
+    def rounds(self, given: int | None) -> int:
+        """Its A-B-B-A rounds: ``given`` (--repeat, SPEC_REPEAT), else its tier's default (TIER_REPEAT),
+        raised to its own ``repeat``."""
+        return max(TIER_REPEAT[self.tier] if given is None else given, self.repeat)
+
     @property
     def method(self) -> str:
         """What the case runs, for tables: the type chain, ``mode=auto`` or ``spec-default``."""
@@ -396,12 +480,13 @@ class Case(CaseTable, frozen=True):
 
     @property
     def floors(self) -> dict[str, float | None]:
-        return {
-            "min_accept_rate": self.min_accept_rate,
-            "min_accept_len": self.min_accept_len,
-            "min_identical_fraction": self.min_identical_fraction,
-            "min_speedup": self.min_speedup,
-        }
+        """Its one-sided floors by key: every ``min_*`` key (results.metrics.Metric.floor names them)."""
+        return {key: getattr(self, key) for key in self.__struct_fields__ if key.startswith("min_")}
+
+    @property
+    def rtols(self) -> dict[str, float | None]:
+        """Its own tolerances of the relative gate, by key (results.metrics.Metric.tolerance names them)."""
+        return {key: getattr(self, key) for key in self.__struct_fields__ if key.endswith("_rtol")}
 
 
 class Prompt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -559,7 +644,30 @@ def _ready(
     cats = tuple(p.category or "" for p in prompts)
     base = Case(**{**keys, "spec_type": table.chain, "prompt_texts": texts, "prompt_categories": cats,
                    "dataset": pset.dataset, "parallel": 1, "streams": table.streams or 1})  # fmt: skip
-    return sweep_members(base, table)
+    return kv_members(sweep_members(base, table), table)
+
+
+def kv_members(cases: list[Case], table: CaseTable) -> list[Case]:
+    """A KV axis's table as one case per value, its f16 member first (the reference the others are judged
+    against runs before them, in one group of its target); any other table's cases as they are."""
+    if not table.kv_types:
+        return cases
+    (base,) = cases  # the table's one case: a parallel sweep is not an axis with kv_types
+    pairs = sorted(map(KvPair.parse, table.kv_types), key=lambda p: p != kvtypes.REFERENCE)
+    fraction = table.kv_min_accept_fraction or kvtypes.MIN_ACCEPT_FRACTION
+    return [
+        msgspec.structs.replace(
+            base,
+            name=kvtypes.member_name(table.name, p),
+            server_args=(*table.server_args, *p.flags),
+            kv_types=(),
+            kv_min_accept_fraction=None,
+            kv=p,
+            kv_sweep=table.name,
+            kv_fraction=fraction,
+        )
+        for p in pairs
+    ]
 
 
 def member_name(name: str, parallel: int) -> str:
@@ -596,7 +704,7 @@ def parse_case_file(text: str, lock_names: set[str] | None = None) -> CaseFile:
     for i, table in enumerate(doc.case):
         for c in _ready(i, table, prompt_sets, lock_names):
             if c.name in seen:
-                what = f" (a member of the sweep {c.sweep_name!r})" if c.sweep_name else ""
+                what = f" (a member of the sweep {c.table!r})" if c.table != c.name else ""
                 raise _bad("case", i, table.name, f"duplicate case name {c.name!r}{what}")
             seen.add(c.name)
             cases.append(c)
@@ -644,6 +752,22 @@ def select_cases(cases: list[Case], selector: str) -> list[Case]:
         else:
             raise UserError(unknown_name(item, list(by_name)))
     return list(chosen.values())
+
+
+LISTED = 8  # names a miss lists when none is close
+
+
+def suggest(item: str, names: list[str]) -> str:
+    """The end of a line saying ``item`` is not one of ``names``: ``: did you mean 'x'?`` for the nearest
+    name when one is close (a typo, difflib), else ``; choose from N: a, b, … and M more``. Every command that
+    takes a case name (a run id, a device) words a miss with it."""
+    nearest = difflib.get_close_matches(item, names, n=1)
+    if nearest:
+        return f": did you mean {nearest[0]!r}?"
+    if not names:
+        return "; there is none"
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return f"; choose from {len(names)}: {', '.join(names[:LISTED])}{more}"
 
 
 def unknown_name(item: str, names: list[str]) -> str:

@@ -51,7 +51,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # how a run judges its cases (results.json records these as its `options`)
     methods: str = _var("SPEC_METHODS", "")
     strict: bool = _var("SPEC_STRICT", True)
-    repeat: Annotated[int, _REPEAT] = _var("SPEC_REPEAT", 1)
+    # None: each tier's own default (cases.schema.TIER_REPEAT: what its speed gate needs)
+    repeat: Annotated[int, _REPEAT] | None = _var("SPEC_REPEAT", None)
     allow_cpu: bool = _var("SPEC_ALLOW_CPU", False)
     no_history: bool = _var("SPEC_NO_HISTORY", False)
     rtol: Annotated[float, _FRACTION] = _var("SPEC_RTOL", 0.05)
@@ -116,14 +117,24 @@ _KINDS = {
 _WHOLE = re.compile(r"\+?[0-9]+")
 
 
+def _declared(field: msgspec.structs.FieldInfo) -> Any:
+    """The field's type without ``| None`` (a setting whose default is None: unset)."""
+    args = typing.get_args(field.type)
+    if type(None) in args and len(args) == 2 and typing.get_origin(field.type) is not Annotated:
+        return next(a for a in args if a is not type(None))
+    return field.type
+
+
 def _kind(field: msgspec.structs.FieldInfo) -> str:
-    meta = typing.get_args(field.type)[1:] if typing.get_origin(field.type) is Annotated else ()
+    tp = _declared(field)
+    meta = typing.get_args(tp)[1:] if typing.get_origin(tp) is Annotated else ()
     return next((_KINDS[id(m)] for m in meta if id(m) in _KINDS), "text")
 
 
 def _parse(name: str, field: msgspec.structs.FieldInfo, value: str) -> Any:
     """One variable's text as its field's type (the spellings people use: yes/on/off for flags)."""
-    base = typing.get_args(field.type)[0] if typing.get_origin(field.type) is Annotated else field.type
+    tp = _declared(field)
+    base = typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
     if base is bool:
         if value.lower() not in _TRUE | _FALSE:
             raise UserError(f"{name}={value!r}: use 1 or 0 (or unset it)")
@@ -138,8 +149,13 @@ def _parse(name: str, field: msgspec.structs.FieldInfo, value: str) -> Any:
     return value
 
 
+# an example for a setting whose default is unset (None)
+_EXAMPLES = {"SPEC_REPEAT": "4"}
+
+
 def _bad(name: str, field: msgspec.structs.FieldInfo, value: str) -> Any:
     example = f"{field.default:g}" if isinstance(field.default, (int, float)) else repr(field.default)
+    example = _EXAMPLES.get(name, example)
     raise UserError(f"{name}={value!r} must be {_kind(field)}; set it to, e.g., {example} or unset it")
 
 

@@ -219,9 +219,9 @@ def earlier_runs(
     """The ``limit`` runs nearest before ``commit`` that measured ``case``, by find_baseline's rule
     (same setup, measured, ancestors only when ``ancestors`` is given, started ``before``), nearest first.
 
-    Each: run_id, commit, started, status, reason, accept_rate, accept_len, pos0_rate, speedup (the median
-    of the repeats), decode_tps, speed_repeat, nondeterministic (1, 0, or None: not recorded), block_ratio,
-    block_ms, implausible_speed. ``recording`` as in find_baseline."""
+    Each: run_id, commit, started, status, reason, each registered metric by its name (results.metrics;
+    speedup: the median of the rounds), speed_repeat, nondeterministic (1, 0, or None: not recorded),
+    implausible_speed. ``recording`` as in find_baseline."""
     with reading(path, recording=recording) as conn:
         if conn is None:
             return []

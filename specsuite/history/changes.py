@@ -8,8 +8,9 @@ commit ancestry when the llama.cpp mirror knows every commit of it (else by time
   class, backend and model: any change between two commits is a change point, with no statistics
   (``p_value`` None). A series where two runs of one commit disagree, or a run's own speculative rounds
   did (``nondeterministic``), is judged as noisy instead.
-- Speed (speedup, tokens/s, the per-block overhead ``block_ratio``) is noisy; a run whose speed was
-  physically impossible (``implausible_speed``) has none. A change point is where the values before and
+- Speed (every metric the registry gates over rounds, results.metrics: the speedup, tokens/s, the per-block
+  cost, the prefill against plain) is noisy; it counts from runs that repeated it, and a run whose speed
+  was physically impossible (``implausible_speed``) has none. A change point is where the values before and
   after differ more than a reshuffle of the same values would: Pettitt's rank scan (the largest
   standardised Mann–Whitney difference over the splits between commits; ranks, so one outlier run moves
   nothing) with its p-value from a permutation test (the significance test of E-Divisive, Matteson &
@@ -46,12 +47,13 @@ from specsuite.common.errors import UserError
 from specsuite.history import queries
 from specsuite.history.ancestry import default_mirror, in_commit_order
 from specsuite.history.changecache import SplitCache, series_key
-from specsuite.results import config
+from specsuite.results import config, metrics
 from specsuite.results.record import CaseRecord
 
-METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "decode_tps", "block_ratio")
-DETERMINISTIC = frozenset({"accept_rate", "accept_len", "pos0_rate"})
-DRIFT_METRICS = ("accept_rate", "accept_len", "pos0_rate", "speedup")  # what the relative gate gates too
+METRICS = tuple(m.name for m in metrics.GATED)  # every metric the relative gate judges (results.metrics)
+DETERMINISTIC = frozenset(m.name for m in metrics.GATED if m.gate == "exact")
+DRIFT_METRICS = tuple(m.name for m in metrics.DRIFT)
+_SPEEDS = frozenset(m.name for m in metrics.GATED if m.plausible)  # none from an implausible speed
 ALPHA = 0.01  # a speed change point needs p below this (about 1 % of noise-only stretches show one)
 RESAMPLES = 1999  # random reshuffles per test: p to about +-0.005 at 0.01; seeded, so the same answer
 FIRST_BATCH = 64  # reshuffles drawn at once first, then twice as many each time (at most 1999 in all)
@@ -284,20 +286,14 @@ def drift_window(rows: Sequence[dict[str, Any]], size: int) -> list[dict[str, An
 
 def record_row(rec: CaseRecord, run_id: str, commit: str, started: str | None) -> dict[str, Any]:
     """A case record as a history row (the judged run is recorded only when it ends)."""
-    speed = rec.speed
-    median = speed.speedup_median if speed is not None else None
     return {
         "run_id": run_id,
         "commit": commit,
         "started": started,
         "reason": None,
-        "accept_rate": rec.accept_rate,
-        "accept_len": rec.accept_len,
-        "pos0_rate": rec.pos0,
-        "speedup": median if median is not None else rec.speedup,
-        "speed_repeat": speed.repeat if speed is not None else None,
+        **{m.name: m.of(rec) for m in metrics.REGISTRY},
+        "speed_repeat": rec.speed.repeat if rec.speed is not None else None,
         "nondeterministic": rec.nondeterministic,
-        "block_ratio": rec.block_ratio,
         "implausible_speed": rec.implausible_speed is not None,
     }
 
@@ -308,17 +304,20 @@ def points_of(rows: Iterable[dict[str, Any]], metric: str) -> list[Point]:
     return points_by_metric(rows, (metric,))[metric]
 
 
-def points_by_metric(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> dict[str, list[Point]]:
-    """``points_of`` for each of ``metrics``, in one pass over the rows."""
-    out: dict[str, list[Point]] = {m: [] for m in metrics}
+def points_by_metric(rows: Iterable[dict[str, Any]], wanted: Sequence[str]) -> dict[str, list[Point]]:
+    """``points_of`` for each of ``wanted``, in one pass over the rows."""
+    out: dict[str, list[Point]] = {m: [] for m in wanted}
     for row in rows:
         run_id, commit, started = row["run_id"], row["commit"], str(row["started"] or "")
         # speed counts from runs that repeated it, and whose speed was physically possible
-        repeated = (row.get("speed_repeat") or 0) >= MIN_SPEED_SAMPLES and not row.get("implausible_speed")
+        repeated = (row.get("speed_repeat") or 0) >= MIN_SPEED_SAMPLES
+        possible = not row.get("implausible_speed")
         nondet = bool(row.get("nondeterministic"))
-        for metric in metrics:
+        for metric in wanted:
             value = row.get(metric)
-            if value is None or not math.isfinite(value) or not (repeated or metric in DETERMINISTIC):
+            if value is None or not math.isfinite(value):
+                continue
+            if metric not in DETERMINISTIC and not (repeated and (possible or metric not in _SPEEDS)):
                 continue
             out[metric].append(Point(run_id, commit, started, float(value), nondet))
     return out

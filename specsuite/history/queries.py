@@ -3,6 +3,10 @@
 planner), the recorded configurations (``config_series``, ``run_configs``) and every measured case as
 numbers (``series``, for ``specsuite changes`` and the site's change points).
 
+A case's registered metrics (results.metrics) come as one key each, whatever the schema: from its
+``metrics`` JSON (schema v8 on: ``metric_columns``, ``with_metrics``), or from the columns an older history,
+read as it is, kept them in.
+
 Every read goes through ``schema.reading``: read-only, an older schema read as it is. A row a damaged or
 hand-edited file holds (text where a number belongs, broken JSON) is skipped or shown as null, with a
 warning naming its run.
@@ -22,6 +26,7 @@ import msgspec
 
 from specsuite.common.errors import UserError
 from specsuite.history.schema import reading, schema_version
+from specsuite.results import metrics
 from specsuite.results.config import RunConfig
 from specsuite.results.record import finite
 
@@ -29,17 +34,41 @@ from specsuite.results.record import finite
 RUN_TIME = "COALESCE(r.started, r.recorded)"
 _CASE_COLS = (
     f"r.run_id, r.llama_commit AS 'commit', {RUN_TIME} AS started, r.device_name AS device, r.device_class, "
-    "r.backend, r.tier, c.name AS 'case', c.status, c.reason, c.accept_rate, c.accept_len, c.pos0_rate, "
-    "COALESCE(c.speedup_median, c.speedup) AS speedup"
+    "r.backend, r.tier, c.name AS 'case', c.status, c.reason"
 )
+_JSON = "metrics_json"  # the alias of a v8 case row's metrics object until ``with_metrics`` reads it
+_OBJECT = msgspec.json.Decoder(dict[str, Any])  # a site reads hundreds of thousands: msgspec, not json
 
 
-def overhead_columns(conn: sqlite3.Connection) -> str:
-    """The per-block overhead's columns; a history older than v6 (read as it is, never migrated by a
-    reader) has none: nulls."""
-    if schema_version(conn) >= 6:
-        return "c.block_ratio, c.block_ms, c.implausible_speed"
-    return "NULL AS block_ratio, NULL AS block_ms, NULL AS implausible_speed"
+def metric_columns(conn: sqlite3.Connection) -> str:
+    """SQL for the registered metrics of a case row ``c`` and whether its speed was implausible: its
+    ``metrics`` JSON from schema v8 on; in an older history (read as it is, never migrated by a reader) the
+    columns that held them, each under the metric's name (null where that schema has none)."""
+    version = schema_version(conn)
+    flag = "c.implausible_speed" if version >= 6 else "NULL AS implausible_speed"
+    if version >= 8:
+        return f"c.metrics AS {_JSON}, {flag}"
+    old = [m.column if m.column and version >= m.since else "NULL" for m in metrics.REGISTRY]
+    return ", ".join([*(f"{sql} AS {m.name}" for sql, m in zip(old, metrics.REGISTRY, strict=True)), flag])
+
+
+def with_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with each registered metric under its name, read from its metrics JSON (an older history's
+    row has them already); a JSON that does not read gives nulls, with a warning naming the run."""
+    if _JSON not in row:
+        return row
+    text = row.pop(_JSON)
+    try:
+        found = _OBJECT.decode(text) if text is not None else {}
+    except (TypeError, msgspec.DecodeError):  # not JSON, not an object, or not text at all
+        found = None
+    if not isinstance(found, dict):
+        print(
+            f"warning: broken JSON in history run {row['run_id']}: metrics (shown as null)", file=sys.stderr
+        )
+        found = {}
+    row.update({m.name: found.get(m.name) for m in metrics.REGISTRY})
+    return row
 
 
 def _run_filter(case: str | None, device: str | None) -> tuple[str, list[Any]]:
@@ -103,7 +132,7 @@ def _parsed(row: dict[str, Any], key: str) -> Any:
 # hold text where a number belongs). A row that breaks this is skipped with a warning, not printed.
 _TEXT = ("run_id", "commit", "device", "device_class", "backend", "case")
 _TEXT_OR_NULL = ("started", "tier", "status", "reason")
-_NUMBERS = ("accept_rate", "accept_len", "pos0_rate", "speedup", "block_ratio", "block_ms")
+_NUMBERS = tuple(m.name for m in metrics.REGISTRY)
 
 
 def _broken(row: dict[str, Any]) -> str | None:
@@ -118,15 +147,7 @@ def _broken(row: dict[str, Any]) -> str | None:
 
 # The numbers the change points and the drift gate read (series_columns): a text there was a TypeError and
 # exit 3 in `changes`, `report` and a live run's drift gate.
-_SERIES_NUMBERS = (
-    "accept_rate",
-    "accept_len",
-    "pos0_rate",
-    "speedup",
-    "decode_tps",
-    "block_ratio",
-    "block_ms",
-)
+_SERIES_NUMBERS = _NUMBERS
 _SERIES_FLAGS = ("speed_repeat", "nondeterministic", "implausible_speed")
 
 
@@ -168,9 +189,9 @@ def case_rows(
 ) -> list[dict[str, Any]]:
     """Per-case rows over commits, for the runs ``runs`` selects: grouped by case, oldest first.
 
-    Each: run_id, commit, started, device, device_class, backend, tier, case, status, reason, accept_rate,
-    accept_len, pos0_rate, speedup (the median of the repeats where there were repeats), block_ratio,
-    block_ms, implausible_speed."""
+    Each: run_id, commit, started, device, device_class, backend, tier, case, status, reason, each
+    registered metric by its name (results.metrics; speedup: the median of the rounds where there were
+    rounds), implausible_speed."""
     sel, args = _selected_runs(case, device, last)
     where, params = f"c.run IN ({sel})", args
     if case is not None:
@@ -179,9 +200,9 @@ def case_rows(
     with reading(path) as conn:
         if conn is None:
             return []
-        cols = f"{_CASE_COLS}, {overhead_columns(conn)}"
+        cols = f"{_CASE_COLS}, {metric_columns(conn)}"
         sql = f"SELECT {cols} FROM cases c JOIN runs r ON r.id = c.run WHERE {where} ORDER BY {order}"
-        return _sound(_dicts(conn.execute(sql, params)))
+        return _sound([with_metrics(row) for row in _dicts(conn.execute(sql, params))])
 
 
 def names(path: Path | None = None) -> tuple[list[str], list[str]]:
@@ -292,21 +313,18 @@ def series_columns(conn: sqlite3.Connection) -> str:
     a history older than v3 (read as it is, never migrated by a reader) has no nondeterministic column."""
     flag = "c.nondeterministic" if schema_version(conn) >= 3 else "NULL AS nondeterministic"
     return (
-        f"r.run_id, r.llama_commit, {RUN_TIME} AS t, c.run, c.status, c.reason, c.accept_rate, c.accept_len, "
-        f"c.pos0_rate, COALESCE(c.speedup_median, c.speedup) AS speedup, c.decode_tps, c.speed_repeat, "
-        f"{flag}, {overhead_columns(conn)}, {build_column(conn)}"
+        f"r.run_id, r.llama_commit, {RUN_TIME} AS t, c.run, c.status, c.reason, c.speed_repeat, {flag}, "
+        f"{metric_columns(conn)}, {build_column(conn)}"
     )
 
 
 def series_row(row: sqlite3.Row) -> dict[str, Any]:
-    """A row of ``series_columns`` as ``series`` and ``earlier_runs`` give it: commit and started by name."""
+    """A row of ``series_columns`` as ``series`` and ``earlier_runs`` give it: commit and started by name,
+    each registered metric by its name."""
     out = {k: row[k] for k in row.keys() if k not in ("llama_commit", "llama_build", "t", "run")}  # noqa: SIM118
-    return {
-        **out,
-        "commit": row["llama_commit"],
-        "build": stored_build(row["llama_build"]),
-        "started": row["t"],
-    }
+    return with_metrics(
+        {**out, "commit": row["llama_commit"], "build": stored_build(row["llama_build"]), "started": row["t"]}
+    )
 
 
 def stored_build(value: Any) -> int | None:

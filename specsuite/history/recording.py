@@ -2,10 +2,11 @@
 from elsewhere (``import_runs``: an artifact, another machine, the shards of ``merge``).
 
 One row per run (llama.cpp and harness commits, tier, device, backend, driver/CUDA, cases.toml hash,
-model sha256s, times) and one per case (every metric of the case record; the record itself as JSON in
-``case_texts``). Recording never breaks a run: a database that is broken, unreadable, corrupt, locked too
-long or newer than this code gets one warning line. An import is checked as strictly as a live run's
-record and is all or nothing. A history never holds two runs under one run id.
+model sha256s, times) and one per case (its counters and samples, every registered metric of the case
+record as one JSON object, results.metrics; the record itself as JSON in ``case_texts``). Recording never
+breaks a run: a database that is broken, unreadable, corrupt, locked too long or newer than this code gets
+one warning line. An import is checked as strictly as a live run's record and is all or nothing. A
+history never holds two runs under one run id.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import msgspec
 from specsuite.common.errors import UserError
 from specsuite.history.schema import SchemaTooNew, connect, default_path, transaction
 from specsuite.llamacpp.identity import HEX_RE, SHA256_RE
-from specsuite.results import checks
+from specsuite.results import checks, metrics
 from specsuite.results.document import Device, Harness, Run, load_run
 from specsuite.results.record import CaseRecord, SpeedSamples, finite
 
@@ -96,6 +97,9 @@ def _run_row(run: Run, commit: str) -> dict[str, Any]:
 
 
 def _case_row(rec: CaseRecord) -> dict[str, Any]:
+    """A case's row: what it is, how it ended, its counters and samples, and every registered metric it has
+    a number for in ``metrics`` (results.metrics; schema v8: the columns that held some of them before stay
+    null)."""
     speed = rec.speed or SpeedSamples()
     return {
         "name": rec.name,
@@ -109,26 +113,17 @@ def _case_row(rec: CaseRecord) -> dict[str, Any]:
         "drafted": rec.drafted,
         "accepted": rec.accepted,
         "drafts": rec.drafts,
-        "accept_rate": finite(rec.accept_rate),
-        "accept_len": finite(rec.accept_len),
-        "pos0_rate": finite(rec.pos0),
+        "metrics": _json(metrics.values(rec)),
         "per_position_rate": _json(rec.per_position_rate),
-        "decode_tps": finite(rec.decode_tps),
         "baseline_decode_tps": finite(rec.baseline_decode_tps),
-        "speedup": finite(rec.speedup),
-        "speedup_median": finite(speed.speedup_median),
         "speedup_spread": finite(speed.speedup_spread),
         "speed_repeat": speed.repeat,
         "spec_tps": _json(speed.spec_tps) if rec.speed else None,
         "base_tps": _json(speed.base_tps) if rec.speed else None,
         "speedups": _json(rec.speed_samples),
-        "identical_fraction": finite(rec.identical_fraction),
         "wall_s": finite(rec.wall_s),
         "nondeterministic": int(rec.nondeterministic) if rec.rounds else None,
-        "block_ms": finite(rec.block_ms),
         "token_ms": finite(rec.token_ms),
-        "block_ratio": finite(rec.block_ratio),
-        "tokens_per_block": finite(rec.tokens_per_block),
         "block_ratios": _json(rec.block_samples),
         "implausible_speed": int(rec.implausible_speed is not None) if rec.speed else None,
         **_concurrency_columns(rec),

@@ -1,37 +1,40 @@
 """The relative regression gate: one case record against the same case at a baseline commit. Pure.
 
 Floors catch a method that broke; this gate catches a commit that made a method worse: a 14 % relative
-drop in acceptance still clears a floor calibrated with margin. Every check is one-sided (an improvement
-never fails), and a number the current run lost (null or NaN) while the baseline had one is a regression,
-never a pass.
+drop in acceptance still clears a floor calibrated with margin. It judges every gated metric of the
+registry (results.metrics) by its row: which way is worse, which options set its tolerance, and its gate.
+Every check is one-sided (an improvement never fails), and a number the current run lost (null or NaN)
+while the baseline had one is a regression, never a pass.
 
-Acceptance (accept_rate, accept_len, pos0_rate) is deterministic on one device and binary, so a plain
-relative tolerance is the gate. Speed is noisy, so a speed drop counts only when it is both significant
-(one-sided Mann–Whitney U, p < ALPHA, over the per-repeat speedup samples) and larger than rtol. With 3
-samples a side the smallest attainable p is 1/20 = 0.05, so speed can only fail from 4 repeats on. The
-per-block overhead (``block_ratio``: what a verification block costs in plain decode steps, per round) is
-gated the same way in the other direction, a rise, with its own tolerance ``block_rtol``. A speed that was
-physically impossible on either side (``implausible_speed``) is not compared.
+Acceptance (``exact``: accept_rate, accept_len, pos0_rate) is deterministic on one device and binary, so a
+plain relative tolerance is the gate. Speed (``rounds``: the speedup, decode tokens/s, the per-block cost,
+tokens per block, prefill and time to first token against plain) is noisy, so a move counts only when it is
+both significant (one-sided Mann–Whitney U, p < ALPHA, over the per-round samples) and larger than its
+tolerance. With 3 samples a side the smallest attainable p is 1/20 = 0.05, so speed can only fail from 4
+rounds on. A speed that was physically impossible on either side (``implausible_speed``) is not compared.
+Each Regression carries ``line``: what moved in a few words, the first lines' words for it.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specsuite.common.errors import UserError
 from specsuite.llamacpp.identity import short
+from specsuite.results import metrics
 from specsuite.results.crossover import Point, pays_up_to, speedup
+from specsuite.results.metrics import Metric
 from specsuite.results.record import CaseRecord, CategoryStats, finite, is_number
 
-METRICS = ("accept_rate", "accept_len", "pos0_rate")
+METRICS = tuple(m.name for m in metrics.GATED if m.gate == "exact")
 ALPHA = 0.05
 MIN_SAMPLES = 3
 EXACT_MAX_N = 60  # n + m up to this: exact distribution; beyond, the normal approximation
 EPS = 1e-12  # a drop of exactly rtol, give or take float rounding, is not a regression
-BLOCK_RTOL = 0.2  # settings.Settings.block_rtol's default (SPEC_BLOCK_RTOL): why 20 %, see docs/speed.md
+BLOCK_RTOL = metrics.BLOCK_RTOL
 
 
 @dataclass(frozen=True)
@@ -41,99 +44,97 @@ class Regression:
     baseline: float
     change: float  # (current - baseline) / baseline; NaN when current is missing
     message: str
+    line: str = ""  # what moved, in a few words: "prefill 0.98 -> 0.66x of plain, -32.7 %, 4 rounds vs 4"
+    rank: int = 9  # results.metrics.Metric.rank: the first lines name the lowest first
 
 
 def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
-def _check_metric(
-    metric: str, current: CaseRecord, baseline: CaseRecord, rtol: float, at: str
-) -> Regression | None:
-    base = finite(baseline.metric(metric))
+def _moved(x: float) -> str:
+    """A relative change as a line says it: ``+720.2 %``, ``-32.7 %``."""
+    return f"{x * 100:+.1f} %"
+
+
+def _check_exact(m: Metric, current: CaseRecord, baseline: CaseRecord, tol: tuple[str, float], at: str
+                 ) -> Regression | None:  # fmt: skip
+    base = m.of(baseline)
     if base is None:
         return None  # nothing to compare against (also when both sides are null)
-    cur = finite(current.metric(metric))
+    cur = m.of(current)
     if cur is None:
-        shown = current.metric(metric)
+        shown = m.raw(current)
         what = "null" if shown is None else repr(shown)
-        message = f"{metric} is missing ({what}) here but {base:.4f} at baseline {at}"
-        return Regression(metric, None, base, math.nan, message)
+        message = f"{m.name} is missing ({what}) here but {base:.4f} at baseline {at}"
+        return Regression(m.name, None, base, math.nan, message, f"{m.label} missing (was {m.text(base)})")
     if base <= 0:
         return None  # a zero baseline cannot drop (rates and lengths are never negative)
     change = (cur - base) / base
-    if -change <= rtol + EPS:
+    if m.worse(change) <= tol[1] + EPS:
         return None
+    way = "below" if m.higher_is_better else "above"
     message = (
-        f"{metric} {cur:.4f} is {_pct(-change)} below {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
+        f"{m.name} {cur:.4f} is {_pct(m.worse(change))} {way} {base:.4f} at baseline {at} "
+        f"({_tol(tol)} {tol[1] * 100:g} %)"
     )
-    return Regression(metric, cur, base, change, message)
+    line = f"{m.label} {m.text(base)} -> {m.text(cur)}, {_moved(change)}"
+    return Regression(m.name, cur, base, change, message, line, m.rank)
 
 
-def _samples_of(raw: list[float | None] | None) -> list[float]:
-    return [v for v in (finite(x) for x in raw or []) if v is not None]
+def _tol(tol: tuple[str, float]) -> str:
+    """The option that set a tolerance, as a message names it: ``rtol``, ``block rtol``."""
+    return tol[0].replace("_", " ")
 
 
-def _check_speed(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
-    if current.implausible_speed or baseline.implausible_speed:
+def _check_rounds(m: Metric, current: CaseRecord, baseline: CaseRecord, tol: tuple[str, float], at: str
+                  ) -> Regression | None:  # fmt: skip
+    """A move of the median the wrong way beyond the tolerance that is significant (one-sided Mann–Whitney
+    over the rounds). A round without a sample is a regression, unless the metric may have none (``gaps``:
+    a round that drafted nothing has no block)."""
+    if m.plausible and (current.implausible_speed or baseline.implausible_speed):
         return None  # one side's speed was measured wrong: nothing to compare
-    return _check_samples("speedup", current.speed_samples, baseline.speed_samples, rtol, at)
-
-
-def _check_decode(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
-    """The speculative server's own decode tokens/s, not only its ratio to plain decoding: a commit that
-    slows both sides alike leaves the speedup where it was (a build option, llama.cpp #28633)."""
-    if current.implausible_speed or baseline.implausible_speed:
-        return None
-    cur, base = (r.speed.spec_tps if r.speed is not None else None for r in (current, baseline))
-    return _check_samples("decode_tps", cur, base, rtol, at)
-
-
-def _check_samples(
-    metric: str, cur_raw: list[float | None] | None, base_raw: list[float | None] | None, rtol: float, at: str
-) -> Regression | None:
-    """A drop of the median beyond rtol that is significant (one-sided Mann–Whitney over the rounds)."""
-    base = [v for v in (finite(x) for x in base_raw or []) if v is not None]
-    if len(base) < MIN_SAMPLES or cur_raw is None or len(cur_raw) < MIN_SAMPLES:
-        return None  # speed is gated only where both runs repeated it enough to judge noise
+    cur_raw, base_raw = m.samples(current), m.samples(baseline)
+    base = [v for v in map(finite, base_raw or []) if v is not None]
+    cur_all = [finite(x) for x in cur_raw or []]
+    cur = [v for v in cur_all if v is not None]
+    if len(base) < MIN_SAMPLES or cur_raw is None or len(cur if m.gaps else cur_all) < MIN_SAMPLES:
+        return None  # gated only where both runs repeated it enough to judge noise
     base_med = statistics.median(base)
-    cur = [finite(x) for x in cur_raw]
-    if any(v is None for v in cur):
-        message = f"{metric} samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
-        return Regression(metric, None, base_med, math.nan, message)
-    samples = [v for v in cur if v is not None]
-    cur_med = statistics.median(samples)
+    if len(cur) < len(cur_all) and not m.gaps:
+        message = f"{m.name} samples {cur_raw} include null/NaN; median {base_med:.3f} at baseline {at}"
+        return Regression(m.name, None, base_med, math.nan, message, f"{m.label} not measured in every round")
+    cur_med = statistics.median(cur)
     change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
-    p = mann_whitney_less(samples, base)
-    if p >= ALPHA or -change <= rtol + EPS:
+    p = mann_whitney_less(cur, base) if m.higher_is_better else mann_whitney_less(base, cur)
+    if p >= ALPHA or m.worse(change) <= tol[1] + EPS:
         return None
+    way = "below" if m.higher_is_better else "above"
+    shown = metrics.BY_NAME[m.shown_as] if m.shown_as else None
+    pair = (shown.of(baseline), shown.of(current)) if shown else (None, None)
+    also = f"; {shown.label} {pair[0]} -> {pair[1]} {shown.unit}" if shown and None not in pair else ""
     message = (
-        f"{metric} median {cur_med:.3f} is {_pct(-change)} below {base_med:.3f} at baseline {at} "
-        f"(Mann–Whitney p = {p:.3g}, n = {len(samples)}/{len(base)}; rtol {rtol * 100:g} %)"
+        f"{m.name} median {cur_med:.3f} is {_pct(m.worse(change))} {way} {base_med:.3f} at baseline {at}"
+        f"{also} (Mann–Whitney p = {p:.3g}, n = {len(cur)}/{len(base)}; {_tol(tol)} {tol[1] * 100:g} %)"
     )
-    return Regression(metric, cur_med, base_med, change, message)
+    return Regression(m.name, cur_med, base_med, change, message, _line(m, shown, (current, baseline),
+                      (cur_med, base_med), change, (len(cur), len(base))), m.rank)  # fmt: skip
 
 
-def _check_blocks(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> Regression | None:
-    """A verification block that costs more plain decode steps than at the baseline: the per-round ratios
-    higher (Mann–Whitney, p < ALPHA) and their median more than ``rtol`` above the baseline's."""
-    if current.implausible_speed or baseline.implausible_speed:
-        return None
-    base, cur = _samples_of(baseline.block_samples), _samples_of(current.block_samples)
-    if len(base) < MIN_SAMPLES or len(cur) < MIN_SAMPLES:
-        return None  # nothing drafted on a side, or too few rounds to judge noise
-    base_med, cur_med = statistics.median(base), statistics.median(cur)
-    change = (cur_med - base_med) / base_med if base_med > 0 else 0.0
-    p = mann_whitney_less(base, cur)
-    if p >= ALPHA or change <= rtol + EPS:
-        return None
-    ms = f"; {baseline.block_ms} -> {current.block_ms} ms per block" if current.block_ms else ""
-    message = (
-        f"block_ratio {cur_med:.3f} is {_pct(change)} above {base_med:.3f} at baseline {at}: a verification "
-        f"block costs that many plain decode steps{ms} (Mann–Whitney p = {p:.3g}, "
-        f"n = {len(cur)}/{len(base)}; block rtol {rtol * 100:g} %)"
-    )
-    return Regression("block_ratio", cur_med, base_med, change, message)
+def _line(m: Metric, shown: Metric | None, recs: tuple[CaseRecord, CaseRecord], meds: tuple[float, float],
+          change: float, n: tuple[int, int]) -> str:  # fmt: skip
+    """``label before -> after unit, change, N rounds vs M``: the medians of the rounds, or (``shown_as``)
+    the numbers of the metric a reader knows it by, with this one's change."""
+    rounds = f"{n[0]} rounds vs {n[1]}"
+    cur, base = (shown.of(recs[0]), shown.of(recs[1])) if shown else (None, None)
+    if shown is None or cur is None or base is None:
+        return f"{m.label} {_number(m, meds[1])} -> {m.text(meds[0])}, {_moved(change)}, {rounds}"
+    return (f"{m.label} {_number(shown, base)} -> {shown.text(cur)}, {_moved(change)} in {m.unit}, "
+            f"{rounds}")  # fmt: skip
+
+
+def _number(m: Metric, value: float) -> str:
+    return f"{value:.{m.digits}f}"
 
 
 def _fraction(name: str, value: float) -> None:
@@ -149,23 +150,31 @@ def regressions(
     block_rtol: float = BLOCK_RTOL,
     speed_rtol: float | None = None,
     decode_rtol: float | None = None,
+    tolerances: Mapping[str, float | None] | None = None,
     baseline_commit: str,
 ) -> list[Regression]:
-    """The regressions of ``current`` against ``baseline`` (the same case at two commits); none: [].
-    ``speed_rtol``: the case's own tolerance for its speedup, else ``rtol``; ``decode_rtol``: for its
-    speculative server's decode tokens/s, else ``speed_rtol``, else ``rtol`` (cases.toml)."""
-    _fraction("rtol", rtol)
-    _fraction("block rtol", block_rtol)
-    speed = rtol if speed_rtol is None else speed_rtol
-    decode = speed if decode_rtol is None else decode_rtol
-    _fraction("speed rtol", speed)
-    _fraction("decode rtol", decode)
+    """The regressions of ``current`` against ``baseline`` (the same case at two commits), in the registry's
+    order; none: []. Each gated metric's tolerance is the first of its options given (results.metrics):
+    ``tolerances`` (a case's own, by cases.toml key: speed_rtol, decode_rtol, prefill_rtol), then
+    ``speed_rtol``, ``decode_rtol``, ``block_rtol``, ``rtol``."""
+    given = {"rtol": rtol, "block_rtol": block_rtol, "speed_rtol": speed_rtol, "decode_rtol": decode_rtol}
+    given.update({k: v for k, v in (tolerances or {}).items() if v is not None})
+    for key, value in given.items():
+        if value is not None:
+            _fraction(key.replace("_", " "), value)
     at = short(baseline_commit, 7)
-    found = [_check_metric(m, current, baseline, rtol, at) for m in METRICS]
-    found += [_check_speed(current, baseline, speed, at), _check_decode(current, baseline, decode, at)]
-    found.append(_check_blocks(current, baseline, block_rtol, at))
+    found: list[Regression | None] = []
+    for m in metrics.GATED:
+        check = _check_exact if m.gate == "exact" else _check_rounds
+        found.append(check(m, current, baseline, m.tolerance_of(given), at))
     found += _check_categories(current, baseline, rtol, at)
     return [r for r in found if r is not None]
+
+
+def first_lines(found: Sequence[Regression]) -> list[str]:
+    """What moved, the most specific first (``rank``: acceptance, then what a block or the prefill costs,
+    then decode speed, then the speedup they make): what a case's first line names."""
+    return [r.line for r in sorted(found, key=lambda r: r.rank) if r.line]
 
 
 def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at: str) -> list[Regression]:
@@ -183,7 +192,9 @@ def _check_categories(current: CaseRecord, baseline: CaseRecord, rtol: float, at
                 f"category {name!r}: {metric} {shown} {base:.4f} at baseline {at} (rtol {rtol * 100:g} %)"
             )
             change = math.nan if cur is None else (cur - base) / base
-            out.append(Regression(f"{name}/{metric}", cur, base, change, message))
+            m = metrics.BY_NAME[metric]
+            line = f"category {name!r}: {m.label} {m.text(base)} -> {m.text(cur)}"
+            out.append(Regression(f"{name}/{metric}", cur, base, change, message, line, m.rank))
     return out
 
 

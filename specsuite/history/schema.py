@@ -127,7 +127,44 @@ _V6 = tuple(
 # orders runs where no mirror knows their commits; llama_commit may then be ``b<N>`` (a build whose commit
 # nobody named) or ``tree-<hash>`` (a tree nothing names); null build in runs recorded before.
 _V7 = ("ALTER TABLE runs ADD COLUMN llama_build INTEGER",)
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# v8: every registered metric of a case (results.metrics) in one JSON object, ``metrics`` (its name -> its
+# number; a metric the case has no number for is left out): a metric added later needs no column and no
+# migration. Filled here from the columns v1 to v7 kept them in (null from v8 on: the registry's metrics are
+# written to ``metrics`` only), and the prefill, never a column, from each stored record. A value of no JSON
+# type (a blob a hand-edited row may hold) is left out; a text stays text, and readers skip its row with a
+# warning as they did. Frozen: a later metric's backfill is a later migration, never an edit of this one.
+_V8_FROM_COLUMNS = (
+    ("accept_rate", "cases.accept_rate"),
+    ("accept_len", "cases.accept_len"),
+    ("pos0_rate", "cases.pos0_rate"),
+    ("speedup", "COALESCE(cases.speedup_median, cases.speedup)"),
+    ("decode_tps", "cases.decode_tps"),
+    ("block_ratio", "cases.block_ratio"),
+    ("tokens_per_block", "cases.tokens_per_block"),
+    ("block_ms", "cases.block_ms"),
+    ("identical_fraction", "cases.identical_fraction"),
+)
+_V8_FROM_RECORDS = (  # (key, its SQL over a stored record t.record, the record's numbers it needs)
+    ("prefill_ratio", "json_extract(t.record, '$.prefill.ratio')", ("$.prefill.ratio",)),
+    ("ttft_ratio", "round(json_extract(t.record, '$.prefill.ttft_ms') * 1.0 / "
+                   "json_extract(t.record, '$.prefill.base_ttft_ms'), 4)",
+     ("$.prefill.ttft_ms", "$.prefill.base_ttft_ms")),
+)  # fmt: skip
+_V8_VALUES = " UNION ALL ".join(
+    [f"SELECT '{key}' AS k, {expr} AS v" for key, expr in _V8_FROM_COLUMNS]
+    + [
+        f"SELECT '{key}', {expr} FROM case_texts t WHERE t.run = cases.run AND t.name = cases.name "
+        "AND json_valid(t.record) "
+        + " ".join(f"AND json_type(t.record, '{n}') IN ('integer', 'real')" for n in numbers)
+        for key, expr, numbers in _V8_FROM_RECORDS
+    ]
+)
+_V8 = (
+    "ALTER TABLE cases ADD COLUMN metrics TEXT",
+    f"UPDATE cases SET metrics = (SELECT json_group_object(k, v) FROM ({_V8_VALUES}) "
+    "WHERE v IS NOT NULL AND typeof(v) IN ('integer', 'real', 'text'))",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 
 class SchemaTooNew(sqlite3.DatabaseError):

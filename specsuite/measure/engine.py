@@ -7,17 +7,18 @@ the harness hands in (the history gate, whether what the binary lacks is in it y
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from specsuite.cases.schema import Case
 from specsuite.common.errors import UserError
 from specsuite.common.settings import Settings
 from specsuite.measure import judge, observe
-from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.argv import runs_on_cpu
+from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.concurrency import Reference
 from specsuite.measure.outcome import Completion
 from specsuite.measure.plain import PlainServer
@@ -51,7 +52,7 @@ class CaseEnd(Exception):
 # speculation-off server failing leaves nothing to compare against: an error of the measurement, not a
 # verdict on speculation. (A binary that predates the case's model ends it as not in this build:
 # Engine.start.)
-SERVER_ROLES = {
+SERVER_ROLES: dict[str, tuple[Status, str]] = {
     "case": ("failed", ""),
     "reference": ("failed", "the np-1 reference server failed: "),
     "sequence": ("failed", "a server of the case's sequence failed: "),
@@ -73,6 +74,17 @@ Gate = Callable[[Case, CaseRecord, bool], list[judge.Failure]]
 Vintage = Callable[[str, str], tuple[bool, str]]
 
 
+class Phase(Protocol):
+    """What a case is doing now, for whoever shows it (the harness hands in suite.progress's): the step,
+    and the ``requests`` it sends to ``servers`` (counted from their answers; 0: not counted)."""
+
+    def __call__(self, what: str, servers: Sequence[LlamaServer] = (), requests: int = 0) -> None: ...
+
+
+def unwatched(what: str, servers: Sequence[LlamaServer] = (), requests: int = 0) -> None:
+    """No one shows the steps (an Engine the harness did not hand a Phase: bench, the tests)."""
+
+
 @dataclass
 class Engine:
     """What every case of one run shares: the binary, the results document, the speculation-off server."""
@@ -88,6 +100,8 @@ class Engine:
     _base: tuple[PlainKey, LlamaServer] | None = None
     _base_tokens: dict[tuple[PlainKey, str, int, float, int], list[Completion]] = field(default_factory=dict)
     np1: dict[Np1Key, Reference] = field(default_factory=dict)  # the np-1 cold passes of this run
+    # the f16 cold passes of this run's KV axes (measure.kvaxis: its Key)
+    kv_refs: dict[tuple[tuple[str, ...], str, int, int], Reference] = field(default_factory=dict)
     vintage: Vintage | None = None  # the binary against the pin: what it lacks may not exist yet
     # a case's earlier statuses on this setup, newest first (the harness's history): whether an
     # intermittent known bug that did not show has stayed away long enough to be called fixed
@@ -95,6 +109,7 @@ class Engine:
     # the binary is an older build than the pin the cases (and their known bugs) are written against: a
     # known bug that does not show there is not there yet, not fixed
     older_than_pin: bool = False
+    phase: Phase = unwatched  # the case's steps as they begin (suite.progress shows them)
     # what every case asks of the binary and the machine, worked out once a run
     resolver_caps: ResolverCaps = field(init=False)  # the front ends' view of the probe (mode cases)
     pinned_cpu: frozenset[int] | None = field(init=False)  # where a pin_cpu case's servers run (cpus)
@@ -179,9 +194,11 @@ class Engine:
         if self._base is not None and self._base[0] == base.key:
             return self._base[1]
         self.close()
+        self.phase("loading the speculation-off server")
         srv = self.start(base.command, self.results.logs / f"baseline-{base.label}.log", case)
         self._base = (base.key, srv)
         self.results.add_plain_server(base.label, srv.command, self.results.rel(srv.log_path))
+        self.phase("warm-up of the speculation-off server", (srv,), case.streams)
         try:
             warm_up(srv.connection, case.prompt_texts, case.streams)
         except BaseException:  # a baseline that fails its warm-up is not kept for the next case
@@ -213,7 +230,9 @@ class Engine:
         """The cold pass of the case's command with one slot and one stream, on a fresh server (after the
         case's own stopped: one server of a case at a time)."""
         log = self.results.logs / f"{case.name}-np1.log"
+        self.phase("loading the np-1 reference server")
         with self.serving(command, log, case) as srv:
+            self.phase("np-1 reference: cold pass", (srv,), len(case.prompt_texts))
             try:
                 got = cold_of_case(srv, case, streams=1)
             except ServerFailed as exc:

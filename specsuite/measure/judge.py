@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from specsuite.cases.schema import Case
 from specsuite.measure.outcome import Completion
+from specsuite.results import metrics
 from specsuite.results.record import CaseRecord, finite
 from specsuite.server.failure import spec_inactive_reason
 from specsuite.server.metrics import TIMINGS
@@ -132,6 +133,31 @@ def _speed(case: Case, rec: CaseRecord) -> list[Failure]:
     return []
 
 
+# The floors judged by their own checks above; every other floor a registered metric names (results.metrics:
+# min_prefill_ratio) is judged by ``_registered_floors``, a product rule like min_speedup.
+_OWN_FLOORS = frozenset({"min_accept_rate", "min_accept_len", "min_identical_fraction", "min_speedup"})
+
+
+def _registered_floors(case: Case, rec: CaseRecord) -> list[Failure]:
+    """One-sided: each other registered metric with a floor in the case (the median of its rounds), reason
+    ``speed`` (what a run that measured no speed does not judge); uncalibrated cases too, as min_speedup."""
+    out = []
+    for m in metrics.REGISTRY:
+        floor = case.floors.get(m.floor) if m.floor and m.floor not in _OWN_FLOORS else None
+        if floor is None:
+            continue
+        value, rounds = m.of(rec), [x for x in m.samples(rec) or [] if x is not None]
+        if value is None:
+            out.append(Failure("speed", f"no {m.label} measured, but the case requires {m.floor} {floor:g}"))
+        elif (value < floor - EPS) if m.higher_is_better else (value > floor + EPS):
+            per_round = ", ".join(f"{x:.{m.digits}f}" for x in rounds)
+            bound = "floor" if m.higher_is_better else "ceiling"
+            out.append(Failure("speed", f"{m.label} {m.text(value)} {'<' if m.higher_is_better else '>'} "
+                                        f"{bound} {floor:.{m.digits}f} (median of {len(rounds)} round(s): "
+                                        f"[{per_round}]; {m.floor})"))  # fmt: skip
+    return out
+
+
 def _self_tests(case: Case, rec: CaseRecord) -> list[Failure]:
     out = []
     acc, drafted, drafts, pos = rec.accepted or 0, rec.drafted or 0, rec.drafts, rec.per_position
@@ -191,6 +217,7 @@ def check(
     out += _identical(case, rec)
     out += _category_floors(case, rec)
     out += _speed(case, rec)
+    out += _registered_floors(case, rec)
     out += _self_tests(case, rec)
     out += _log(case, log_text)
     return out
@@ -216,7 +243,7 @@ def recheck(case: Case, rec: CaseRecord, speed: bool = True) -> list[Failure]:
     out += _floors(case, rec) if not missing else []
     out += _category_floors(case, rec)  # a case's total may hold while one of its categories does not
     out += _identical(case, rec)
-    out += _speed(case, rec) if speed else []
+    out += [*_speed(case, rec), *_registered_floors(case, rec)] if speed else []
     return out + _self_tests(case, rec)
 
 

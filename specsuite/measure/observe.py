@@ -100,25 +100,44 @@ class Watch:
         if not spec and not base:
             return None
         tps, base_tps = _median(spec), _median(base)
+        # round by round, paired as the speedups are: the relative gate's samples (results.metrics)
+        pairs = list(zip(self.timings["spec"], self.timings["base"], strict=False))
+        ratios = [_ratio(_round_tps(s), _round_tps(b)) for s, b in pairs]
+        ttft = _median([c.prompt_ms for r in self.timings["spec"] for c in r if c.prompt_n])
+        base_ttft = _median([c.prompt_ms for r in self.timings["base"] for c in r if c.prompt_n])
         return Prefill(
-            ttft_ms=_median([c.prompt_ms for r in self.timings["spec"] for c in r if c.prompt_n]),
-            base_ttft_ms=_median([c.prompt_ms for r in self.timings["base"] for c in r if c.prompt_n]),
+            ttft_ms=ttft,
+            base_ttft_ms=base_ttft,
             prompt_tps=tps,
             base_prompt_tps=base_tps,
             ratio=round(tps / base_tps, 4) if tps and base_tps else None,
             prompt_tps_rounds=list(spec),
             base_prompt_tps_rounds=list(base),
+            ratio_rounds=ratios,
+            ttft_ratio=_ratio(ttft, base_ttft),
+            ttft_ratio_rounds=[_ratio(_round_ttft(s), _round_ttft(b)) for s, b in pairs],
         )
 
 
+def _round_tps(comps: list[Completion]) -> float | None:
+    """One round's prompt tokens/s: all its prompts' tokens over all their prompt_ms."""
+    ms = sum(c.prompt_ms for c in comps)
+    return 1000.0 * sum(c.prompt_n for c in comps) / ms if ms > 0 else None
+
+
+def _round_ttft(comps: list[Completion]) -> float | None:
+    """One round's time to first token: the median prompt_ms of its requests that processed a prompt."""
+    got = [c.prompt_ms for c in comps if c.prompt_n]
+    return statistics.median(got) if got else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a is not None and b else None
+
+
 def _tps(rounds: list[list[Completion]]) -> list[float]:
-    """Prompt tokens/s of each round: all its prompts' tokens over all their prompt_ms."""
-    out = []
-    for comps in rounds:
-        ms = sum(c.prompt_ms for c in comps)
-        if ms > 0:
-            out.append(round(1000.0 * sum(c.prompt_n for c in comps) / ms, 2))
-    return out
+    """Prompt tokens/s of each round that processed a prompt."""
+    return [round(tps, 2) for comps in rounds if (tps := _round_tps(comps)) is not None]
 
 
 def _median(values: Sequence[float]) -> float | None:

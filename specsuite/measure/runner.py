@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsuite.cases.dataset import with_prompts
+from specsuite.cases.kvtypes import REFERENCE
 from specsuite.cases.schema import SLOT_STEPS, Case
 from specsuite.common import paths
 from specsuite.common.errors import UserError
@@ -34,13 +35,14 @@ from specsuite.measure import (
     engaged,
     judge,
     known,
+    kvaxis,
     observe,
     order,
     overhead,
     plausible,
 )
-from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.argv import server_command
+from specsuite.measure.cold import of_case as cold_of_case
 from specsuite.measure.concurrency import Reference, Throughput
 from specsuite.measure.engine import CaseEnd, Engine, server_end
 from specsuite.measure.outcome import (
@@ -91,6 +93,7 @@ class Measured:
     life: list[judge.Failure] = field(default_factory=list)
     # a request of the case's sequence that the ones before it changed, one a slot's restore changed
     order: list[judge.Failure] = field(default_factory=list)
+    kv: Reference | None = None  # a member of a KV axis: its f16 member's output (measure.kvaxis)
 
 
 def new_record(case: Case) -> CaseRecord:
@@ -197,11 +200,11 @@ def _check_models(
 
 
 def _round_count(engine: Engine, case: Case) -> int:
-    """``--repeat`` rounds, or the case's own ``repeat`` (one where cases share the cores: no timing means
-    anything there, the round is for tokens and counters); with several slots at least two, so that
-    counters that move from run to run at one np are seen as nondeterministic (DSpark's do at np 4 and 8:
-    measure.concurrency)."""
-    n = max(engine.options.repeat, case.repeat) if engine.speed else 1  # a case's own repeat raises it
+    """``--repeat`` rounds, else its tier's (cases.schema.TIER_REPEAT), raised to the case's own ``repeat``
+    (one where cases share the cores: no timing means anything there, the round is for tokens and
+    counters); with several slots at least two, so that counters that move from run to run at one np are
+    seen as nondeterministic (DSpark's do at np 4 and 8: measure.concurrency)."""
+    n = case.rounds(engine.options.repeat) if engine.speed else 1
     return max(n, 2) if case.parallel > 1 else n
 
 
@@ -226,6 +229,7 @@ def _rounds(
     """After the cold pass: a warm-up (the baseline's was done when it started), then ``rounds`` rounds
     (``_round``, ``_round_count``); each side's counters are ``/metrics`` deltas. ``watch`` samples memory
     after each and keeps the timings."""
+    engine.phase("warm-up", (spec,), case.streams)
     warm_up(spec.connection, case.prompt_texts, case.streams, case.temperature)
     watch.sample(case.streams)
     snapshots, plain_mark = [spec.metrics()], base.metrics()
@@ -233,6 +237,7 @@ def _rounds(
     spec_rounds: list[list[Completion]] = []
     plain_done: list[Completion] = []
     for r in range(rounds):
+        engine.phase(f"round {r + 1} of {rounds}", (spec, base), 2 * len(case.prompt_texts) * case.streams)
         got = _round(case, spec, base, r)
         spec_rounds.append(got["spec"].completions)
         plain_done += got["base"].completions
@@ -285,14 +290,17 @@ def _measure(engine: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pat
     rec.baseline_command = base.command
     rec.cpus = sorted(base.cpus) if base.cpus else None
     limit = budget.Budget.of(case, engine.options, base.log_path, rounds)
+    engine.phase("loading the case's server")
     with engine.serving(at(case.parallel), log, case) as spec, budget.armed(limit, log):
         rec.command = spec.command
         watch = observe.Watch(spec, base, engine.gpu)
         try:
+            engine.phase("cold pass", (spec,), len(case.prompt_texts) * case.streams)
             cold = cold_of_case(spec, case)  # before any other request to this server
             watch.sample(len(cold.done.completions))
             rec.warnings += cold.warnings
             after = _rounds(engine, case, spec, base, watch, rounds)
+            engine.phase("the chat request")
             usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
             rec.config = case_config(spec.command, engine.flag_keys, spec.props())
         except ServerFailed as exc:
@@ -330,6 +338,7 @@ def _sequence(engine: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[ju
         command = at(1) if not extra else (lambda port: [*at(1)(port), *extra])
         return engine.serving(command, engine.results.logs / f"{case.name}-{what}.log", case)
 
+    engine.phase(f"its sequence of {len(case.sequence)} steps")
     try:
         got = order.run_sequence(case, serve, slot_flags)
     except ServerFailed as exc:
@@ -363,6 +372,7 @@ def _judge(engine: Engine, case: Case, rec: CaseRecord, m: Measured) -> None:
     engine.result_lines.append(line)
     sanity = m.outcome.delta.sanity_errors()
     against_np1 = concurrency.check(case, rec, m.outcome, m.throughput, m.np1, engine.options.rtol)
+    against_np1 += kvaxis.check(case, rec, m.outcome.delta, m.outcome.completions, m.kv)  # vs its f16 member
     if case.concurrent:
         sanity += concurrency.counter_sum_errors(m.outcome.delta, m.outcome.completions)
     failures = judge.check(case, rec, m.outcome.completions, sanity, m.log_text, against_np1)
@@ -423,7 +433,11 @@ def _run(engine: Engine, case: Case, rec: CaseRecord) -> None:
     case = _with_dataset(case, folder)
     at = at or _command(engine, case, rec, target, draft)
     _check_models(rec, _types(case, rec), target, draft, case.ctx_size)
-    _judge(engine, case, rec, _measure(engine, case, rec, at, target))
+    m = _measure(engine, case, rec, at, target)
+    if case.kv is not None:  # a KV axis's member against its f16 member (this run's, else measured now)
+        f16 = _command(engine, case.kv_member(REFERENCE), rec, target, draft)(case.parallel)
+        m.kv = kvaxis.reference(engine, case, f16, m.outcome.delta, m.outcome.completions)
+    _judge(engine, case, rec, m)
 
 
 def run_case(case: Case, engine: Engine) -> CaseRecord:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsuite.cases.schema import TIERS, load_cases, select_cases
+from specsuite.cases.schema import TIERS, load_cases, select_cases, suggest
 from specsuite.common import paths, settings
 from specsuite.common.argtypes import CommandParser, comma_list, positive_int
 from specsuite.common.errors import UserError
@@ -103,8 +103,8 @@ def _cases_models(
     if methods:
         valid = {c.name for c in cases}
         unknown = [m for m in methods if m not in valid]
-        if unknown:
-            raise UserError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+        if unknown:  # the nearest case to the first (a typo), else the cases (schema.suggest)
+            raise UserError(f"unknown method(s) {', '.join(unknown)}{suggest(unknown[0], sorted(valid))}")
         chosen = [c for c in chosen if c.name in methods]
     return [name for c in chosen for name in c.models]
 

@@ -6,7 +6,9 @@ Each build is set beside the build before it in the replay, directly: their conf
 (``not_in_build`` before, measured now) or left, and the acceptance of every case both measured (the
 counters' accept rate, exact: a change of one accepted token shows). The run's own verdict, judged against
 its history baseline (the nearest lower build), is quoted with it: that is the suite's answer; the
-side-by-side is its explanation.
+side-by-side is its explanation. The cases that turned red, were fixed or whose counters moved get their
+suspects: the upstream changes between the two builds' trees that touch what the case exercises
+(``suspects.runlines.between``; the sdists' trees are on disk where the replay built them).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from specsuite.results.document import Run, load_run
 from specsuite.results.names import names_phrase
 from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD, CaseRecord, bug_name, finite
 from specsuite.server.metrics import METRICS, TIMINGS
+from specsuite.suspects.runlines import head_tree, safe_between
 
 SHOWN = 5  # cases named per line before "and N more"
 
@@ -88,6 +91,33 @@ def _absent(r: CaseRecord | None) -> bool:
 
 def _red(r: CaseRecord | None) -> bool:
     return r is not None and r.status in ("failed", "error")
+
+
+def changed_cases(before: Run, after: Run) -> list[str]:
+    """The cases a build pair has a cause to find for: red now and green before, fixed, or measured at both
+    with counters that moved (a nondeterministic case's moving says nothing)."""
+    out = []
+    for name, b in after.cases.items():
+        a = before.cases.get(name)
+        if a is None or not (_ran(a) or _red(a)) or not (_ran(b) or _red(b)):
+            continue
+        flipped = _red(a) != _red(b)
+        moved = (
+            _ran(a) and _ran(b) and not (a.nondeterministic or b.nondeterministic)
+            and a.drafted is not None and (a.accepted, a.drafted) != (b.accepted, b.drafted)
+        )  # fmt: skip
+        if flipped or moved:
+            out.append(name)
+    return out
+
+
+def suspect_lines(before: Run, after: Run) -> list[str]:
+    """The suspects of the cases that changed between the two builds, one line per set of cases with the
+    same suspects (or the one line saying what is missing)."""
+    names = changed_cases(before, after)
+    if not names:
+        return []
+    return safe_between(head_tree(before), head_tree(after), names, after.binary.backend)
 
 
 def arrival_lines(before: Run, after: Run) -> list[str]:
@@ -164,6 +194,7 @@ def steps(replay: Replay) -> list[Step]:
                     previous.run, step.run
                 )
                 step.lines += acceptance_lines(previous.run, step.run)
+                step.lines += suspect_lines(previous.run, step.run)
             previous = step
         out.append(step)
     return out

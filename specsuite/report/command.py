@@ -10,7 +10,7 @@ from specsuite.common.argtypes import CommandParser
 from specsuite.common.errors import UserError
 from specsuite.history import schema
 from specsuite.history.ancestry import default_mirror
-from specsuite.history.report import existing_db
+from specsuite.history.command import existing_db
 from specsuite.report.data import LAST
 from specsuite.report.site import Sources, build_site
 

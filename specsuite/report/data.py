@@ -27,6 +27,8 @@ from specsuite.history import queries, schema
 from specsuite.history.ancestry import in_commit_order
 from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint, ConfigChange, config_changes, find_changes
+from specsuite.results import metrics
+from specsuite.results.config import RunConfig
 from specsuite.results.document import Binary, BinarySource, Device, Harness, ModelRef, Run, RunOptions
 from specsuite.results.record import STATUSES, CaseRecord, SpeedSamples, decode_record, finite
 
@@ -63,31 +65,25 @@ class RunRow:
 
 
 class Metric(NamedTuple):
-    """A metric the site charts and lists: one entry here (and its column in the history's ``cases``)."""
+    """A metric the site charts and lists: the registry's (results.metrics) as a page's script gets it."""
 
     key: str
     label: str
     floor: str | None  # the floor of a case record that applies to it
     digits: int  # as summary.md prints it
-    column: str  # its SQL over the history's cases row ``c``
-    since: int = 1  # the history's schema version that has the column (an older one reads null)
+    speed: bool = False  # a speed: not charted from a run whose speed was physically impossible
 
     def shown(self) -> dict[str, Any]:
-        """What a page's script gets (not the SQL)."""
+        """What a page's script gets."""
         return {"key": self.key, "label": self.label, "floor": self.floor, "digits": self.digits}
 
 
-METRICS = (
-    Metric("accept_rate", "accept rate", "min_accept_rate", 4, "c.accept_rate"),
-    Metric("accept_len", "accept length", "min_accept_len", 4, "c.accept_len"),
-    Metric("pos0_rate", "position-0 rate", None, 4, "c.pos0_rate"),
-    # the median of the A-B-B-A rounds where there were rounds
-    Metric("speedup", "speedup", "min_speedup", 3, "COALESCE(c.speedup_median, c.speedup)"),
-    # per-block overhead: what a verification block costs in plain decode steps (none from a run whose
-    # speed was physically impossible)
-    Metric("block_ratio", "block cost (plain decode steps)", None, 3,
-           "CASE WHEN c.implausible_speed = 1 THEN NULL ELSE c.block_ratio END", since=6),
-)  # fmt: skip
+def _charted(m: metrics.Metric) -> Metric:
+    unit = f" ({m.unit})" if m.unit and m.unit != "x" else ""  # "block cost (plain decode steps)"
+    return Metric(m.name, m.label + unit, m.floor, m.digits, m.plausible)
+
+
+METRICS = tuple(_charted(m) for m in metrics.in_table("site"))  # speedup: the median of the rounds
 
 
 @dataclass(eq=False, slots=True)
@@ -243,14 +239,14 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
         if conn is None or not by_pk:
             return []
         _temp_runs(conn, runs)
-        version = schema.schema_version(conn)
-        columns = [m.column if version >= m.since else "NULL" for m in METRICS]
-        sql = _POINTS_SQL.format(metrics=", ".join(columns))
-        keys = [m.key for m in METRICS]
+        cur = conn.execute(_POINTS_SQL.format(metrics=queries.metric_columns(conn)))
+        names = [d[0] for d in cur.description][
+            7:
+        ]  # the registry's metrics (or their JSON), the speed's flag
         out = [
             Point(by_pk[pk], str(name), _text(status), _text(reason), _text(message),
-                  dict(zip(keys, map(_finite, numbers), strict=True)), _numbers(speedups), _text(ppr))
-            for pk, name, status, reason, message, speedups, ppr, *numbers in conn.execute(sql)
+                  _values(by_pk[pk], dict(zip(names, numbers, strict=True))), _numbers(speedups), _text(ppr))
+            for pk, name, status, reason, message, speedups, ppr, *numbers in cur
         ]  # fmt: skip
         same: dict[tuple[str, str], Point] = {}
         for p in out:  # the newest record of each case and cases.toml speaks for them all
@@ -261,6 +257,13 @@ def points(path: Path, runs: Sequence[RunRow]) -> list[Point]:
         sha = p.run.row.get("cases_sha256")
         p.floors, p.uncalibrated, _ = fields[(sha if isinstance(sha, str) else f"run {p.run.pk}", p.case)]
     return out
+
+
+def _values(run: RunRow, row: dict[str, Any]) -> dict[str, float | None]:
+    """Each charted metric of a case row (queries.metric_columns), a speed of an implausible run left out."""
+    found = queries.with_metrics({**row, "run_id": run.run_id})
+    wrong = found.get("implausible_speed") == 1
+    return {m.key: None if m.speed and wrong else _finite(found.get(m.key)) for m in METRICS}
 
 
 def baselines(path: Path, wanted: Iterable[Point]) -> None:
@@ -307,8 +310,7 @@ def sweeps(path: Path, runs: Sequence[RunRow]) -> dict[int, dict[str, list[Membe
 # --- case records, run by run ----------------------------------------------------------------------------
 
 _CASES_SQL = """
-SELECT c.run, c.name, c.status, c.reason, c.accept_rate, c.accept_len, c.pos0_rate,
-       COALESCE(c.speedup_median, c.speedup) AS speedup, c.per_position_rate, c.speedups, t.record
+SELECT c.run, c.name, c.status, c.reason, c.per_position_rate, c.speedups, t.record, {metrics}
 FROM cases c LEFT JOIN case_texts t ON t.run = c.run AND t.name = c.name
 WHERE c.run IN (SELECT id FROM temp.site_runs) ORDER BY c.run, c.rowid
 """
@@ -325,7 +327,7 @@ def case_records(path: Path, runs: Sequence[RunRow]) -> Iterator[tuple[RunRow, l
         conn.row_factory = sqlite3.Row
         found = set()
         _temp_runs(conn, runs)
-        cur = conn.execute(_CASES_SQL)
+        cur = conn.execute(_CASES_SQL.format(metrics=queries.metric_columns(conn)))
         for pk, rows in itertools.groupby(cur, key=lambda r: int(r["run"])):
             run = by_pk[pk]
             found.add(pk)
@@ -350,7 +352,7 @@ def _record(run: RunRow, row: sqlite3.Row) -> CaseRecord:
             why = " ".join(str(exc).split())[:300]
             print(f"warning: report: the stored record of {name!r} in run {run.run_id} is broken ({why}); "
                   "showing its numbers only", file=sys.stderr)  # fmt: skip
-    return _from_columns(name, row)
+    return _from_columns(name, queries.with_metrics({**dict(row), "run_id": run.run_id}))
 
 
 def _numbers(text: Any) -> list[float | None]:
@@ -360,8 +362,9 @@ def _numbers(text: Any) -> list[float | None]:
         return []
 
 
-def _from_columns(name: str, row: sqlite3.Row) -> CaseRecord:
-    """A case record from the numbers of its ``cases`` row (its stored record is missing or broken)."""
+def _from_columns(name: str, row: dict[str, Any]) -> CaseRecord:
+    """A case record from the numbers of its ``cases`` row (its stored record is missing or broken): the
+    registered metrics by name (queries.with_metrics)."""
     speedups = _numbers(row["speedups"])
     return CaseRecord(
         name=name,
@@ -412,6 +415,7 @@ def run_document(run: RunRow, records: Sequence[CaseRecord]) -> Run:
             cuda=r.get("cuda"),
         ),
         options=_stored(r.get("options"), RunOptions),
+        config=_stored(r.get("config"), RunConfig),  # schema v4 on: the binary's defaults and build
         models=_stored(r.get("models"), dict[str, ModelRef]) or {},
         cases={rec.name: rec for rec in records},
     )

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from specsuite.history.changes import ConfigChange
+from specsuite.llamacpp.identity import short
 from specsuite.report import events
 from specsuite.report.data import METRICS, Group, Member, Point, slug
 from specsuite.report.folders import Bisect, Folder
 from specsuite.report.render import sparkline
-from specsuite.results.document import Run
-from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD
-from specsuite.results.summary import config_lines
+from specsuite.results.document import HistoryNote, Run
+from specsuite.results.names import names_phrase
+from specsuite.results.record import KNOWN_BUG, NOT_IN_BUILD, CaseRecord
+from specsuite.results.summary import first_lines
 from specsuite.results.verdict import verdict
 
 SPARK_RUNS = 30
@@ -20,20 +25,27 @@ SPARK_RUNS = 30
 # shows it (one entry more to add a metric)
 SPARK_METRICS = tuple(m for m in METRICS if m.key in ("accept_rate", "speedup"))
 BAD = frozenset({"failed", "drifted", "error", "interrupted"})
+# Where a case stands in the index's table and on a run page: failures first, then what weakens a green
+# (a known bug, a status the site does not know, a skip), then the passed; cases that did not run (not in
+# this build) last, counted
+RANK = {"failed": 0, "drifted": 0, "error": 0, "interrupted": 0, "known": 1, "unknown": 1,
+        "uncalibrated": 2, "passed": 2, "skipped": 3}  # fmt: skip
 Series = list[Point]
 
 
 def status_of(status: str | None, reason: str | None, uncalibrated: bool) -> tuple[str, str]:
-    """(kind, words): kind is one of passed, uncalibrated, failed, drifted, skipped, error, interrupted,
-    unknown (a CSS class too); the words say why where the run said why."""
+    """(kind, words): kind is one of passed, uncalibrated, failed, drifted, known (a known upstream bug,
+    still present), skipped (not in this build too), error, interrupted, unknown (a CSS class too); the
+    words say why where the run said why."""
     status = status or "unknown"
     if status == "passed":
         return ("uncalibrated", "passed, uncalibrated") if uncalibrated else ("passed", "passed")
     if status == "failed" and reason == "drifted":
         return "drifted", "failed: drifted"
     kind = status if status in ("failed", "skipped", "error", "interrupted") else "unknown"
-    kind = "skipped" if status in (NOT_IN_BUILD, KNOWN_BUG) else kind  # drawn as a skip; its words say which
-    words: dict[str, str] = {NOT_IN_BUILD: "not in this build", KNOWN_BUG: "known bug, still present"}
+    kind = "skipped" if status == NOT_IN_BUILD else "known" if status == KNOWN_BUG else kind
+    # a known bug's case shows as the bug (still present: a fixed one's case passed); its message names it
+    words: dict[str, str] = {NOT_IN_BUILD: "not in this build", KNOWN_BUG: "known bug"}
     said = words.get(status, status)
     return kind, f"{said}: {reason}" if reason else said
 
@@ -74,13 +86,20 @@ def index_row(group: Group, case: str, series: Series, changes: list[dict[str, A
         values = [p.values[m.key] for p in tail]
         if any(v is not None for v in values):
             sparks.append({"metric": m.key, "label": m.label, "svg": sparkline(values, bad, m.label)})
+    message = first_line(latest.message) if kind != "passed" else ""
+    notes = [n for n in (message, speed_note(latest)) if n]
     return {
         "case": case,
         "href": case_href(group, case),
         "kind": kind,
+        "rank": RANK.get(kind, 1),
         "status": words,
-        "message": first_line(latest.message) if kind != "passed" else "",
+        "message": message,
         "speed_note": speed_note(latest),
+        # a detail row under the case's row (its message, why a speedup below 1.0 passed); a case that did
+        # not run keeps its note to the badge's tooltip
+        "notes": notes if kind != "skipped" else [],
+        "tooltip": " · ".join([words, *notes]),  # the badge's words whole (a long one ends in an ellipsis)
         "numbers": [(latest.values[m.key], f".{m.digits}f") for m in METRICS],
         "sparks": sparks,
         "run": latest.run.run_id,
@@ -208,17 +227,39 @@ def case_data(
 
 
 def run_header(run: Run, folder: Folder | None, bisects: list[Bisect]) -> dict[str, Any]:
+    """The top of a run page: its verdict and its first lines as summary.md has them (loud ones first:
+    configuration changes, drifts, known bugs, what weakens a green; then its baseline)."""
     v = verdict(run)
     return {
         "headline": run.verdict or v.headline,
         "green": v.green,
-        "attention": [*config_lines(run, True), *v.attention],
-        "history_line": run.history.line if run.history is not None else None,
+        "first": [{"loud": loud, "text": line} for loud, line in first_lines(run, v)],
         "files": folder.files if folder else {},
         "logs": folder.logs if folder else {},
         "skipped": folder.skipped if folder else [],
         "bisects": bisects,
     }
+
+
+def restored(run: Run, change: ConfigChange | None) -> Run:
+    """``run`` with a history note where its document has none (the history's own record of it, or a
+    results.json that kept none): rebuilt from what the history keeps, so that its first lines still name
+    its baselines (those its case records name) and its configuration change (``change``: the history's,
+    between it and the run before it on its setup, in the site's order)."""
+    if run.history is not None:
+        return run
+    used: dict[str, list[str]] = {}
+    for r in run.cases.values():
+        if r.baseline is not None:
+            base = f"{short(r.baseline.commit, 12)} (run {r.baseline.run_id or '?'})"
+            used.setdefault(base, []).append(r.name)
+    note = HistoryNote(basis="as its case records name them", used=used)
+    said = [f"{base} for {names_phrase(names, len(run.cases))}" for base, names in used.items()]
+    note.line = f"baseline ({note.basis}): {'; '.join(said)}" if said else None
+    if change is not None:
+        note.config_base = f"{short(change.before_commit, 12)} (run {change.before_run_id})"
+        note.config_changes = list(change.changes)
+    return msgspec.structs.replace(run, history=note)
 
 
 def run_data(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> dict[str, Any]:
@@ -231,10 +272,26 @@ def run_data(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str
     return {"cases": run_cases(run, group, folder, slugs), "models": run.models, "servers": servers}
 
 
+# A run page's parts, in order: its cases by PARTS, each case in its part in the run's order
+PARTS = ("failures", "warnings", "passed", "not in this build")
+
+
+def part_of(rec: CaseRecord, kind: str) -> str:
+    """Which part of a run page a case is listed in: a failure, a warning (a known bug, a skip, an
+    impossible speed, a warning of its own), passed, or not in this build (counted, not listed)."""
+    if kind in BAD:
+        return "failures"
+    if rec.status == NOT_IN_BUILD:
+        return "not in this build"
+    if kind in ("known", "unknown", "skipped") or rec.warnings or rec.implausible_speed:
+        return "warnings"
+    return "passed"
+
+
 def run_cases(run: Run, group: Group, folder: Folder | None, slugs: dict[str, str]) -> list[dict[str, Any]]:
-    """Every case of the run for its page's script: the record as it is (msgspec encodes it as results.json
-    has it), its status in words, and the links that exist in this site (its log, its case page, its
-    baseline's run page)."""
+    """Every case of the run for its page's script, failures first (``PARTS``): the record as it is
+    (msgspec encodes it as results.json has it), its status in words, its part, and the links that exist
+    in this site (its log, its case page, its baseline's run page)."""
     logs = folder.logs if folder else {}
     out = []
     for rec in run.cases.values():
@@ -245,9 +302,10 @@ def run_cases(run: Run, group: Group, folder: Folder | None, slugs: dict[str, st
                 "record": rec,
                 "kind": kind,
                 "status": words,
+                "part": part_of(rec, kind),
                 "log_href": logs.get(rec.log or ""),
                 "case_href": "../" + case_href(group, rec.name),
                 "baseline_slug": slugs.get(base or ""),
             }
         )
-    return out
+    return sorted(out, key=lambda c: PARTS.index(c["part"]))

@@ -1,6 +1,7 @@
 """The run pages: each rendered once, then carried over (hard-linked) from the previous site for as long as
-nothing it shows changes: its history row, its results folder and bisects, the generator (templates,
-assets, version), and which of its baselines have a page. A nightly site with 1 000 runs renders one.
+nothing it shows changes: its history row, its results folder and bisects, its configuration change
+against the run before it, the generator (templates, assets, version), and which of its baselines have a
+page. A nightly site with 1 000 runs renders one.
 
 The site's manifest (``.specsuite-site``, JSON) keeps each run page's stamp and the baselines it links.
 """
@@ -82,6 +83,7 @@ class RunPages:
     results: Path | None
     bisects: list[folders.Bisect]
     old: dict[str, Any] = field(default_factory=dict)
+    configs: dict[str, Any] = field(default_factory=dict)  # run id -> its configuration change (its lines)
     manifest: dict[str, Any] = field(default_factory=dict)
     rendered: int = 0
     with_folder: int = 0
@@ -89,7 +91,9 @@ class RunPages:
     def stamp(self, run: RunRow, cases: set[str]) -> str:
         row = {k: v for k, v in run.row.items() if k not in _VOLATILE}
         bis = [(b.folder, b.status, b.first_bad) for b in folders.bisects_of(run, cases, self.bisects)]
-        payload = msgspec.json.encode([self.gen, run.slug, row, folders.folder_stat(self.results, run), bis])
+        said = self.configs.get(run.run_id)  # the history's configuration change: in its first lines
+        payload = msgspec.json.encode([self.gen, run.slug, row, folders.folder_stat(self.results, run), bis,
+                                       said])  # fmt: skip
         return hashlib.sha256(payload).hexdigest()
 
     def _carried(self, run: RunRow, stamp: str) -> bool:
@@ -163,6 +167,7 @@ def render_run(w: Any, group: Group, run: RunRow, records: list[CaseRecord], fol
                bisects: list[folders.Bisect]) -> None:  # fmt: skip
     """One run's page: its summary from the results folder's results.json where found, else the history's."""
     doc = folder.run if folder is not None else data.run_document(run, records)
+    doc = pages.restored(doc, w.config_of.get(run.run_id))
     header = pages.run_header(doc, folder, bisects)
     w.page(f"runs/{run.slug}.html", "run.html", "../", page="run", title=f"run {run.run_id}", run=doc,
            group=group, h=header, results_root=str(w.src.results or "none given"),

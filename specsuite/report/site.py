@@ -24,7 +24,7 @@ from specsuite.common.errors import UserError
 from specsuite.history.ancestry import default_mirror
 from specsuite.history.changecache import SplitCache
 from specsuite.history.changes import ChangePoint, ConfigChange
-from specsuite.report import data, events, folders, pages, runpages
+from specsuite.report import data, events, folders, morning, pages, runpages
 from specsuite.report.data import Group, RunRow
 from specsuite.report.render import environment
 
@@ -101,6 +101,7 @@ def build_site(src: Sources, out: Path, changes: Sequence[ChangePoint] | None = 
         previous = out if (out / MARKER).is_file() else None
         writer = _Writer(src, staging, runs)
         writer.configs = configs
+        writer.config_of = {c.after_run_id: c for c in configs}
         built = _write(writer, changes, previous)
         _publish(staging, out)
     except BaseException:
@@ -124,6 +125,7 @@ class _Writer:
         self.group_of = {run.pk: g for g in self.groups.values() for run in g.runs}
         self.slugs = {run.run_id: run.slug for run in runs}
         self.configs: Sequence[ConfigChange] = []  # the configuration changes to mark on case pages
+        self.config_of: dict[str, ConfigChange] = {}  # ... by the run id after the change (its first lines)
         self.sweeps: dict[int, dict[str, list[data.Member]]] = {}  # each run's sweeps, by np
 
     def page(self, rel: str, template: str, root: str, **context: Any) -> None:
@@ -147,6 +149,7 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
     gen = runpages.generator()
     rp = runpages.RunPages(w.root, previous, gen, w.slugs, w.src.results, folders.bisects(w.src.results))
     rp.old = runpages.read_manifest(previous, gen) if previous is not None else {}
+    rp.configs = dict(w.config_of)
     rp.write(
         w.runs, cases_of, w.src.db, lambda run, *rest: runpages.render_run(w, w.group_of[run.pk], run, *rest)
     )
@@ -173,8 +176,9 @@ def _write(w: _Writer, changes: Sequence[ChangePoint], previous: Path | None) ->
         n_pages += len(rows)
         index.append(_index_group(group, rows))
     labels = [m.label for m in data.METRICS]
+    since = morning.mornings(list(w.groups.values()), w.src.db, w.src.results, w.configs)
     w.page("index.html", "index.html", "", page="index", title="history", groups=index, labels=labels,
-           spark_runs=pages.SPARK_RUNS, device=w.src.device)  # fmt: skip
+           spark_runs=pages.SPARK_RUNS, device=w.src.device, since=since)  # fmt: skip
     runpages.write_manifest(w.root, gen, rp.manifest)
     return Built(w.root, len(w.runs), len(w.groups), n_pages, rp.with_folder, rp.rendered)
 
@@ -233,5 +237,5 @@ def _index_group(group: Group, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "commit": latest.commit,
             "started": latest.started,
         },
-        "rows": rows,
+        "rows": sorted(rows, key=lambda r: r["rank"]),  # failures first, each part in the latest run's order
     }

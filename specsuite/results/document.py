@@ -181,7 +181,7 @@ class RunOptions(msgspec.Struct, kw_only=True):
     """How the run judged its cases (common.settings.Settings.run_options)."""
 
     strict: bool = True
-    repeat: int = 1
+    repeat: int | None = None  # --repeat / SPEC_REPEAT; None: each tier's own (cases.schema.TIER_REPEAT)
     allow_cpu: bool = False
     history: bool = True
     rtol: float = 0.05
@@ -220,6 +220,8 @@ class HistoryNote(msgspec.Struct, kw_only=True):
     # "b9113 (run <id>)", and what differs (results.config.changes); named even where no case had a baseline
     config_base: str | None = None
     config_changes: list[str] = []
+    # the upstream changes that touch what each red, fixed or moved case exercises (suspects.runlines)
+    suspects: list[str] = []
 
     def render(self) -> str:
         if self.problem:

@@ -30,7 +30,16 @@ KNOWN_BUG: Status = "known_bug"
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
 # numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
 MEASURED_FAIL_REASONS = frozenset(
-    {"floor", "regressed", "drifted", "speed", "memory_growth", "concurrency_collapse", "crossover_moved"}
+    {
+        "floor",
+        "regressed",
+        "drifted",
+        "speed",
+        "memory_growth",
+        "concurrency_collapse",
+        "crossover_moved",
+        "kv_collapse",
+    }
 )
 
 
@@ -170,6 +179,22 @@ class Concurrency(msgspec.Struct, kw_only=True):
     crossover_np: int | None = None  # the largest np at which its sweep paid in this run (0: not at 1)
 
 
+class KvAxis(msgspec.Struct, kw_only=True):
+    """A member of a KV-cache axis (measure.kvaxis): its cache types, and how it compares with the f16
+    member of its run (none of that on the f16 member itself)."""
+
+    sweep: str  # the axis: its table's name
+    target: str  # the target's cache type (K and V)
+    draft: str  # the draft's
+    reference: str | None = None  # where the f16 output came from: "<its name> (this run)", or measured
+    f16_accept_rate: float | None = None
+    f16_accept_len: float | None = None
+    accept_fraction: float | None = None  # this member's accept rate over the f16 member's
+    min_accept_fraction: float | None = None  # what it must reach (cases.toml kv_min_accept_fraction)
+    identical_to_f16: float | None = None  # prompts whose tokens equal the f16 member's for the prompt
+    tokens_judged: bool = False  # greedy and only the draft's type moved: the tokens must be f16's
+
+
 class BaselineRef(msgspec.Struct, kw_only=True):
     """The history baseline a case was judged against, what regressed, and how the counters compare."""
 
@@ -181,8 +206,14 @@ class BaselineRef(msgspec.Struct, kw_only=True):
     # the acceptance counters against the baseline's, exactly: "identical", the changes ("accepted 36 -> 33
     # (-3); position 2: 12 -> 9 (-3)"), or why they were not compared (nondeterministic, not recorded)
     counters: str | None = None
+    # the case's status at the baseline run: red when it failed here and not there, fixed the other way
+    # (suspects.runlines); None in records written before it was kept
+    status: str | None = None
     # how this run's configuration differs from the baseline run's (results.config.changes)
     config_changes: list[str] = []
+    # what moved, in a few words each, the most specific first (history.regress): what the first lines name,
+    # e.g. "block cost 3.27 -> 26.93 ms per block, +720.2 % in plain decode steps, 4 rounds vs 4"
+    moved: list[str] = []
 
 
 class DriftRef(msgspec.Struct, kw_only=True):
@@ -250,6 +281,11 @@ class Prefill(msgspec.Struct, kw_only=True):
     ratio: float | None = None  # prompt_tps / base_prompt_tps (below 1: speculation slows the prefill)
     prompt_tps_rounds: list[float | None] = []
     base_prompt_tps_rounds: list[float | None] = []
+    # per round, paired as the speedups are: the two sides' prompt tokens/s, and their time to first token
+    # (the median prompt_ms of the round's requests); ttft_ratio: ttft_ms / base_ttft_ms (above 1: slower)
+    ratio_rounds: list[float | None] = []
+    ttft_ratio: float | None = None
+    ttft_ratio_rounds: list[float | None] = []
 
 
 class CaseRecord(msgspec.Struct, kw_only=True):
@@ -305,6 +341,7 @@ class CaseRecord(msgspec.Struct, kw_only=True):
     categories: dict[str, CategoryStats] = {}
     temperature: float = 0.0  # 0: greedy; above: sampled from the request's seed
     concurrency: Concurrency | None = None
+    kv: KvAxis | None = None  # a member of a KV-cache axis against its f16 member
     baseline: BaselineRef | None = None
     drift: DriftRef | None = None
     # each warmed speculative round's counters (the reported ones are the cold pass's, before the rounds;

@@ -158,18 +158,32 @@ def crossover_lines(run: Run) -> list[str]:
     return [f"crossover {c.line()}" for c in found]
 
 
+def suspect_lines(run: Run, show: Callable[[str], str] = str) -> list[str]:
+    """The upstream changes that touch what each red, fixed or moved case exercises, since its baseline's
+    build (named when the run ends: suspects.runlines)."""
+    return [show(line) for line in run.history.suspects] if run.history is not None else []
+
+
+def first_lines(run: Run, v: Verdict, show: Callable[[str], str] = str) -> list[tuple[bool, str]]:
+    """The lines under the headline, as (loud, line): what summary.md lists first (loud ones in bold) and
+    the site's run page and index show the same way. ``show``: as in ``config_lines``."""
+    loud = [*run_config_line(run, show), *config_lines(run, True, show), *suspect_lines(run, show),
+            *drift_lines(run), *v.attention]  # fmt: skip
+    out = [(True, line) for line in loud]
+    if run.history is not None and run.history.line:
+        out.append((False, show(run.history.line)))
+    out += [(False, line) for line in config_lines(run, False, show)]
+    out += [(False, c) for c in crossover_lines(run)]
+    if run.parts:
+        out.append((False, f"merged from {len(run.parts)} shard(s): {', '.join(run.parts)}"))
+    return out
+
+
 def summary_markdown(run: Run, v: Verdict) -> str:
     b = run.binary
     lines = [f"### specsuite {run.tier} run `{run.run_id}`: {v.headline}", ""]
     md = markdown_text  # text from the binary or its build record: shown as text, never as markup
-    lines += [f"- **{a}**" for a in [*run_config_line(run, md), *config_lines(run, True, md),
-                                     *drift_lines(run), *v.attention]]  # fmt: skip
-    if run.history is not None and run.history.line:
-        lines.append(f"- {md(run.history.line)}")
-    lines += [f"- {line}" for line in config_lines(run, False, md)]
-    lines += [f"- {c}" for c in crossover_lines(run)]
-    if run.parts:
-        lines.append(f"- merged from {len(run.parts)} shard(s): {', '.join(run.parts)}")
+    lines += [f"- **{line}**" if loud else f"- {line}" for loud, line in first_lines(run, v, md)]
     lines += [
         "",
         f"binary: {markdown_code(str(b.path))} llama.cpp {markdown_code(str(b.key))}{_build_note(b)} backend "

@@ -14,7 +14,7 @@ import re
 
 import msgspec
 
-from specsuite.cases.schema import GPU_TIERS
+from specsuite.cases.schema import GATE_ROUNDS, GPU_TIERS
 from specsuite.results.document import Run
 from specsuite.results.merge import NOT_RUN
 from specsuite.results.names import SHOWN, all_but, names_phrase
@@ -63,11 +63,24 @@ def verdict(run: Run) -> Verdict:
 def _named(recs: list[CaseRecord]) -> str:
     """Failed or skipped cases with their reasons: each by name when few, else by reason, counted."""
     if len(recs) <= SHOWN:
-        return ", ".join(f"{r.name} ({r.reason})" for r in recs)
+        return ", ".join(f"{r.name} ({_why(r)})" for r in recs)
     by: dict[str, list[str]] = {}
     for r in recs:
         by.setdefault(r.reason or "?", []).append(r.name)
     return "; ".join(f"{why}: {names_phrase(names)}" for why, names in by.items())
+
+
+def _why(r: CaseRecord) -> str:
+    """A failed case's reason and, for a number that moved, what moved: ``regressed: block cost 3.27 ->
+    26.93 ms per block, +720.2 % in plain decode steps, 4 rounds vs 4`` (history.regress, the most specific
+    first) or ``speed: prefill 0.66x of plain < floor 0.80`` (a speed floor, measure.judge)."""
+    moved = r.baseline.moved if r.reason == "regressed" and r.baseline is not None else []
+    if moved:
+        return f"{r.reason}: {moved[0]}" + (f"; and {len(moved) - 1} more" if len(moved) > 1 else "")
+    said = next((x for x in (r.message or "").splitlines() if x.startswith("- [speed] ")), None)
+    if r.reason == "speed" and said is not None:
+        return f"{r.reason}: {said.removeprefix('- [speed] ').split(' (', 1)[0]}"
+    return str(r.reason)
 
 
 def _interrupted(head: str, recs: list[CaseRecord], by: ByStatus) -> str:
@@ -217,6 +230,37 @@ def _seen(name: str, ref: KnownBugRef) -> str:
             f"FIXED after {ref.clean_needed})")  # fmt: skip
 
 
+def _rounds(counts: list[int]) -> str:
+    lo, hi = min(counts), max(counts)
+    return f"{hi} round{'s' if hi > 1 else ''}" if lo == hi else f"{lo} to {hi} rounds"
+
+
+def speed_gate_lines(run: Run) -> list[str]:
+    """Whether the relative gate could judge any case's speed: it needs ``GATE_ROUNDS`` rounds a side
+    (cases.schema.TIER_REPEAT, docs/speed.md). None gated: said first (``SPEED NOT GATED: 1 round``); some:
+    which. Nothing where speed was not measured or the gate is off (their own lines say so)."""
+    opts = run.run_options
+    if not opts.speed or (run.options is not None and not opts.history):
+        return []
+    timed = {r.name: r.speed.repeat for r in run.cases.values() if r.speed is not None and r.speed.repeat}
+    gated = [n for n, k in timed.items() if k >= GATE_ROUNDS and not run.cases[n].implausible_speed]
+    rest = [k for n, k in timed.items() if n not in gated]
+    if not timed or not rest:
+        return []
+    floors = [r.name for r in run.cases.values() if r.name in timed and r.floors.get("min_speedup")]
+    held = f"; only min_speedup floors judge it ({names_phrase(floors, len(timed))})" if floors else ""
+    if not gated:
+        return [
+            f"SPEED NOT GATED: {_rounds(rest)} a case; the relative gate judges speed from {GATE_ROUNDS} "
+            f"(--repeat {GATE_ROUNDS}){held}"
+        ]
+    said = f"{_rounds([timed[n] for n in gated])}"
+    return [
+        f"speed gated in {names_phrase(gated, len(run.cases))} ({said}); recorded, not gated, in "
+        f"the other {len(rest)} case{'s' if len(rest) > 1 else ''} ({_rounds(rest)} a case)"
+    ]
+
+
 def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
     """What weakens the run, each as (its tag in a green headline or None, its attention lines)."""
     out: list[Weakening] = []
@@ -270,4 +314,6 @@ def _weakening(run: Run, by: ByStatus) -> list[Weakening]:
         out.append((None, [line]))
     if run.history is not None and run.history.recorded is False:
         out.append((None, ["HISTORY NOT RECORDED: the database could not be written (see the run's log)"]))
+    if speed := speed_gate_lines(run):
+        out.append((None, speed))
     return out

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,6 +107,8 @@ class LlamaServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self._config_home: str | None = None
         self._http = requests.Session()
+        self.answered = 0  # POSTs answered: how far a step is (suite.progress counts them), never judged
+        self._count = threading.Lock()  # concurrent streams answer at once
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -236,6 +239,8 @@ class LlamaServer:
             raise self._failure(
                 f"POST {path} answered something that is not a JSON object", reason="runtime_error"
             )
+        with self._count:
+            self.answered += 1
         return answer
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:

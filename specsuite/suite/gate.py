@@ -15,7 +15,7 @@ run: it is one warning, and the summary says so.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,11 @@ from specsuite.history.recording import try_record
 from specsuite.llamacpp.identity import short
 from specsuite.measure.engine import Engine
 from specsuite.measure.judge import Failure
-from specsuite.results import config
+from specsuite.results import config, metrics
 from specsuite.results.config import RunConfig
 from specsuite.results.document import HistoryNote, Run
 from specsuite.results.record import BaselineRef, CaseRecord, DriftRef
+from specsuite.suspects import runlines
 
 
 @dataclass
@@ -129,12 +130,15 @@ def judge(
     earlier: Sequence[CaseRecord] = (),
     speed_rtol: float | None = None,
     decode_rtol: float | None = None,
+    rtols: Mapping[str, float | None] | None = None,
 ) -> list[Failure]:
     """One case against its history: the relative gate (also after a failed floor: the baseline is where
     a bisect of it starts), a sweep's crossover (``earlier``: this run's cases before it), the counters
-    against the baseline's, and, when nothing else failed, the drift gate. ``speed_rtol``,
-    ``decode_rtol``: the case's own tolerances for its speedup and decode tokens/s (else rtol). Fills
-    ``rec.baseline`` and ``rec.drift``."""
+    against the baseline's, and, when nothing else failed, the drift gate. ``rtols``: the case's own
+    tolerances by cases.toml key (``Case.rtols``: speed_rtol, decode_rtol, prefill_rtol; else the run's
+    rtol); ``speed_rtol``, ``decode_rtol``: two of them given alone. Fills ``rec.baseline`` (with what
+    moved: the first lines' words) and ``rec.drift``."""
+    rtols = {"speed_rtol": speed_rtol, "decode_rtol": decode_rtol, **(rtols or {})}
     try:
         base = _lookup(ctx, rec.name)
     except UserError as exc:
@@ -149,8 +153,7 @@ def judge(
         base.record,
         rtol=ctx.rtol,
         block_rtol=ctx.block_rtol,
-        speed_rtol=speed_rtol,
-        decode_rtol=decode_rtol,
+        tolerances=rtols,
         baseline_commit=short(base.commit, 12),
     )
     rec.baseline = BaselineRef(
@@ -159,7 +162,9 @@ def judge(
         started=base.started,
         rtol=ctx.rtol,
         regressions=[r.message for r in regs],
+        moved=regress.first_lines(regs),
         counters=regress.counter_changes(rec, base.record),
+        status=base.record.status,
         config_changes=config.changes(
             (base.config, base.record.config), (ctx.config, rec.config), (base.commit, ctx.commit)
         ),
@@ -174,10 +179,10 @@ def judge(
         rec.warnings.append(f"crossover moved: {moved.message}")
     if found:
         return found
-    return [] if failed else _drift(ctx, rec, speed_rtol)
+    return [] if failed else _drift(ctx, rec, rtols)
 
 
-def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -> list[Failure]:
+def _drift(ctx: GateContext, rec: CaseRecord, rtols: Mapping[str, float | None]) -> list[Failure]:
     try:
         rows = baseline.earlier_runs(
             None, **_setup(ctx, rec.name), limit=ctx.drift_window, recording=ctx.recording
@@ -187,9 +192,9 @@ def _drift(ctx: GateContext, rec: CaseRecord, speed_rtol: float | None = None) -
         return []
     current = changes.record_row(rec, ctx.run_id, ctx.commit, ctx.started)
     window = [*changes.drift_window(rows, ctx.drift_window), current]
-    for metric in changes.DRIFT_METRICS:
+    for m in metrics.DRIFT:
+        metric, (_, rtol) = m.name, m.tolerance_of({"rtol": ctx.rtol, "block_rtol": ctx.block_rtol, **rtols})
         points = changes.points_of(window, metric)
-        rtol = speed_rtol if metric == "speedup" and speed_rtol is not None else ctx.rtol
         found = changes.drift(points, metric, rtol=rtol)
         if found is None:
             continue
@@ -250,7 +255,7 @@ def install(session: Engine) -> None:
     _run_config(ctx, run)
 
     def gate(case: Case, rec: CaseRecord, failed: bool) -> list[Failure]:
-        failures = judge(ctx, rec, failed, list(run.cases.values()), case.speed_rtol, case.decode_rtol)
+        failures = judge(ctx, rec, failed, list(run.cases.values()), rtols=case.rtols)
         ctx.note.line = ctx.note.render()
         return failures
 
@@ -275,6 +280,13 @@ def _run_config(ctx: GateContext, run: Run) -> None:
     ctx.note.config_changes = config.changes(
         (prior.config, None), (run.config, None), (prior.commit, ctx.commit)
     )
+
+
+def name_suspects(run: Run) -> None:
+    """The upstream changes behind each red, fixed or moved case, for the summary's first lines
+    (suspects.runlines); what stops it is one line there, never the verdict."""
+    if run.history is not None:
+        run.history.suspects = runlines.safe_for_run(run)
 
 
 def record(run: Run) -> None:

@@ -8,6 +8,11 @@ package with the suite's own ``pytest.ini``, which loads this plugin (``-p``): i
 no other pytest run of an environment with specsuite in it loads it or reads its SPEC_* variables.
 ``SPEC_SHARD`` (K/N) keeps shard K of the plan ``SPEC_PLAN`` names (or of one made from the history).
 
+Without ``-v`` pytest's own lines stay out (its header, the collected count, the xml file, its "N passed"
+footer: verbosity -2); the case lines say where the run is and the verdict says how it ended, as its last
+line: printed when pytest is done (``VerdictLines``, at unconfigure, after a Ctrl-C's banner). run-tier prints
+it itself, after summary.md, and leaves this one out (``-p no:specsuite-verdict``).
+
 A parallel run (``run-tier --gpus`` on a CUDA build, ``--workers`` on a CPU build) is a pytest-xdist
 session. The cases of one target are one ``xdist_group`` (``--dist loadgroup``: its baseline server starts
 once), longest target first (``--no-loadscope-reorder`` keeps the plan's order). xdist 3.8 finds a test's
@@ -45,8 +50,8 @@ from specsuite.results.document import RunResults, claim_results_dir, load_run, 
 from specsuite.results.merge import check_parts, merge_runs, not_run
 from specsuite.results.verdict import Verdict
 from specsuite.suite import plan
-from specsuite.suite.progress import CaseLines, case_name
-from specsuite.suite.session import Shape, finish_run, finish_session, open_session
+from specsuite.suite.progress import HEARTBEAT_S, CaseLines, WorkerLines, case_name
+from specsuite.suite.session import Shape, earlier_run, finish_run, finish_session, open_session
 
 GPU_TIMEOUT_S = 3600  # a 41 GiB target loads for minutes; the suite's default (900 s) is for CPU tiers
 SUITE_MODULE = "specsuite.suite.test_speculative"
@@ -100,6 +105,14 @@ def _shape(
     return cases, Shape(shard=label, planned=tuple(c.name for c in chosen), part=worker)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "spec_progress_s",
+        "in a log (not a terminal), a running case's line is printed again every this many seconds",
+        default=str(HEARTBEAT_S),
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
@@ -113,19 +126,40 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_CASES], config.stash[_SELECTOR], config.stash[_SHAPE] = cases, selector, shape
     runs = not (config.option.collectonly or config.option.help)  # only a run gets (and makes) a folder
+    given = Path(options.results_dir) if options.results_dir else None
+    if cases and runs and given and not shape.part and (found := earlier_run(given)):
+        raise pytest.UsageError(found)  # a bare pytest's (run-tier refuses it before it starts pytest)
     if cases and runs and not options.results_dir and not shape.part:
         # one folder for the run, whoever writes into it: the workers xdist starts inherit it; claimed, so
         # that a run started in the same second never shares it (nor its run id)
         os.environ["SPEC_RESULTS_DIR"] = str(claim_results_dir(selector))
-    if cases and not _worker(config) and config.getoption("verbose") <= 0:
-        config.pluginmanager.register(CaseLines(config), "specsuite-case-lines")
+    if cases and runs:
+        _lines(config, options)
+
+
+def _lines(config: pytest.Config, options: settings.Settings) -> None:
+    """What the run says while it runs (``progress``) and, last, its verdict; pytest's plumbing left out
+    where the case lines replace it (no -v)."""
+    if _worker(config):
+        config.pluginmanager.register(WorkerLines(config), "specsuite-worker-lines")
+        return
+    config.pluginmanager.register(VerdictLines(), "specsuite-verdict")  # None where -p no:specsuite-verdict
+    if config.getoption("verbose") > 0:
+        return
+    config.option.verbose = -2  # pytest's header, collected count, xml line and footer: the lines say it
+    lines = CaseLines(config)
+    lines.header = budget_lines(options)
+    config.pluginmanager.register(lines, "specsuite-case-lines")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """How long a case may take (the header's pytest-timeout lines hold only with budgets off)."""
     if not config.stash.get(_CASES, None):
         return []
-    options = settings.load()
+    return budget_lines(settings.load())
+
+
+def budget_lines(options: settings.Settings) -> list[str]:
     if options.budget_factor <= 0:
         return ["time budget: off (SPEC_BUDGET_FACTOR=0): pytest-timeout's limit per case"]
     return [
@@ -175,6 +209,11 @@ def spec_session(request: pytest.FixtureRequest) -> Iterator[Engine]:
         s = open_session(config.stash[_SELECTOR], config.stash[_CASES], shape=config.stash[_SHAPE])
     except UserError as exc:
         pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)  # run-tier: bad input (2)
+    watching = config.pluginmanager.get_plugin("specsuite-case-lines") or config.pluginmanager.get_plugin(
+        "specsuite-worker-lines"
+    )
+    if watching is not None:
+        s.phase = watching.heartbeat.phase  # the case's steps, as its line says them
     yield s
     finish_session(s, _unstarted(request, s))
     if s.part is None:
@@ -293,8 +332,20 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.section("speculative decoding results")
         for line in f.lines:
             terminalreporter.write_line(line)
-    if f.verdict is not None:
-        terminalreporter.write_line(f"verdict: {f.verdict.headline}")
-        for line in f.verdict.attention:
-            terminalreporter.write_line(f"  ! {line}")
-    terminalreporter.write_line(f"results: {f.dir}")
+
+
+class VerdictLines:
+    """The run's last lines: where its results are and its verdict, after everything pytest prints (its
+    summary, a Ctrl-C's banner): a plugin of its own, so that run-tier, which prints them after summary.md,
+    can leave it out (``-p no:specsuite-verdict``)."""
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        f = config.stash.get(_FINISHED, None)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if f is None or reporter is None:
+            return
+        reporter.write_line(f"results: {f.dir}")
+        if f.verdict is not None:
+            reporter.write_line(f"verdict: {f.verdict.headline}")
+            for line in f.verdict.attention:
+                reporter.write_line(f"  ! {line}")

@@ -67,6 +67,24 @@ def check_device(caps: Capabilities, cases: list[Case], allow_cpu: bool) -> None
     )
 
 
+# What a run leaves in its folder from its start on (results.json and logs/ when its session opens,
+# summary.md when it ends): a folder holding any of them holds a run.
+RUN_MARKS = ("results.json", "summary.md", "logs")
+
+
+def earlier_run(folder: Path) -> str | None:
+    """Why ``folder`` (SPEC_RESULTS_DIR: the run's own folder) cannot take this run: it holds one already,
+    whose files the next run's would overwrite and whose server logs would stay beside the new ones (a
+    1-case results.json beside 83 logs). None: it is new, empty, or holds no run."""
+    found = [name for name in RUN_MARKS if (folder / name).exists() or (folder / name).is_symlink()]
+    if not found:
+        return None
+    return (
+        f"the results folder {folder} already holds a run ({', '.join(found)}); SPEC_RESULTS_DIR is the "
+        "folder of one run: give it a new folder, or unset it (each run then gets results/<run-id>/)"
+    )
+
+
 def harness_info(folder: Path) -> dict[str, Any]:
     """The harness commit, and whether tracked files differ from it: a run from a dirty tree (edited cases,
     prompts or code) must not pass for one of that commit. An installed wheel has no commit: its version."""
@@ -211,6 +229,8 @@ def finish_run(results: RunResults, options: settings.Settings) -> Verdict:
     """Judge a finished run once: the history record, the verdict, results.json, bench.json, summary.md."""
     run = results.run
     crossover.annotate(run.cases.values())  # before the record: the history keeps each sweep's crossover
+    if not options.no_history:
+        gate.name_suspects(run)  # before the record: results.json keeps them with the history's note
     if not options.no_history and recordable(run):
         gate.record(run)  # first: whether it was recorded is part of the verdict's attention lines
     found = verdict(run)

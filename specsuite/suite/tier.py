@@ -11,15 +11,17 @@ parser) are dropped here, the run's options are read, and the rest goes to pytes
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from specsuite.cases.schema import TIERS, Case, load_cases, select_cases
+from specsuite.cases.schema import TIER_REPEAT, TIERS, Case, load_cases, select_cases
 from specsuite.common import errors, paths, procs, settings
 from specsuite.common.argtypes import CommandParser, fraction, positive_int, repeat_count
 from specsuite.common.errors import UserError
@@ -28,13 +30,14 @@ from specsuite.common.table import markdown_plain
 from specsuite.llamacpp import info as buildinfo
 from specsuite.llamacpp.posargs import split_posargs
 from specsuite.models.fetch import FetchOptions, fetch_models
-from specsuite.results.document import claim_results_dir, make_results_dir
+from specsuite.results.document import claim_results_dir, load_run, make_results_dir
 from specsuite.results.summary import append_step_summary
+from specsuite.results.verdict import speed_gate_lines
 from specsuite.server import gpus, workers
 from specsuite.server.device import device_info
 from specsuite.server.probe import Capabilities, hand_over, probe
 from specsuite.suite import plan
-from specsuite.suite.session import check_device
+from specsuite.suite.session import check_device, earlier_run
 
 
 def parser() -> CommandParser:
@@ -62,7 +65,10 @@ def parser() -> CommandParser:
         help="run a GPU tier on a CPU build or with no GPU visible; flagged in the summary",
     )
     p.add_argument(
-        "--repeat", type=repeat_count, help="A-B-B-A speed rounds per case (SPEC_REPEAT, default 1; <= 100)"
+        "--repeat",
+        type=repeat_count,
+        help=f"A-B-B-A speed rounds per case (SPEC_REPEAT; <= 100); default: the tier's ({_tier_rounds()}), "
+        "raised by a case's own repeat; the relative gate judges speed from 4",
     )
     p.add_argument(
         "--budget-factor",
@@ -101,6 +107,11 @@ def parser() -> CommandParser:
         "--plan", type=Path, help="take the shard from this saved `specsuite plan --json` (SPEC_PLAN)"
     )
     return p
+
+
+def _tier_rounds() -> str:
+    """The tiers' default rounds, as --repeat's help says them: ``smoke 1, synthetic 1, ...``."""
+    return ", ".join(f"{tier} {n}" for tier, n in TIER_REPEAT.items())
 
 
 def budget_factor(text: str) -> float:
@@ -144,7 +155,9 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
 
 def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specsuite") -> list[str]:
     """pytest over the suite's module with the suite's own settings (this package's pytest.ini); ``name``
-    is junit.xml's suite (the tier)."""
+    is junit.xml's suite (the tier). pytest's cache (what ``--lf`` and ``--sw`` read) is kept in the
+    per-user cache, not beside the suite's module (an installed package's folder); the verdict is printed
+    by run-tier, after summary.md, not by the suite's plugin (``plugin.VerdictLines``)."""
     here = Path(__file__).parent  # the suite's folder (not imported here: it imports pytest, the child's)
     return [
         sys.executable,
@@ -156,10 +169,20 @@ def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specs
         str(here),
         "-o",
         f"junit_suite_name={name}",
+        "-o",
+        f"cache_dir={pytest_cache_dir()}",
+        "-p",
+        "no:specsuite-verdict",
         str(here / "test_speculative.py"),
         f"--junitxml={results_dir / 'junit.xml'}",
         *pytest_args,
     ]
+
+
+def pytest_cache_dir() -> Path:
+    """Where the suite's pytest keeps its cache: ``<cache>/pytest`` (``--lf``: the cases that failed in the
+    last run of the suite on this machine)."""
+    return paths.cache_dir() / "pytest"
 
 
 def suite_name(selector: str, cases: list[Case], shard: str | None) -> str:
@@ -227,15 +250,29 @@ def _parallel(lay: workers.Layout) -> list[str]:
 
 @dataclass
 class RunFolder:
-    """Where a run writes: the folder given (SPEC_RESULTS_DIR), or ``results/<run-id>`` claimed for this run
-    alone once it is past its checks (``claim``: a refused run leaves no folder; of two runs started in
-    the same second each gets its own, and so its own run id)."""
+    """Where a run writes: the folder given (SPEC_RESULTS_DIR: this run's own, new or holding no run), or
+    ``results/<run-id>`` claimed for this run alone once it is past its checks (``claim``: a refused run
+    leaves no folder; of two runs started in the same second each gets its own, and so its own run id)."""
 
     path: Path | None
+    claimed: bool = False  # made by this run (``discard`` may remove it)
 
     def claim(self, label: str) -> Path:
-        self.path = Path(self.path or claim_results_dir(label)).resolve()
+        if self.path is None:
+            self.path, self.claimed = claim_results_dir(label), True
+        self.path = Path(self.path).resolve()
         return self.path
+
+    def discard(self) -> None:
+        """A run that ran no case (pytest refused its arguments): the folder this run claimed, holding only
+        what run-tier put there for pytest (``HANDED``), is removed; a folder given is left as it was."""
+        if not self.claimed or self.path is None or not self.path.is_dir():
+            return
+        if all(p.name in HANDED for p in self.path.iterdir()):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+HANDED = ("probe.json", "plan.json", "junit.xml")  # what run-tier and pytest write before any case runs
 
 
 def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str], label: str) -> int:
@@ -252,7 +289,8 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
     lay = spread(caps, cases, options)
     results_dir = folder.claim(label)
     make_results_dir(results_dir)  # an unwritable SPEC_RESULTS_DIR is found before any download
-    (results_dir / "summary.md").unlink(missing_ok=True)  # an earlier run's verdict is not this run's
+    if held := earlier_run(results_dir):  # never two runs' files in one folder
+        raise UserError(held)
     env["SPEC_RESULTS_DIR"] = str(results_dir)
 
     if args.tier in TIERS and not chosen:
@@ -278,6 +316,7 @@ def run_tier(args: argparse.Namespace, folder: RunFolder, pytest_args: list[str]
 # pytest's exit codes (pytest.ExitCode) as the suite's (common.errors): a pytest usage or internal error
 # must never read as a regression, nor a run that ended without a verdict (no summary.md) as green or red.
 _FROM_PYTEST = {2: errors.INTERRUPTED, 3: errors.INTERNAL, 4: errors.BAD_INPUT, 5: errors.BAD_INPUT}
+PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 4, 5  # pytest.ExitCode's (pytest is the child's, not imported here)
 
 
 def exit_code(pytest_code: int, has_verdict: bool) -> int:
@@ -294,37 +333,75 @@ def main(argv: list[str]) -> int:
     args, pytest_args = parser().parse_known_args(rest)
     if dropped:
         print(f"note: build flags {' '.join(dropped)} are for `specsuite build`; not passed to pytest")
+    if line := llama_arg_warning(os.environ):
+        print(line, file=sys.stderr, flush=True)
     shard = args.shard or settings.load().shard
     name = f"{args.tier}-shard-{shard.replace('/', 'of')}" if shard else args.tier
     given = settings.load().results_dir
     folder = RunFolder(Path(given) if given else None)
-    started = time.time()
     try:
         code = run_tier(args, folder, pytest_args, name)
     except KeyboardInterrupt:  # what was measured before Ctrl-C, its first line saying INTERRUPTED
-        if folder.path is not None and report(folder.path):
-            print(f"results: {folder.path} (results.json, summary.md, junit.xml, bench.json, logs/)")
-        raise
+        if folder.path is None or not finish(folder.path):
+            raise
+        return errors.INTERRUPTED
     results_dir = folder.claim(name)  # claimed by run_tier: this returns it
-    if not report(results_dir) and code in (errors.OK, errors.FAILED):
+    if code in (PYTEST_USAGE_ERROR, PYTEST_NO_TESTS):  # pytest's arguments: no case ran
+        folder.discard()
+        if code == PYTEST_NO_TESTS:
+            raise UserError(nothing_selected(args.tier, pytest_args))
+        return exit_code(code, False)
+    has_verdict = finish(results_dir)
+    if not has_verdict and code in (errors.OK, errors.FAILED):
         missing = results_dir / "summary.md"
         print(f"error: the suite ended without a verdict (no {missing}); see pytest's output above")
-    if _written_since(results_dir / "results.json", started):  # a pytest usage error ran nothing
-        print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
-    return exit_code(code, (results_dir / "summary.md").is_file())
+    return exit_code(code, has_verdict)
 
 
-def _written_since(file: Path, since: float) -> bool:
-    """Whether this run wrote ``file`` (a reused SPEC_RESULTS_DIR may hold an earlier run's)."""
-    try:
-        return file.stat().st_mtime >= since - 2  # coarse file system clocks
-    except OSError:
+def nothing_selected(selector: str, pytest_args: list[str]) -> str:
+    """What a run whose pytest arguments (``-k``, ``-m``, ``--deselect``) left no case says."""
+    names = [c.name for c in select_cases(load_cases(), selector)]
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (
+        f"`{' '.join(pytest_args)}` selects none of the {len(names)} case(s) of {selector!r} ({shown}); "
+        "-k matches case names: -k mtp, -k 'ngram and not mod'"
+    )
+
+
+# llama-server reads LLAMA_ARG_<FLAG> as the flag itself: hidden flags that would change what a case
+# measures behind the command line results.json records (common.procs.child_env drops them).
+LLAMA_ARG = "LLAMA_ARG_"
+
+
+def llama_arg_warning(env: Mapping[str, str]) -> str | None:
+    """One line naming the LLAMA_ARG_* variables set here, which no server of the run sees, and why."""
+    found = sorted(k for k in env if k.startswith(LLAMA_ARG))
+    if not found:
+        return None
+    return (
+        f"warning: {', '.join(found)} not passed to llama-server: LLAMA_ARG_* variables are flags the "
+        "server would take behind the command line a run records; a case's flags go in cases.toml "
+        "(server_args)"
+    )
+
+
+def finish(results_dir: Path) -> bool:
+    """The run's summary.md printed (and appended to the CI's step summary), then its last lines: where
+    its results are and its verdict. False when the suite wrote no summary.md."""
+    if not report(results_dir):
         return False
+    print(f"results: {results_dir} (results.json, summary.md, junit.xml, bench.json, logs/)")
+    run = load_run(results_dir)
+    if run.verdict:
+        print(f"verdict: {run.verdict}", flush=True)
+        for line in speed_gate_lines(run):  # what a green says nothing of: speed not gated at these rounds
+            print(f"  {line}", flush=True)
+    return True
 
 
 def report(results_dir: Path) -> bool:
     """Print the run's summary.md and append it to the CI's step summary; False when there is none."""
-    summary = results_dir / "summary.md"  # written by the suite when its session ends (an old one: removed)
+    summary = results_dir / "summary.md"  # written by the suite when its session ends
     if not summary.is_file():
         return False
     print(markdown_plain(summary.read_text(encoding="utf-8")))  # a terminal shows the text, not escapes

@@ -6,7 +6,8 @@ Per case the new floors are the minimum over the runs minus a margin (3 percenta
 flake. Its floors are still written (they are the best estimate there is and the diff shows them), but the
 command exits 1 unless ``--allow-unstable``, so a calibration that cannot be trusted never passes silently.
 The same runs then measure the gates' error rates (``gatecheck``): false alarms, speed spread, and the
-smallest speed drop caught.
+smallest speed drop caught. A speed floor (``min_speedup``, and every other floor of a metric the registry
+gates over rounds, results.metrics: ``min_prefill_ratio``) is written only where the case has its key.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from specsuite.common import atomic, paths, settings
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
 from specsuite.llamacpp.posargs import split_posargs
-from specsuite.results import checks
+from specsuite.results import checks, metrics
 from specsuite.results.document import Run, load_run
 from specsuite.results.record import CaseRecord, finite, is_finite
 from specsuite.tools import gatecheck
@@ -38,8 +39,14 @@ from specsuite.tools import gatecheck
 RATE_MARGIN = 0.03
 LEN_MARGIN = 0.2
 # Speed is noisier than acceptance (clocks, other jobs): the floor is the slowest observed median speedup
-# minus 20 % of it, written only for cases that opt into a speed floor (a min_speedup key).
+# minus 20 % of it, written only for cases that opt into a speed floor (a min_speedup key). The same rule
+# for the other floors of speeds the registry names (results.metrics: min_prefill_ratio).
 SPEED_MARGIN = 0.2
+_SPEED_FLOORS = tuple(
+    m
+    for m in metrics.REGISTRY
+    if m.floor and m.gate == "rounds" and m.higher_is_better and m.name != "speedup"
+)  # min_speedup has rules of its own (GPU_MIN_SPEEDUP)
 # On the GPU tiers speculation must never be slower than plain decoding: their speed floor is at least 1.0,
 # whatever a slow calibration run measured.
 GPU_MIN_SPEEDUP = 1.0
@@ -59,6 +66,8 @@ class CaseCalibration:
     tier: str = ""  # the case's tier: a GPU tier's speed floor never goes below GPU_MIN_SPEEDUP
     # per prompt category: (accept rates, accept lengths), one of each per usable run that measured it
     categories: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    # each other speed with a floor (_SPEED_FLOORS), by metric: its value in each run that measured it
+    speeds: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -94,6 +103,11 @@ class CaseCalibration:
     def speed_clamped(self) -> bool:
         return self.speed_floor != self.measured_speed_floor
 
+    def floor_of(self, metric: str) -> float | None:
+        """Another speed's floor (_SPEED_FLOORS) by the speedup's rule; None unless every run measured it."""
+        got = self.speeds.get(metric, [])
+        return _floor4(min(got) * (1 - SPEED_MARGIN)) if got and len(got) == self.runs else None
+
     def category_floors(self) -> dict[str, dict[str, float]]:
         """The same rule per category, for the categories every usable run measured (both numbers)."""
         return {
@@ -123,6 +137,8 @@ def by_table(cals: dict[str, CaseCalibration], sweeps: dict[str, str]) -> dict[s
         into.rates += cal.rates
         into.lens += cal.lens
         into.speedups += cal.speedups
+        for metric, got in cal.speeds.items():
+            into.speeds.setdefault(metric, []).extend(got)
         # each run once however many members it holds (the most any member saw of a run id: two machines'
         # runs may share one)
         times = Counter(into.run_ids) | Counter(cal.run_ids)
@@ -164,6 +180,9 @@ def collect(
             cal.lens.append(finite(rec.accept_len) or 0.0)
             if (speedup := finite(rec.speedup)) is not None:
                 cal.speedups.append(speedup)
+            for m in _SPEED_FLOORS:
+                if (value := m.of(rec)) is not None:
+                    cal.speeds.setdefault(m.name, []).append(value)
             _collect_categories(cal, rec)
     for name in names or []:
         tier = (tiers or {}).get(name, "")
@@ -325,6 +344,9 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
         _set_keeping_trailer(table.value, "min_accept_len", _float4(cal.len_floor))
         if "min_speedup" in table and cal.speed_floor is not None:
             _set_keeping_trailer(table.value, "min_speedup", _float4(cal.speed_floor))
+        for m in _SPEED_FLOORS:
+            if m.floor and m.floor in table and (floor := cal.floor_of(m.name)) is not None:
+                _set_keeping_trailer(table.value, m.floor, _float4(floor))
         _write_category_floors(table, cal)
         if "uncalibrated" in table:  # floors measured: no longer report-only
             del table["uncalibrated"]
@@ -337,6 +359,7 @@ def apply(text: str, cals: dict[str, CaseCalibration], prov: dict[str, str], dat
             "accept_rate": _rounded(cal.rates),
             "accept_len": _rounded(cal.lens),
             **({"speedup": _rounded(cal.speedups)} if cal.speedups else {}),
+            **{metric: _rounded(got) for metric, got in cal.speeds.items() if got},
         }
         sub = table.get("calibration")
         if not isinstance(sub, Table):
@@ -379,6 +402,11 @@ def _report(
         )
         if prev.get("min_speedup") is not None and cal.speed_floor is not None:
             print(_speed_line(cal, prev["min_speedup"]))
+        for m in _SPEED_FLOORS:
+            if prev.get(m.floor) is not None and (floor := cal.floor_of(m.name)) is not None:
+                got = cal.speeds[m.name]
+                print(f"  {name}: {m.label} {min(got):.4f}..{max(got):.4f} -> floor {floor:.4f} "
+                      f"(was {prev[m.floor]})")  # fmt: skip
         if cal.runs == 1:
             print(f"  {name}: a single run says nothing about stability; use --runs 3")
         if len(per_machine) > 1 and cal.unstable:
@@ -476,11 +504,10 @@ def _validated(
 
 def _gate_check(runs: list[Run], names: list[str], cases: list[Any]) -> None:
     """The gates' error rates on these runs of one commit, at the configured rtol and drift window (and a
-    case's own speed_rtol and decode_rtol)."""
+    case's own tolerances: speed_rtol, decode_rtol, prefill_rtol)."""
     opts = settings.load()
-    speed = {c.name: c.speed_rtol for c in cases if c.speed_rtol is not None}
-    decode = {c.name: c.decode_rtol for c in cases if c.decode_rtol is not None}
-    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol, speed, decode)
+    own = {c.name: c.rtols for c in cases}
+    checks = gatecheck.check(runs, names, opts.rtol, opts.drift_window, opts.block_rtol, rtols=own)
     print(gatecheck.render(checks, opts.rtol), flush=True)
 
 
@@ -521,7 +548,7 @@ def main(argv: list[str]) -> int:
     if not any(c.runs for c in cals.values()):
         raise UserError("calibrate: no case had a usable run; nothing written")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sweeps = {c.name: c.sweep_name for c in cases if c.sweep_name}
+    sweeps = {c.name: c.table for c in cases if c.table != c.name}  # a sweep's or a KV axis's members
     new, rejected = _validated(text, by_table(cals, sweeps), prov, date)
     diff = difflib.unified_diff(
         text.splitlines(keepends=True), new.splitlines(keepends=True), str(args.cases), f"{args.cases} (new)"

@@ -6,8 +6,8 @@ each run as the last of a window: ``changes.drift``), every failure is a false a
 the speed noise: the spread of the per-round speedups within a run and of the run medians between runs
 (coefficients of variation), and from it the smallest speed drop the relative gate catches in 95 % of
 comparisons at the runs' repeats: simulated with that noise, judged by the gate's own rule (one-sided
-Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol). The per-block overhead
-(``block_ratio``, gated at its own ``block_rtol``) is judged and its spread reported the same way.
+Mann–Whitney p < ALPHA over the rounds, and a median drop beyond rtol). Every metric the relative gate
+judges (results.metrics) counts its false alarms; the per-block cost's spread is reported as the speedup's.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from specsuite.common import table
 from specsuite.history import changes, regress
+from specsuite.results import metrics
 from specsuite.results.document import Run
 from specsuite.results.record import CaseRecord, finite
 
@@ -26,7 +27,8 @@ POWER = 0.95
 SIMULATIONS = 2000
 _SEED = 17
 
-GATED = (*regress.METRICS, "speedup", "decode_tps", "block_ratio")  # every metric the relative gate judges
+GATED = tuple(m.name for m in metrics.GATED)  # every metric the relative gate judges (results.metrics)
+_BLOCK = metrics.get("block_ratio")  # its spread is a column of its own
 
 
 @dataclass
@@ -110,37 +112,37 @@ def check(
     block_rtol: float = regress.BLOCK_RTOL,
     speed_rtols: Mapping[str, float] | None = None,
     decode_rtols: Mapping[str, float] | None = None,
+    rtols: Mapping[str, Mapping[str, float | None]] | None = None,
 ) -> list[CaseCheck]:
     """Per case: false alarms of the relative gate over every (earlier, later) pair of ``runs`` (in the
     given order), of the drift gate over every window, the speed spread and the smallest drop caught.
-    ``speed_rtols``, ``decode_rtols``: a case's own tolerances (cases.toml's ``speed_rtol``,
-    ``decode_rtol``)."""
+    ``rtols``: each case's own tolerances by cases.toml key (``Case.rtols``); ``speed_rtols``,
+    ``decode_rtols``: two of them given alone."""
     out = []
     for name in names:
-        speed_rtol, decode_rtol = (speed_rtols or {}).get(name), (decode_rtols or {}).get(name)
+        own: dict[str, float | None] = {
+            "speed_rtol": (speed_rtols or {}).get(name),
+            "decode_rtol": (decode_rtols or {}).get(name),
+            **{k: v for k, v in (rtols or {}).get(name, {}).items() if v is not None},
+        }
+        speed_rtol = own["speed_rtol"]
         recs = [r.cases[name] for r in runs if name in r.cases and r.cases[name].measured]
         c = CaseCheck(name, false_alarms=dict.fromkeys(GATED, 0))
         for j, cur in enumerate(recs):
             for base in recs[:j]:
                 c.pairs += 1
                 regs = regress.regressions(
-                    cur,
-                    base,
-                    rtol=rtol,
-                    block_rtol=block_rtol,
-                    speed_rtol=speed_rtol,
-                    decode_rtol=decode_rtol,
-                    baseline_commit="a",
+                    cur, base, rtol=rtol, block_rtol=block_rtol, tolerances=own, baseline_commit="a"
                 )
                 for reg in regs:
                     c.false_alarms[reg.metric] += 1
-        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window, speed_rtol)
+        c.windows, c.drift_alarms = _drift_alarms(recs, rtol, window, own)
         rounds = [_samples(r) for r in recs]
         c.repeat = min((len(r) for r in rounds), default=0)
         if (found := spread(rounds)) is not None:
             c.cv_within, c.cv_between = found
             c.mde = smallest_drop(found[0], found[1], c.repeat, rtol if speed_rtol is None else speed_rtol)
-        blocks = [[v for v in (finite(x) for x in r.block_samples or []) if v is not None] for r in recs]
+        blocks = [[v for v in (finite(x) for x in _BLOCK.samples(r) or []) if v is not None] for r in recs]
         if (found := spread(blocks)) is not None:
             c.block_cv_within, c.block_cv_between = found
         out.append(c)
@@ -148,11 +150,11 @@ def check(
 
 
 def _drift_alarms(
-    recs: Sequence[CaseRecord], rtol: float, window: int, speed_rtol: float | None = None
+    recs: Sequence[CaseRecord], rtol: float, window: int, own: Mapping[str, float | None] | None = None
 ) -> tuple[int, int]:
-    """Each run as the last of a window of the runs before it, as if each were a new commit (the speedup
-    at the case's own ``speed_rtol``, as the drift gate judges it)."""
-    tol = {"speedup": rtol if speed_rtol is None else speed_rtol}
+    """Each run as the last of a window of the runs before it, as if each were a new commit (each metric at
+    its tolerance, the case's own ``own`` first, as the drift gate judges it)."""
+    tol = {m.name: m.tolerance_of({"rtol": rtol, **(own or {})})[1] for m in metrics.DRIFT}
     # each run stands for a commit of its own
     rows = [changes.record_row(r, f"run {i + 1}", f"{i:07x}", None) for i, r in enumerate(recs)]
     judged = alarms = 0
@@ -165,7 +167,7 @@ def _drift_alarms(
     return judged, alarms
 
 
-HEADER = ("case", "pairs", "false alarms (rate/len/pos0/speedup/tps/block)", "drift alarms",
+HEADER = ("case", "pairs", f"false alarms ({'/'.join(m.short for m in metrics.GATED)})", "drift alarms",
           "speed CV in run", "between runs", "drop caught 95 %",
           "block ratio CV in run / between")  # fmt: skip
 

@@ -13,15 +13,22 @@ Green: every run green (each enforces its own floors), every GPU run on a GPU (n
 every layer of every GPU case offloaded. Counters that differ between the GPU and the CPU are listed, not
 failed: CUDA kernels round differently from the CPU's, so greedy tokens (and with them the drafts) may
 legitimately differ; the floors are what a case must meet on either.
+
+On the host the check tests the host's toolchain; the workflow's jobs build inside a container. With
+``--container IMAGE`` the same check runs inside that image as the suite job runs (docker run --gpus all, the
+job's apt packages, nox from pip, the runner's model and cache folders mounted at the same paths), on a copy
+of this checkout, its table written into ``--out`` on the host.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,6 +44,14 @@ from specsuite.results.record import CaseRecord, is_finite
 from specsuite.results.verdict import verdict
 
 DEFAULT_SELECTORS = ("synthetic", "smoke")
+# The suite job's (.github/workflows/spec-suite.yml, "Install system build dependencies"; tests/tools/
+# test_gpucheck.py checks they agree) and its folders' defaults, mounted at the same paths as there.
+CONTAINER_PACKAGES = ("git", "ca-certificates", "curl", "cmake", "ninja-build", "build-essential", "ccache",
+                      "libssl-dev", "python3", "python3-venv", "python3-pip")  # fmt: skip
+RUNNER_MODELS = Path("/opt/specsuite/models")
+RUNNER_CACHE = Path("/opt/specsuite/cache")
+SOURCE = "/specsuite-src"  # this checkout inside the container, read-only; copied to WORK before it builds
+WORK = "/specsuite"
 SIDES = ("gpu", "cpu")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
@@ -111,11 +126,19 @@ def parser() -> CommandParser:
         help="a tier or a comma list of cases to run on both (repeatable; default: synthetic, then smoke)",
     )
     p.add_argument("--out", type=Path, help="folder for the runs and gpu-check.md (default results/<id>)")
+    p.add_argument(
+        "--container",
+        metavar="IMAGE",
+        help="run the check inside this image, as the workflow's jobs build (needs docker and the NVIDIA "
+        "Container Toolkit; the runner's folders /opt/specsuite/models and /opt/specsuite/cache)",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
+    if a.container:
+        return in_container(a.container, a.run or [], a.out)
     gpus = toolchain.visible_compute_caps()
     if not gpus:
         raise UserError(
@@ -137,6 +160,92 @@ def main(argv: list[str]) -> int:
     print(text)
     print(f"gpu-check: {out / 'gpu-check.md'}; each run's results under {out}")
     return 0 if report.green else 1
+
+
+# --- the check inside the workflow's container -------------------------------------------------------------
+
+
+def container_script(out: Path, runs: list[str], owner: tuple[int, int]) -> str:
+    """What runs inside the container: the suite job's packages and nox, this checkout copied (without its
+    build, nox and results folders), ``nox -s gpu_check`` into ``out``; then ``out`` handed back to the
+    host's user (the container runs as root), and the check's exit status."""
+    check = ["/opt/nox/bin/nox", "-s", "gpu_check", "--", "--out", str(out)]
+    check += [arg for selector in runs for arg in ("--run", selector)]
+    excluded = " ".join(f"--exclude=./{name}" for name in ("build", ".nox", "results"))
+    return "\n".join([
+        "apt-get update -qq",
+        f"apt-get install -y -qq --no-install-recommends {' '.join(CONTAINER_PACKAGES)}",
+        f"mkdir -p {WORK} && tar -C {SOURCE} {excluded} -cf - . | tar -C {WORK} -xf -",
+        "python3 -m venv /opt/nox && /opt/nox/bin/pip install -q --upgrade pip nox",
+        f"cd {WORK}",
+        f"status=0; {shlex.join(check)} || status=$?",
+        f"chown -R {owner[0]}:{owner[1]} {shlex.quote(str(out))}",
+        'exit "$status"',
+    ])  # fmt: skip
+
+
+def container_argv(
+    image: str,
+    out: Path,
+    runs: list[str],
+    *,
+    repo: Path = paths.REPO_ROOT,
+    models: Path = RUNNER_MODELS,
+    cache: Path = RUNNER_CACHE,
+    owner: tuple[int, int] = (0, 0),
+    tokens: Sequence[str] = (),
+) -> list[str]:
+    """``docker run`` of the check in ``image``, with the suite job's container options: every GPU, 8 GiB
+    of shared memory, the runner's folders at their own paths (the same environment variables), an init
+    that passes Ctrl-C on. ``tokens``: the Hub token's variables, passed by name only, so a value never
+    reaches a command line (docker reads it from this process's environment)."""
+    argv = ["docker", "run", "--rm", "--init", "--gpus", "all", "--shm-size", "8g"]
+    mounts = ((repo, SOURCE, ":ro"), (models, models, ""), (cache, cache, ""), (out, out, ""))
+    argv += [arg for host, inside, mode in mounts for arg in ("-v", f"{host}:{inside}{mode}")]
+    settings = {"SPEC_MODEL_DIR": models, "SPEC_CACHE_DIR": cache, "CCACHE_DIR": cache / "ccache",
+                "DEBIAN_FRONTEND": "noninteractive"}  # fmt: skip
+    argv += [arg for name, value in settings.items() for arg in ("-e", f"{name}={value}")]
+    argv += [arg for name in tokens for arg in ("-e", name)]
+    return [*argv, image, "bash", "-euo", "pipefail", "-c", container_script(out, runs, owner)]
+
+
+def in_container(image: str, runs: list[str], out: Path | None) -> int:
+    """``gpu-check --container IMAGE``: the check in the workflow's container; its exit status."""
+    if shutil.which("docker") is None:
+        raise UserError(
+            "--container needs docker: none on PATH. Install Docker and the NVIDIA Container Toolkit "
+            "(docs/runner.md), or run the workflow's suite job by hand (Actions > spec-suite > Run workflow, "
+            "tier smoke)"
+        )
+    if not (paths.REPO_ROOT / "noxfile.py").is_file():
+        raise UserError(
+            f"--container copies a checkout of specsuite into the image: {paths.REPO_ROOT} is none"
+        )
+    missing = [str(p) for p in (RUNNER_MODELS, RUNNER_CACHE) if not p.is_dir()]
+    if missing:
+        raise UserError(
+            f"--container mounts the runner's folders, as the jobs do: {', '.join(missing)} missing; create "
+            f"them first: sudo install -d -m 755 {RUNNER_MODELS} {RUNNER_CACHE} (docs/runner.md)"
+        )
+    target = Path(out or claim_results_dir("gpu-check-container")).resolve()
+    make_results_dir(target)
+    tokens = [name for name in procs.TOKEN_VARS if name in os.environ]
+    argv = container_argv(image, target, runs, models=RUNNER_MODELS, cache=RUNNER_CACHE,
+                          owner=(os.getuid(), os.getgid()), tokens=tokens)  # fmt: skip
+    shown = shlex.join(argv[: argv.index(image) + 1])
+    print(f"gpu-check: in {image}, as the workflow's jobs build: {shown} …", flush=True)
+    # our environment, the token included: docker hands it on by name to the container, where only the
+    # fetcher of the specsuite inside reads it (as the suite job's HF_TOKEN secret); nothing else does
+    code = procs.run_forwarding(argv, env=dict(os.environ))
+    if code in (0, 1):
+        print(f"gpu-check (in {image}): {target / 'gpu-check.md'}; each run's results under {target}")
+        return code
+    if code in (130, -2):
+        raise KeyboardInterrupt
+    raise UserError(
+        f"the container ended with exit {code} before a verdict (see above; 125: docker could not start it): "
+        f"check the driver and toolkit first, `docker run --rm --gpus all {image} nvidia-smi`"
+    )
 
 
 def timed(phases: list[tuple[str, float]], name: str, step: Callable[[], Any]) -> Any:

@@ -84,3 +84,27 @@ def test_only_a_speculating_server_enters_the_quota_group(tmp_path: Path) -> Non
     assert spec.returncode == 0 and f"/{name}-spec\n" in spec.stdout, spec.stdout + spec.stderr
     assert f"/{name}-base\n" in base.stdout and name not in helped.stdout
     assert not group.path.exists() and not whole.path.exists()
+
+
+@pytest.mark.skipif(
+    not _writable_controller(), reason=f"no writable cgroup CPU controller under {CGROUP_ROOT}"
+)
+def test_min_parallel_slows_only_a_speculating_server_of_that_many_slots(tmp_path: Path) -> None:
+    """bench_gate's np >= 2 slowdown (llama.cpp #27342): a speculating server at --parallel 2 enters the
+    quota group, one at --parallel 1 the unslowed one, a baseline at --parallel 2 the baselines' group."""
+    fake = tmp_path / "real-server"
+    fake.write_text("#!/bin/sh\ncat /proc/$$/cgroup\n")
+    fake.chmod(0o755)
+    name = f"specsuite-test-np-{tmp_path.name}"
+    with (
+        QuotaGroup(f"{name}-spec", 0.5) as slow,
+        QuotaGroup(f"{name}-fast", 1.0) as fast,
+        QuotaGroup(f"{name}-base", 1.0) as whole,
+    ):
+        exe = slowed_binary(fake, slow, whole, tmp_path / "slowed", min_parallel=2, fast=fast)
+        run = lambda *argv: subprocess.run([exe, *argv], capture_output=True, text=True).stdout  # noqa: E731
+        np2 = run("--parallel", "2", "--spec-type", "draft-simple", "--port", "1")
+        np1 = run("--parallel", "1", "--spec-type", "draft-simple", "--port", "1")
+        base = run("--parallel", "2", "--port", "1")
+    said = (np2, np1, base)
+    assert f"/{name}-spec\n" in np2 and f"/{name}-fast\n" in np1 and f"/{name}-base\n" in base, said

@@ -259,7 +259,7 @@ BAD_INPUT = {  # name: (options changed in a valid command line; GOOD and BAD st
     "same": ({"--bad": "GOOD"}, r"--good and --bad are the same commit"),
     "unknown-case": (
         {"--case": "tiny-nope"},
-        r"--case 'tiny-nope' is not a case of cases.toml; bisect takes",
+        r"--case 'tiny-nope' is not a case of cases.toml: did you mean 'tiny-none'\?",
     ),
     "tier": ({"--case": "synthetic"}, r"--case 'synthetic' is a tier; bisect takes one case name"),
     "metric": ({"--metric": "drafted"}, r"--metric 'drafted': choose one of accept_rate, accept_len"),

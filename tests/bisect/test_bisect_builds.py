@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 import stepenv
+import suspecttree
 from fakeindex import FakeIndex
 from fakellama import fake_llama
 
 from specsuite import cli
+from specsuite.common import table
 from specsuite.llamacpp.inplace import BuildFailed
+from specsuite.suspects import trees
 
 HERE = Path(__file__).resolve().parent  # the bisect loads this module as test_bisect_builds
 CASE = stepenv.CASE
@@ -90,6 +93,29 @@ def test_the_first_bad_build_and_the_commits_it_leaves_open(env: Path) -> None:
     summary = (env / "out" / "summary.md").read_text()
     assert summary.startswith(f"### specsuite bisect: {headline}")
     assert "| build | tested as |" in summary and "| b130 " in summary
+    assert doc["suspects"] == [  # neither tree here (a fake builder built nothing), no git
+        "no suspects for tiny-simple-random (b120 -> b130): no tree of b120 on this machine (`specsuite "
+        "suspects --fetch` fetches its sdist); no tree of b130 on this machine (`specsuite suspects --fetch` "
+        "fetches its sdist); and no git repository here knows both (the llama.cpp mirror, a checkout)"
+    ]
+
+
+def test_the_range_it_ends_on_names_the_changes_that_touch_the_case(env: Path, tmp_path: Path) -> None:
+    """Of the commits between the last good build and the first bad one, the suspects name what touches the
+    case: its type's function in the two builds' trees (fake trees recorded as b120's and b130's); with no
+    tree of b130 the line says what is missing instead."""
+    fixed = suspecttree.SPECULATIVE.replace("        n += x;\n", "        n += 2 * x;\n", 1)
+    trees.remember("b120", suspecttree.make_tree(tmp_path / "t120"))
+    trees.remember("b130", suspecttree.make_tree(tmp_path / "t130", {"common/speculative.cpp": fixed}))
+    accepted = {100: 11, 110: 11, 120: 11, 130: 10, 200: 10, 300: 6}
+    assert _bisect(env, accepted, "b100", "b300") == 0
+    doc = _report(env)
+    assert doc["suspects"] == [
+        "suspects for tiny-simple-random (b120 -> b130): common/speculative.cpp +1 -1 in "
+        "common_speculative_impl_draft_simple::draft()"
+    ]
+    summary = (env / "out" / "summary.md").read_text().splitlines()
+    assert summary[2] == "- **" + table.markdown_text(doc["suspects"][0]) + "**"
 
 
 def test_a_build_that_does_not_compile_is_skipped(env: Path) -> None:

@@ -273,7 +273,9 @@ def test_select_by_tier_names_and_all() -> None:
     ]
     workloads = [f"{m}-{w}" for m in ("dflash2", "lilicorr") for w in ("speed-bench", "temp1", "long-output",
                                                                        "isl8k", "isl32k")]  # fmt: skip
-    mine = ["dflash2-defaults", "mtp-kv-q8_0", "dflash2-kv-q8_0", "eagle3-kv-q4_0"]  # cases.toml's order
+    kv = [f"{m}-kv{q}" for m, t in (("mtp", "q8_0"), ("dflash2", "q8_0"), ("eagle3", "q4_0"))
+          for q in ("", f"-{t}")]  # fmt: skip
+    mine = ["dflash2-defaults", *kv]  # cases.toml's order: each KV axis's f16 member, then its quantised one
     assert every == [*compact[:9], "dflash2", "lilicorr", *sweeps, *workloads, *compact[9:], *mine]
     assert [c.name for c in select_cases(cases, "eagle3, mtp")] == ["eagle3", "mtp"]
     assert all(c.tier == "smoke" for c in select_cases(cases, "smoke"))

@@ -15,9 +15,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_defaults_without_any_variable() -> None:
     s = settings.load({})
-    assert (s.strict, s.repeat, s.allow_cpu, s.no_history, s.rtol) == (True, 1, False, False, 0.05)
+    # repeat None: each tier's own rounds (cases.schema.TIER_REPEAT)
+    assert (s.strict, s.repeat, s.allow_cpu, s.no_history, s.rtol) == (True, None, False, False, 0.05)
     assert s.run_options() == {
-        "strict": True, "repeat": 1, "allow_cpu": False, "history": True, "rtol": 0.05, "block_rtol": 0.2,
+        "strict": True, "repeat": None, "allow_cpu": False, "history": True, "rtol": 0.05, "block_rtol": 0.2,
         "drift_window": 10, "speed": True,
     }  # fmt: skip
     assert (s.gpus, s.workers, s.shard, s.plan) == (None, 1, None, None)
@@ -74,7 +75,7 @@ def test_a_bad_value_is_one_line_naming_the_variable(name: str, value: str, mess
 
 
 def test_blank_means_unset() -> None:
-    assert settings.load({"SPEC_REPEAT": "  "}).repeat == 1
+    assert settings.load({"SPEC_REPEAT": "  "}).repeat is None
 
 
 def test_the_readme_documents_every_variable() -> None:

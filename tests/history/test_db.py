@@ -29,7 +29,7 @@ from specsuite.history.queries import runs
 from specsuite.history.recording import record_run
 from specsuite.history.schema import MIGRATIONS, connect, migrate
 from specsuite.results.document import HistoryNote, Run, decode_run, load_run
-from specsuite.results.record import decode_record
+from specsuite.results.record import CaseRecord, decode_record, finite
 
 REAL = DATA_ROOT / "results" / "smoke-real-1" / "results.json"
 H200 = {"name": "NVIDIA H200", "class": "nvidia-h200", "driver": "580.82.07", "cuda": "13.0"}
@@ -166,15 +166,18 @@ def test_a_real_schema1_run_is_recorded_with_every_metric(tmp_path: Path) -> Non
     for name, c in run["cases"].items():
         row = got[name]
         assert decode_record(name, json.loads(row["record"])) == decode_record(name, c)
-        assert row["pos0_rate"] == c["per_position_rate"][0]  # schema 1 has no pos0_rate
+        stored = json.loads(row["metrics"])  # the registered metrics (results.metrics), schema v8 on
+        assert stored["pos0_rate"] == c["per_position_rate"][0]  # schema 1 has no pos0_rate
         assert json.loads(row["per_position_rate"]) == c["per_position_rate"]
         assert row["measured"] == (c["status"] == "passed")
         for key in ("status", "reason", "message", "spec_type", "n_max", "target", "draft", "drafted"):
             assert row[key] == c[key], key
-        for key in ("accepted", "drafts", "accept_rate", "accept_len", "decode_tps", "baseline_decode_tps"):
+        for key in ("accepted", "drafts", "baseline_decode_tps", "wall_s"):
             assert row[key] == c[key], key
-        for key in ("speedup", "identical_fraction", "wall_s"):
-            assert row[key] == c[key], key
+        for key in ("accept_rate", "accept_len", "decode_tps", "identical_fraction"):
+            assert stored.get(key) == c[key], key
+        assert stored.get("speedup") == ((c.get("speed") or {}).get("speedup_median") or c["speedup"])
+        assert row["accept_rate"] is None  # the column v1 to v7 kept it in: null from v8 on
 
 
 def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: Path) -> None:
@@ -187,10 +190,11 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     assert (r["harness_commit"], r["harness_version"], r["cases_sha256"]) == ("1" * 40, "0.1.0", CASES_SHA)
     assert r["options"] == msgspec.to_builtins(d.options) and r["source_kind"] == "ref"
     assert r["results_schema"] == 2
-    cols = "speedups, spec_tps, speedup_median, speed_repeat, accept_len, record"
-    [(speedups, spec_tps, median, repeat, length, record)] = rows(
+    cols = "speedups, spec_tps, metrics, speed_repeat, record"
+    [(speedups, spec_tps, stored, repeat, record)] = rows(
         db, f"SELECT {cols} FROM cases c JOIN case_texts t USING (run, name) WHERE name='mtp'"
     )
+    median, length = json.loads(stored)["speedup"], json.loads(stored).get("accept_len")
     speed = d.cases["mtp"].speed
     assert (
         speed is not None
@@ -199,7 +203,7 @@ def test_a_schema2_run_keeps_device_harness_options_and_speed_samples(tmp_path: 
     )
     assert (median, repeat, length) == (1.667, 3, None)  # NaN is stored as null
     assert json.loads(record)["accept_len"] is None and "NaN" not in record  # strict JSON
-    [(pos0,)] = rows(db, "SELECT pos0_rate FROM cases WHERE name='eagle3'")
+    [(pos0,)] = rows(db, "SELECT json_extract(metrics, '$.pos0_rate') FROM cases WHERE name='eagle3'")
     assert pos0 == 0.8  # per_position_rate[0] when pos0_rate is null
 
 
@@ -217,7 +221,7 @@ def test_recording_the_same_run_again_replaces_it(tmp_path: Path) -> None:
     record_run(doc("abcdef0"), db)
     record_run(doc("abcdef0", cases={"mtp": case(0.7)}), db)
     assert rows(db, "SELECT count(*) FROM runs") == [(1,)]
-    assert rows(db, "SELECT accept_rate FROM cases") == [(0.7,)]
+    assert rows(db, "SELECT json_extract(metrics, '$.accept_rate') FROM cases") == [(0.7,)]
 
 
 @pytest.mark.parametrize(
@@ -467,6 +471,15 @@ def test_an_empty_v0_database_is_migrated_to_the_current_schema(tmp_path: Path) 
     assert rows(db, "PRAGMA journal_mode") == [("wal",)]
 
 
+def _v1_metric_columns(rec: CaseRecord) -> dict[str, float | None]:
+    """The metrics v1 kept in columns of ``cases`` (v8 keeps them in its metrics JSON)."""
+    speed = rec.speed
+    return {"accept_rate": finite(rec.accept_rate), "accept_len": finite(rec.accept_len),
+            "pos0_rate": finite(rec.pos0), "decode_tps": finite(rec.decode_tps),
+            "speedup": finite(rec.speedup), "speedup_median": finite(speed.speedup_median) if speed else None,
+            "identical_fraction": finite(rec.identical_fraction)}  # fmt: skip
+
+
 def _v1_database_with_a_run(db: Path) -> None:
     """A history as v1 wrote it: the record and the message in the cases table."""
     conn = sqlite3.connect(db, isolation_level=None)
@@ -477,11 +490,12 @@ def _v1_database_with_a_run(db: Path) -> None:
         run_row = {k: v for k, v in recording._run_row(d, "abcdef0").items() if k not in later_runs}
         run = recording._insert(conn, "runs", run_row)
         for rec in d.cases.values():
-            later = ("nondeterministic", *recording._concurrency_columns(rec),
+            later = ("nondeterministic", "metrics", *recording._concurrency_columns(rec),
                      *(c.split()[-2] for c in schema._V6))  # columns of later versions  # fmt: skip
             row = {
                 "run": run,
                 **{k: v for k, v in recording._case_row(rec).items() if k not in later},
+                **_v1_metric_columns(rec),
                 "message": "v1 text",
                 "record": recording._json(rec),
             }
@@ -961,8 +975,10 @@ def test_per_block_overhead_and_an_implausible_speed_are_columns_of_the_case(tmp
     wrong = {"implausible_speed": "implausible_speed: speedup 2150.161 is above ..."}
     cases = {"mtp": case(**blocks), "odd": case(name="odd", **wrong)}
     assert record_run(doc("aaaaaaa", cases=cases), db)
-    got = rows(db, "SELECT name, block_ms, token_ms, block_ratio, tokens_per_block, block_ratios, "
-                   "implausible_speed FROM cases ORDER BY name")  # fmt: skip
+    metric = "json_extract(metrics, '$.{}')".format  # the registered ones: in the case's metrics JSON
+    got = rows(db, f"SELECT name, {metric('block_ms')}, token_ms, {metric('block_ratio')}, "
+                   f"{metric('tokens_per_block')}, block_ratios, implausible_speed FROM cases "
+                   "ORDER BY name")  # fmt: skip
     assert got == [
         ("mtp", 4.2, 1.1, 3.82, 3.875, "[3.8,3.82,3.9]", 0),
         ("odd", None, None, None, None, None, 1),

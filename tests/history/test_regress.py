@@ -186,8 +186,10 @@ def test_a_significant_rise_in_per_block_overhead_fails_with_its_own_rtol() -> N
     dear = _with(BASE, **_blocks([6.9, 7.0, 6.8, 7.1], 8.3))
     [reg] = regressions(dear, base, baseline_commit=AT)
     assert reg.metric == "block_ratio" and reg.current == 6.95 and reg.baseline == 3.435
-    assert "block_ratio 6.950 is 102.3 % above 3.435 at baseline 0c1e570" in reg.message
-    assert "4.1 -> 8.3 ms per block" in reg.message and "block rtol 20 %" in reg.message
+    assert "block_ratio median 6.950 is 102.3 % above 3.435 at baseline 0c1e570" in reg.message
+    assert "block time 4.1 -> 8.3 ms per block" in reg.message and "block rtol 20 %" in reg.message
+    # what the first lines say: the block's milliseconds a reader knows, the ratio's change, the rounds
+    assert reg.line == "block cost 4.10 -> 8.30 ms per block, +102.3 % in plain decode steps, 4 rounds vs 4"
     assert f"p = {1 / 70:.3g}" in reg.message
     half = _with(BASE, **_blocks([5.1, 5.2, 5.15, 5.12]))  # +50 %: caught at 20 %, within a 60 % tolerance
     assert [r.metric for r in regressions(half, base, baseline_commit=AT)] == ["block_ratio"]

@@ -12,7 +12,7 @@ from testdata import DATA_ROOT
 from specsuite.common.errors import UserError
 from specsuite.history import queries, schema
 from specsuite.history.recording import record_run
-from specsuite.history.report import history_command
+from specsuite.history.command import history_command
 from specsuite.results.document import decode_run
 
 REAL = DATA_ROOT / "results"
@@ -40,12 +40,14 @@ def run(capsys: pytest.CaptureFixture[str], **kw) -> tuple[int, str]:
 def test_one_table_per_case_over_commits(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run(capsys, path=db)
     assert code == 0
-    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in out.strip().split("\n\n")}
+    glance, columns, *tables = out.strip().split("\n\n")  # the latest runs, the columns, then the cases
+    assert glance.startswith("latest runs") and columns.startswith("columns:")
+    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in tables}
     cases = json.loads((REAL / "smoke-real-1" / "results.json").read_text())["cases"]
     assert set(blocks) == set(cases)
     header, _, first, second = blocks["ngram-mod"]
     assert header.split("  ")[0] == "commit" and "accept rate" in header
-    assert header.endswith("speedup  block x token")
+    assert header.endswith("speedup  block cost  prefill")  # the registry's labels (results.metrics)
     rec = cases["ngram-mod"]
     assert first.split()[:6] == ["0c1e570", "2026-11-30", "05:05", "cpu", "cpu", "passed"]
     assert first.split()[6:] == [
@@ -54,6 +56,7 @@ def test_one_table_per_case_over_commits(db: Path, capsys: pytest.CaptureFixture
         "1.0000",
         f"{rec['speedup']:.3f}",
         "—",  # recorded before per-block overhead was measured
+        "—",  # ... and before the prefill was
     ]
     assert second.split()[0] == "1234567" and second.split()[6] == "0.8000"  # the later commit below
     zero = blocks["synth-zero"][2]
@@ -62,7 +65,9 @@ def test_one_table_per_case_over_commits(db: Path, capsys: pytest.CaptureFixture
 
 def test_filters_and_last(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, out = run(capsys, path=db, case="ngram-mod", device="cpu", last=1)
-    lines = out.strip().splitlines()
+    columns, table_ = out.strip().split("\n\n")  # one case: its table is the glance, no latest runs
+    lines = table_.splitlines()
+    assert columns.startswith("columns:") and "latest runs" not in out
     assert lines[0] == "ngram-mod" and len(lines) == 4 and lines[3].startswith("1234567")
 
 
@@ -92,10 +97,12 @@ def test_an_empty_history_is_one_line_and_creates_nothing(tmp_path: Path, capsys
 
 def test_unknown_filters_say_what_exists(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(
-        UserError, match=r"no case 'mtp' in the history; it has: draft-simple, ngram-mod, ngram-simple"
+        UserError, match=r"no case 'mtp' in the history; choose from 6: draft-simple, ngram-mod, ngram-simple"
     ):
         run(capsys, path=db, case="mtp")
-    with pytest.raises(UserError, match=r"no device 'NVIDIA H200' in the history; it has: cpu, cpu-"):
+    with pytest.raises(UserError, match=r"no case 'ngram-mdo' in the history: did you mean 'ngram-mod'\?$"):
+        run(capsys, path=db, case="ngram-mdo")  # a typo: the nearest name, not every name
+    with pytest.raises(UserError, match=r"no device 'NVIDIA H200' in the history; choose from 2: cpu, cpu-"):
         run(capsys, path=db, device="NVIDIA H200")
     with pytest.raises(UserError, match="--last 0: give a number of runs"):
         run(capsys, path=db, last=0)
@@ -140,8 +147,15 @@ def test_plot_without_matplotlib(
 @pytest.mark.parametrize(
     ("sql", "why"),
     [
-        ("UPDATE cases SET accept_rate = 'high' WHERE run = 2", "accept_rate is 'high', not a number"),
-        ("UPDATE cases SET speedup = x'00ff' WHERE run = 2", "speedup is b'\\x00\\xff', not a number"),
+        # a registered metric is a key of the case's metrics JSON (schema v8; JSON holds no bytes)
+        (
+            "UPDATE cases SET metrics = json_set(metrics, '$.accept_rate', 'high') WHERE run = 2",
+            "accept_rate is 'high', not a number",
+        ),
+        (
+            "UPDATE cases SET metrics = json_set(metrics, '$.speedup', json('[1]')) WHERE run = 2",
+            "speedup is [1], not a number",
+        ),
         ("UPDATE runs SET llama_commit = x'05' WHERE id = 2", "commit is b'\\x05', not text"),
         ("UPDATE runs SET started = x'07' WHERE id = 2", "started is b'\\x07', not text"),
         ("UPDATE cases SET status = x'03' WHERE run = 2", "status is b'\\x03', not text"),
@@ -160,7 +174,7 @@ def test_a_broken_row_is_skipped_with_a_warning_naming_it(
     assert code == 0
     [line] = [ln for ln in err.splitlines() if ln.startswith("warning:")]
     assert line.startswith("warning: skipping a broken history row of 'ngram-mod' in run ") and why in line
-    shown = json.loads(out) if as_json else out.strip().splitlines()[3:]
+    shown = json.loads(out) if as_json else out.strip().split("\n\n")[-1].splitlines()[3:]
     assert len(shown) == 1  # the other commit's row is listed
 
 
@@ -172,3 +186,43 @@ def test_a_broken_models_or_options_text_is_skipped_too(db: Path, capsys: pytest
     rows = queries.runs(db)
     assert (rows[0]["models"], rows[0]["options"]) == (None, None) and rows[1]["models"] is not None
     assert "warning: broken JSON in history run " in capsys.readouterr().err
+
+
+# --- for people: the latest runs at a glance, the columns explained (issue 51, item 2) --------------------
+
+
+def test_the_latest_runs_come_first_newest_first(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = run(capsys, path=db)
+    glance = out.split("\n\n")[0].splitlines()
+    assert glance[0] == "latest runs, newest first (all 2 run(s))"
+    assert glance[1].split() == ["started", "run", "llama.cpp", "device/backend", "tier", "cases"]
+    newest, older = glance[3], glance[4]
+    assert newest.split()[2:4] == ["20261130T050517Z-calibrate-smoke-2", "1234567"]
+    assert newest.split(maxsplit=6)[6] == "6 passed"
+    # run 1's synth-zero diverged: the failing status first, naming its case
+    assert older.split()[3] == "0c1e570" and older.endswith("smoke  1 failed (synth-zero), 5 passed")
+    _, out = run(capsys, path=db, last=1)
+    assert out.startswith("latest runs, newest first (all 1 run(s))\n")
+
+
+def test_a_long_history_shows_the_newest_five(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    doc = json.loads((REAL / "smoke-real-1" / "results.json").read_text())
+    for i in range(7):
+        one = {**doc, "run_id": f"r{i}", "started": f"2026-12-0{i + 1}T00:00:00+00:00"}
+        assert record_run(decode_run(one, f"r{i}"), db)
+    _, out = run(capsys, path=db)
+    glance = out.split("\n\n")[0].splitlines()
+    assert glance[0] == "latest runs, newest first (5 of 7 runs)"
+    assert [line.split()[2] for line in glance[3:]] == ["r6", "r5", "r4", "r3", "r2"]
+
+
+def test_every_metric_column_is_explained(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pos0, block cost and every other number column of the case tables get a line under `columns:`."""
+    from specsuite.history.command import EXPLAINED, HEADER, PLAIN_COLUMNS
+
+    numbers = [c for c in HEADER if c not in PLAIN_COLUMNS]
+    assert numbers and all(c in EXPLAINED for c in numbers), set(numbers) - set(EXPLAINED)
+    _, out = run(capsys, path=db)
+    columns = out.split("\n\n")[1].splitlines()
+    assert columns[0] == "columns:" and [ln.split(":")[0].strip() for ln in columns[1:]] == numbers

@@ -151,7 +151,7 @@ def test_methods_and_models_selection(setup):
     ("kw", "message"),
     [
         ({"tier": "weekly"}, "unknown tier 'weekly'; valid tiers: smoke, synthetic, compact, nightly, all"),
-        ({"methods": ["nope"]}, "unknown method(s) nope; valid: big, pair"),
+        ({"methods": ["nope"]}, "unknown method(s) nope; choose from 2: big, pair"),
         ({"models": ["z.gguf"]}, "unknown model(s) z.gguf"),
     ],
 )

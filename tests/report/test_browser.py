@@ -1,8 +1,10 @@
 """The site in a real browser (headless Chromium, from file://): every page of a history of real
 synthetic-tier runs plus crafted ones (a step, a drift, failures, a hostile results.json) loads without a
 console error, every chart is drawn, the failing case is marked, the change point sits at its commit, a
-point clicks through to its run, and every link resolves. Screenshots of the index and the stepped case's
-page go to results/report-browser-test/."""
+point clicks through to its run, and every link resolves. The morning page (issue 51) at 1400 px: its
+first screen says what changed since the last run, its badges are one line, its rows one line high, its
+run page lists failures first. Screenshots of the index (whole, and its first screen), the stepped case's
+page and a run page go to results/report-browser-test/."""
 
 from __future__ import annotations
 
@@ -21,16 +23,21 @@ from sitedata import (
     DRIFT_STEPS,
     HOSTILE,
     INACTIVE_CASE,
+    NEW_RED,
+    NOT_BUILT,
     STEP_AT,
     STEP_CASE,
+    STILL_RED,
     SWEEP_MEMBERS,
     Story,
     drift_story,
     hostile_run,
+    morning_story,
     story,
 )
 
 from specsuite.common import paths
+from specsuite.report.data import METRICS
 from specsuite.report.site import Sources, build_site
 
 pytestmark = pytest.mark.slow
@@ -101,9 +108,8 @@ def test_every_page_loads_clean_every_chart_is_drawn_every_link_resolves(
         assert browser.js("return window.pwned") is None and browser.js("return document.images.length") == 0
         if page.parent.parent.name == "cases":
             charts = _charts(browser)
-            assert len(charts) == (7 if page.stem in SWEEP_MEMBERS else 6), (
-                page
-            )  # + block cost; a sweep's: np
+            # one per charted metric, acceptance by draft position, and a sweep member's speedup by np
+            assert len(charts) == len(METRICS) + 1 + (page.stem in SWEEP_MEMBERS), page
             for c in charts:
                 assert c["nodata"] or c["painted"] > 500, f"{page.relative_to(root)}: {c}"
         for href in _links(browser):
@@ -133,6 +139,8 @@ def test_the_failing_case_is_marked_on_the_index(browser: Browser, site: Site) -
     assert drifted == "failed: drifted"
     text = browser.js("return document.body.innerText")
     assert HOSTILE in text  # the hostile case name, shown as text
+    # a badge as long as the hostile reason ends in an ellipsis: the page still fits 1400 px
+    assert browser.js("return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     _shot(browser, "index.png")
 
 
@@ -255,3 +263,121 @@ def test_labels_of_nearby_change_points_never_overprint(browser: Browser, site: 
     assert len(rate) == 2 and len(labels["chart-accept_len"]) == 1
     assert rate[1]["x"] < rate[0]["x"] + rate[0]["w"]  # side by side they would overprint
     assert all(_overprinted(found) == [] for found in labels.values())
+
+
+# --- the morning page (issue 51): what changed since the last run, on the first screen at 1400 px --------
+
+
+@pytest.fixture(scope="module")
+def morning_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    tmp = tmp_path_factory.mktemp("morning-browsed")
+    s = morning_story(tmp)
+    build_site(Sources(s.db, s.results, s.mirror), tmp / "site")
+    return Site(s, tmp / "site")
+
+
+def _viewport(browser: Browser, width: int = 1400, height: int = 1000) -> None:
+    """A viewport of ``width`` x ``height`` (the window is that and the browser's own bars)."""
+    inner = browser.js("return [window.innerWidth, window.innerHeight]")
+    size = browser.driver.get_window_size()
+    browser.driver.set_window_size(size["width"] + width - inner[0], size["height"] + height - inner[1])
+
+
+def _first_screen(browser: Browser, name: str) -> None:
+    """The first screen as a reader at 1400 x 1000 sees it (the viewport alone, not the whole page)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.js("window.scrollTo(0, 0)")
+    shot = SHOTS / name
+    browser.driver.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    print(f"screenshot: {shot}")
+
+
+def test_the_first_screen_says_what_changed_since_the_last_run(browser: Browser, morning_site: Site) -> None:
+    assert browser.load(morning_site.out / "index.html") == []
+    _viewport(browser)
+    seen = browser.js("""
+        const view = window.innerHeight, box = (el) => el.getBoundingClientRect();
+        const first = document.querySelector("article.since");
+        const visible = (sel) => [...first.querySelectorAll(sel)].map((e) => ({text: e.textContent,
+            bottom: box(e).bottom}));
+        return {view, width: window.innerWidth, bottom: box(first).bottom, top: box(first).top,
+                reds: visible("dd.new-reds a"), fixed: visible("dd.fixed a"), known: visible("dd.known a"),
+                configs: visible("dd.configs li"), suspects: visible("dd.suspects li"),
+                verdict: first.querySelector("p.verdict").textContent,
+                table: box(document.querySelector("table.cases")).top};""")  # fmt: skip
+    assert (seen["width"], seen["view"]) == (1400, 1000)
+    assert seen["bottom"] <= seen["view"], seen  # the whole of the newest setup's answer, no scrolling
+    assert seen["table"] > seen["top"]  # the table comes under it
+    assert [r["text"] for r in seen["reds"]] == [NEW_RED] and seen["verdict"].startswith("FAILED: 2 of 26")
+    assert len(seen["fixed"]) == 1 and len(seen["known"]) == 2 and len(seen["configs"]) == 1
+    assert len(seen["suspects"]) == 1
+    _first_screen(browser, "morning-first-screen.png")
+
+
+def test_the_table_is_readable_at_1400_px(browser: Browser, morning_site: Site) -> None:
+    """Badges are one line (they read "pass / ed" in a 45 px column), a case's row is one line of text
+    plus its sparklines (a note wrapped one syllable per line made rows 300 px tall), the page needs no
+    horizontal scrolling, failures come first."""
+    assert browser.load(morning_site.out / "index.html") == []
+    found = browser.js("""
+        const badges = [...document.querySelectorAll("table.cases .badge")];
+        const rows = [...document.querySelectorAll("table.cases tbody tr[data-case]")];
+        const notes = [...document.querySelectorAll("table.cases tr.note")];
+        return {badges: badges.map((b) => [b.textContent, b.getBoundingClientRect().height,
+                                           b.scrollWidth <= b.clientWidth + 1]),
+                rows: rows.map((r) => [r.dataset.case, r.getBoundingClientRect().height]),
+                notes: notes.map((r) => r.getBoundingClientRect().height),
+                line: parseFloat(getComputedStyle(badges[0]).lineHeight),
+                scroll: document.documentElement.scrollWidth,
+                width: document.documentElement.clientWidth};""")  # fmt: skip
+    assert found["scroll"] <= found["width"], found["scroll"]
+    for text, height, fits in found["badges"]:
+        assert height < 1.6 * found["line"] and fits, (text, height)  # one line, unbroken
+    assert max(h for _, h in found["rows"]) < 70, found[
+        "rows"
+    ]  # two sparklines' height, not a column of text
+    assert max(found["notes"]) < 50, found["notes"]  # a note: a line or two the width of the table
+    assert [c for c, _ in found["rows"][:2]] == [STILL_RED, NEW_RED]
+    _shot(browser, "morning-index.png")
+
+
+def test_a_run_page_opens_with_its_first_lines_then_its_failures(
+    browser: Browser, morning_site: Site
+) -> None:
+    s = morning_site.story
+    assert browser.load(morning_site.out / "runs" / f"{s.run_ids[-1]}.html") == []
+    _viewport(browser)
+    found = browser.js("""
+        const rows = [...document.querySelectorAll("#summary-cases tbody tr")];
+        return {rows: rows.map((r) => [r.className, r.textContent.trim().slice(0, 80)]),
+                first: [...document.querySelectorAll("ul.first-lines li")].map((li) => li.textContent),
+                details: [...document.querySelectorAll("#cases details.case > summary")].map(
+                    (s) => s.firstChild.textContent.trim()),
+                view: window.innerHeight,
+                failure: document.querySelector("#summary-cases tr.status-failed")
+                  .getBoundingClientRect().bottom};""")  # fmt: skip
+    assert found["first"][0].startswith("CONFIGURATION CHANGED since")
+    parts = [text for cls, text in found["rows"] if cls.startswith("part")]
+    assert parts[:3] == ["failures (2)", "warnings (1)", "passed (19)"]
+    assert parts[3].startswith(f"{len(NOT_BUILT)} case(s) not in this build")  # counted in one row
+    rows = [cls for cls, _ in found["rows"]]
+    assert rows[1:3] == ["status-failed", "status-failed"] and len(rows) == 3 + 2 + 1 + 19 + 1  # parts, cases
+    assert not set(NOT_BUILT) & set(found["details"]) and found["details"][0] == STILL_RED
+    assert found["failure"] <= found["view"]  # its first failure on the first screen
+    _first_screen(browser, "morning-run-first-screen.png")
+
+
+def test_axes_fit_what_they_show(browser: Browser, morning_site: Site) -> None:
+    """A rate runs 0 to 1 (the position-0 rate's axis ran 0 to 2); a constant accept length sits mid-chart on
+    an axis around it, not on one from 0 to twice it."""
+    assert browser.load(morning_site.out / "cases" / GROUP / "tiny-mtp-fixed.html") == []
+    scales = browser.js("""
+        const out = {};
+        for (const [id, u] of Object.entries(window.specsuiteCharts))
+          out[id] = [u.scales.y.min, u.scales.y.max];
+        return out;""")
+    assert scales["chart-pos0_rate"] == [0, 1] and scales["chart-accept_rate"] == [0, 1]
+    lo, hi = scales["chart-accept_len"]
+    assert 3.0 < lo < 3.875 < hi < 4.8, (lo, hi)  # the real record's 3.875, every run
+    _shot(browser, "morning-case.png")

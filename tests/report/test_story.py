@@ -43,8 +43,12 @@ def drifted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Story, Path]:
 
 
 def _row_html(index: str, case: str) -> str:
+    """A case's row of the index, and the row of its note under it where it has one."""
     start = index.index(f'data-case="{case}"')
-    return index[start : index.index("</tr>", start)]
+    end = index.index("</tr>", start)
+    if index.startswith('\n<tr class="note', end + 5) and f'data-note-for="{case}"' in index[end : end + 200]:
+        end = index.index("</tr>", end + 5)
+    return index[start:end]
 
 
 def _whole_change(values: list[float], first: int, last: int) -> float:

@@ -92,6 +92,12 @@ def test_each_case_says_when_it_starts_and_how_it_ended(env: dict[str, str], tmp
         assert lines.index(end) > start
     assert not any(re.fullmatch(r".*test_speculative\.py \.+.*|\.+", ln) for ln in lines), out  # no dots
     assert any(ln.startswith("time budget per case: 60 s + 10 × its requests' time") for ln in lines), out
+    # pytest's plumbing stays out: its header (platform, rootdir, plugins, pytest-timeout's), the collected
+    # count, the xml file and the "N passed in" footer; the run's last line is its verdict
+    for plumbing in ("test session starts", "rootdir:", "plugins:", "timeout:", "collected ", "xml file"):
+        assert plumbing not in out, out
+    assert not re.search(r"\b8 passed in [0-9.]+s", out), out
+    assert lines[-1] == "verdict: PASSED: 8 passed" and lines[-2].startswith("results: "), out
     assert "why not" not in out  # no table of every case before the run
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "synthetic"
@@ -156,5 +162,113 @@ def test_an_interrupted_run_says_so_first_and_names_the_cases_it_never_ran(
     assert head.endswith(f"run `{json.loads((tmp_path / 'r' / 'results.json').read_text())['run_id']}`: "
                          f"INTERRUPTED: {'; '.join(said)}"), head  # fmt: skip
     assert head in out  # run-tier prints the summary: its first line is the headline
+    # the run's last line is its verdict (no green "5 passed" footer of pytest's before or after it)
+    assert out.rstrip("\n").splitlines()[-1] == f"verdict: {head.partition('`: ')[2]}", out
+    assert not re.search(r"\b[0-9]+ passed", out.partition("[6/8]")[2]), out
     if stopped:
         assert f"[6/8] {stopped[0]}: interrupted after " in out or f"{stopped[0]}: interrupted" in out
+
+
+# --- what a running case is doing (issue 51: 3 min 31 s with only `[1/8] ngram-simple ...` on screen) ----
+
+ONE = "tiny-simple-fixed"
+EVERY = ("-o", "spec_progress_s=0.3")  # a log's line every 0.3 s (30 s by default), for a test's short case
+
+
+def _slow_start(folder: Path) -> Path:
+    """The real build behind a wrapper whose speculative server (the only one given a draft model) takes 2 s
+    before it starts: the case's line must say it is loading that server."""
+    exe = folder / "llama-server"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --spec-draft-model "*) sleep 2;; esac\n'
+        f'exec {shlex.quote(str(real_binary()))} "$@"\n'
+    )
+    exe.chmod(0o755)
+    return exe
+
+
+def _run_one(env: dict[str, str], out: Path, exe: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specsuite", "run-tier", ONE, *EVERY],
+        cwd=paths.REPO_ROOT, env={**env, "SPEC_RESULTS_DIR": str(out), "LLAMA_SERVER_BIN_PATH": str(exe)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_in_a_log_a_running_case_says_again_what_it_is_doing(env: dict[str, str], tmp_path: Path) -> None:
+    """Not a terminal (CI's log): the case's line again every spec_progress_s seconds, naming its step."""
+    proc = _run_one(env, tmp_path / "r", _slow_start(tmp_path / "bin"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    loading = [ln for ln in lines if ln.startswith(f"[1/1] {ONE} ... loading the case's server (")]
+    assert len(loading) >= 3, proc.stdout  # 2 s at a line every 0.3 s
+    assert all(
+        re.fullmatch(rf"\[1/1\] {ONE} \.\.\. loading the case's server \([0-9.]+ s\)", ln) for ln in loading
+    )
+    start, end = lines.index(f"[1/1] {ONE} ..."), lines.index(loading[0])
+    assert start < end < next(i for i, ln in enumerate(lines) if ln.startswith(f"[1/1] {ONE}: passed in "))
+    assert "\r" not in proc.stdout and "\x1b[" not in proc.stdout  # a log gets whole lines
+
+
+def _fake_slow_requests(folder: Path) -> Path:
+    """tests/fakellama.py (a fake: the real build answers the synthetic prompts in milliseconds): each
+    speculative request takes 0.6 s, so each step of the case lasts long enough to be seen."""
+    from fakellama import fake_llama
+
+    return fake_llama(folder, request_sleep_s=0.6, drafted=12, accepted=12, drafts=4, per_pos=[4, 4, 4])
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_running_case_counts_the_requests_of_its_cold_pass_and_rounds(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    proc = _run_one(env, tmp_path / "r", _fake_slow_requests(tmp_path / "bin"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [ln.partition(" ... ")[2] for ln in proc.stdout.splitlines() if ln.startswith(f"[1/1] {ONE} ... ")]
+    assert any(re.fullmatch(r"cold pass, request [1-3] of 3 \([0-9.]+ s\)", s) for s in said), said
+    assert any(re.fullmatch(r"round 1 of 1, request [1-6] of 6 \([0-9.]+ s\)", s) for s in said), said
+    steps = [s.partition(",")[0].partition(" (")[0] for s in said]
+    assert steps.index("cold pass") < steps.index("round 1 of 1")  # in the order the case takes them
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_on_a_terminal_the_case_line_is_rewritten_in_place(env: dict[str, str], tmp_path: Path) -> None:
+    """A terminal (a pseudo-terminal here): the case's one line, rewritten every second (carriage return,
+    erase to the end of the line), then replaced by its end line."""
+    import pty
+
+    exe = _fake_slow_requests(tmp_path / "bin")
+    main, child = pty.openpty()
+    run_env = {
+        **env,
+        "SPEC_RESULTS_DIR": str(tmp_path / "r"),
+        "LLAMA_SERVER_BIN_PATH": str(exe),
+        "COLUMNS": "200",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specsuite", "run-tier", ONE],
+        cwd=paths.REPO_ROOT, env=run_env, stdout=child, stderr=child, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(child)
+    got = b""
+    while True:  # read until the run closes the terminal (EIO on Linux)
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(main)
+    assert proc.wait(timeout=300) == 0, got.decode(errors="replace")
+    text = got.decode(errors="replace")
+    rewrite = "\r\x1b[K"
+    assert f"{rewrite}[1/1] {ONE} ... cold pass, request " in text, text
+    assert re.search(rf"\r\x1b\[K\[1/1\] {ONE}: passed in [0-9.]+ s \(accept rate 1\.0000", text), text
+    assert f"[1/1] {ONE} ...\r\n" not in text  # the start line is rewritten, not left above the others

@@ -66,10 +66,14 @@ def test_missing_binary_points_at_nox_build(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / "r").exists()  # nothing half-written
 
 
-def test_pytest_command_has_junit_and_allows_the_cache() -> None:
+def test_pytest_command_has_junit_and_keeps_the_cache_in_the_per_user_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SPEC_CACHE_DIR", str(tmp_path / "cache"))
     cmd = pytest_command(Path("/r"), ["-x", "--lf"])
     assert cmd[1:3] == ["-m", "pytest"] and "--junitxml=/r/junit.xml" in cmd
     assert cmd[-2:] == ["-x", "--lf"] and "no:cacheprovider" not in cmd  # --lf needs the cache
+    assert f"cache_dir={tmp_path / 'cache' / 'pytest'}" in cmd  # not beside an installed package's module
+    ini = (Path(tier.__file__).parent / "pytest.ini").read_text()
+    assert "no:cacheprovider" not in ini
 
 
 def test_gpu_tier_on_a_cpu_build_is_refused_before_any_download(tmp_path, monkeypatch, capsys) -> None:
@@ -408,13 +412,16 @@ def test_a_pytest_usage_error_is_bad_input_not_a_regression(tmp_path, chain_env)
     assert "results:" not in proc.stdout  # the folder (SPEC_RESULTS_DIR) holds nothing of a run (issue 35)
 
 
-def test_a_stale_summary_of_an_earlier_run_is_not_this_runs_verdict(tmp_path, chain_env) -> None:
+def test_a_folder_holding_an_earlier_runs_summary_is_refused_and_left_as_it_was(tmp_path, chain_env) -> None:
     exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "summary.md").write_text("### an earlier run: PASSED\n")
-    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH, "--no-such-pytest-option")
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, SYNTH)
     assert proc.returncode == errors.BAD_INPUT and "an earlier run" not in proc.stdout
-    assert not (tmp_path / "r" / "summary.md").exists()
+    assert proc.stderr.startswith(
+        f"error: the results folder {tmp_path / 'r'} already holds a run (summary.md)"
+    )
+    assert (tmp_path / "r" / "summary.md").read_text() == "### an earlier run: PASSED\n"
 
 
 def test_a_read_only_results_folder_is_one_line_before_any_download(sandbox) -> None:
@@ -544,3 +551,93 @@ def test_a_default_stated_in_markup_is_escaped_in_the_summary_and_plain_on_the_t
     ), changed
     assert changed[0] in job.read_text().splitlines()
     assert "default of --spec-draft-p-min: <b>x</b> -> **x** ## y**" in proc.stdout
+
+
+# --- issue 51: the README's promises kept ----------------------------------------------------------------
+
+
+def test_a_second_run_into_one_results_folder_is_refused_before_anything(tmp_path, chain_env) -> None:
+    """SPEC_RESULTS_DIR is the folder of one run: a second run into it would overwrite the first's files and
+    leave its server logs beside the new ones (83 logs beside a 1-case results.json). One error line, exit
+    2, before any download; the first run's folder as it was."""
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    env = {**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}
+    assert _run_tier(env, SYNTH).returncode == 0
+    before = {
+        p.relative_to(tmp_path / "r"): p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()
+    }
+    proc = _run_tier({**env, "SPEC_MODEL_DIR": str(tmp_path / "models2")}, f"{SYNTH},{DSPARK}")
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: the results folder {tmp_path / 'r'} already holds a run (results.json, summary.md, logs); "
+        "SPEC_RESULTS_DIR is the folder of one run: give it a new folder, or unset it (each run then gets "
+        "results/<run-id>/)\n"
+    )
+    after = {
+        p.relative_to(tmp_path / "r"): p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()
+    }
+    assert after == before and not (tmp_path / "models2").exists()
+
+
+def test_lf_runs_again_the_cases_that_failed_in_the_last_run(tmp_path, chain_env) -> None:
+    """The README's `--lf` (pytest's last-failed list, kept in <cache>/pytest): the second run takes only the
+    case that failed in the first."""
+    exe = fake_llama(tmp_path / "bin", drop_types=["draft-dspark"], **ALL_ACCEPTED)  # DSPARK fails (strict)
+    env = {**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}
+    first = _run_tier({**env, "SPEC_RESULTS_DIR": str(tmp_path / "r1")}, f"{SYNTH},{DSPARK}")
+    assert first.returncode == 1, first.stdout + first.stderr
+    again = _run_tier({**env, "SPEC_RESULTS_DIR": str(tmp_path / "r2")}, f"{SYNTH},{DSPARK}", "--lf")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert f"[1/1] {DSPARK} ..." in again.stdout.splitlines() and f"] {SYNTH} ..." not in again.stdout
+    assert list(json.loads((tmp_path / "r2" / "results.json").read_text())["cases"]) == [DSPARK]
+    assert (tmp_path / "cache" / "pytest" / "v" / "cache" / "lastfailed").is_file()
+
+
+def test_a_k_that_selects_no_case_is_one_error_line(tmp_path, chain_env) -> None:
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    proc = _run_tier({**chain_env, "LLAMA_SERVER_BIN_PATH": str(exe)}, f"{SYNTH},{DSPARK}", "-k", "nosuch")
+    assert proc.returncode == errors.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: `-k nosuch` selects none of the 2 case(s) of '{SYNTH},{DSPARK}' ({SYNTH}, {DSPARK}); -k "
+        "matches case names: -k mtp, -k 'ngram and not mod'\n"
+    )
+    assert "deselected" not in proc.stdout and "verdict:" not in proc.stdout
+    assert not (tmp_path / "r" / "results.json").exists()
+
+
+def test_a_k_that_selects_no_case_leaves_no_results_folder_of_its_own(tmp_path, chain_env) -> None:
+    """With no SPEC_RESULTS_DIR the run claimed results/<run-id>: a run of no case takes it away again."""
+    exe = fake_llama(tmp_path / "bin", **ALL_ACCEPTED)
+    env = {k: v for k, v in chain_env.items() if k != "SPEC_RESULTS_DIR"}
+    env["LLAMA_SERVER_BIN_PATH"] = str(exe)
+    proc = subprocess.run(
+        [sys.executable, "-c", SAME_SECOND, str(tmp_path / "results"), SYNTH, "-k", "nosuch"],
+        cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == errors.BAD_INPUT and proc.stderr.startswith("error: `-k nosuch` selects none")
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+def test_llama_arg_variables_are_named_in_one_warning(tmp_path, chain_env) -> None:
+    """LLAMA_ARG_* (upstream's workflows set some) never reach llama-server: said once, naming them."""
+    fake = fake_llama(tmp_path / "fake", **ALL_ACCEPTED)
+    exe = tmp_path / "bin" / "llama-server"  # the fake behind a wrapper that keeps each start's environment
+    exe.parent.mkdir()
+    exe.write_text(f'#!/bin/sh\nenv > "{tmp_path}/env-$$.txt"\nexec {fake} "$@"\n')
+    exe.chmod(0o755)
+    env = {
+        **chain_env,
+        "LLAMA_SERVER_BIN_PATH": str(exe),
+        "LLAMA_ARG_THREADS": "4",
+        "LLAMA_ARG_LOG_VERBOSITY": "9",
+    }
+    proc = _run_tier(env, SYNTH)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warned = [ln for ln in proc.stderr.splitlines() if "LLAMA_ARG" in ln]
+    assert warned == [
+        "warning: LLAMA_ARG_LOG_VERBOSITY, LLAMA_ARG_THREADS not passed to llama-server: LLAMA_ARG_* "
+        "variables are flags the server would take behind the command line a run records; a case's flags go "
+        "in cases.toml (server_args)"
+    ]
+    seen = [p.read_text() for p in tmp_path.glob("env-*.txt")]
+    assert len(seen) >= 3 and not [t for t in seen if "LLAMA_ARG_" in t]  # probe, baseline, case: none

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import msgspec
 import pytest
 from fakellama import fake_llama
 
+from specsuite import cli
 from specsuite.common import paths
 from specsuite.common.errors import UserError
 from specsuite.llamacpp import toolchain
@@ -249,3 +251,103 @@ def test_the_whole_command_fails_when_the_cuda_binary_sees_no_gpu(
     assert json.loads((tmp_path / "build" / "build-info.json").read_text())["cpu_fallback"] is True
     summary = (out / f"gpu-{CASE}" / "summary.md").read_text()
     assert "PASSED, with warnings (CUDA BINARY ON THE CPU): 1 passed" in summary.splitlines()[0]
+
+
+# --- --container IMAGE: the check as the workflow's jobs build (issue 51, item 6) ---------------------------
+# No docker daemon lends itself to tests here: the docker command line is checked against the workflow's suite
+# job, its script by bash, and the command's handling of docker by a fake `docker` on PATH.
+
+IMAGE = "nvidia/cuda:13.4.3-devel-ubuntu26.04"
+
+
+def _suite_job() -> dict:
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((paths.REPO_ROOT / ".github" / "workflows" / "spec-suite.yml").read_text())
+    return workflow["jobs"]["suite"]
+
+
+def test_the_container_run_is_the_suite_jobs(tmp_path: Path) -> None:
+    """The image, apt packages, GPU and shared-memory options and folders of the workflow's suite job."""
+    job = _suite_job()
+    assert job["container"]["image"] == IMAGE
+    [install] = [s["run"] for s in job["steps"] if "apt-get install" in s.get("run", "")]
+    packages = install.split("--no-install-recommends", 1)[1].replace("\\", " ").split()
+    assert tuple(packages) == gpucheck.CONTAINER_PACKAGES
+    options = job["container"]["options"]
+    assert options.startswith("--gpus all --shm-size 8g ")
+    assert f"'{gpucheck.RUNNER_MODELS}'" in options and f"'{gpucheck.RUNNER_CACHE}'" in options
+    argv = gpucheck.container_argv(IMAGE, tmp_path / "out", ["smoke"], owner=(1000, 1000))
+    head = argv[: argv.index(IMAGE) + 1]
+    assert head[:8] == ["docker", "run", "--rm", "--init", "--gpus", "all", "--shm-size", "8g"]
+    out = tmp_path / "out"
+    for mount in (f"{paths.REPO_ROOT}:/specsuite-src:ro", "/opt/specsuite/models:/opt/specsuite/models",
+                  "/opt/specsuite/cache:/opt/specsuite/cache", f"{out}:{out}"):  # fmt: skip
+        assert head[head.index(mount) - 1] == "-v", mount
+    for setting in ("SPEC_MODEL_DIR=/opt/specsuite/models", "SPEC_CACHE_DIR=/opt/specsuite/cache",
+                    "CCACHE_DIR=/opt/specsuite/cache/ccache"):  # the job's env  # fmt: skip
+        assert head[head.index(setting) - 1] == "-e" and setting.split("=")[0] in str(job["env"])
+    assert argv[len(head) :][:4] == ["bash", "-euo", "pipefail", "-c"]
+    script = argv[-1]
+    assert f"apt-get install -y -qq --no-install-recommends {' '.join(gpucheck.CONTAINER_PACKAGES)}" in script
+    assert f"/opt/nox/bin/nox -s gpu_check -- --out {tmp_path / 'out'} --run smoke" in script
+    assert f"chown -R 1000:1000 {tmp_path / 'out'}" in script and script.endswith('exit "$status"')
+    syntax = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+
+def test_the_hub_token_reaches_the_container_by_name_only(tmp_path: Path) -> None:
+    argv = gpucheck.container_argv(IMAGE, tmp_path, [], tokens=["HF_TOKEN"])
+    assert argv[argv.index("HF_TOKEN") - 1] == "-e" and not any("=" in a and "HF_TOKEN" in a for a in argv)
+
+
+def _docker(tmp_path: Path, exit_code: int) -> Path:
+    """A fake docker that writes its arguments (one per line) and exits with ``exit_code``."""
+    record = tmp_path / "docker-argv"
+    _script(tmp_path / "bin" / "docker", f'printf "%s\\n" "$@" > {record}\nexit {exit_code}')
+    return record
+
+
+@pytest.fixture
+def runner_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("RUNNER_MODELS", "RUNNER_CACHE"):
+        folder = tmp_path / name.lower()
+        folder.mkdir()
+        monkeypatch.setattr(gpucheck, name, folder)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("exit_code", "ends"), [(0, 0), (1, 1)])
+def test_the_container_checks_verdict_is_the_commands(runner_folders: Path, capsys, exit_code, ends) -> None:
+    record = _docker(runner_folders, exit_code)
+    out = runner_folders / "out"
+    assert gpucheck.main(["--container", IMAGE, "--out", str(out), "--run", "synthetic"]) == ends
+    argv = record.read_text().splitlines()
+    assert argv[0] == "run" and IMAGE in argv and "hf_secret_value" not in record.read_text()
+    assert f"{runner_folders / 'runner_models'}:{runner_folders / 'runner_models'}" in argv
+    stdout = capsys.readouterr().out
+    assert stdout.startswith(f"gpu-check: in {IMAGE}, as the workflow's jobs build: docker run --rm --init")
+    assert f"gpu-check (in {IMAGE}): {out / 'gpu-check.md'}" in stdout and "hf_secret_value" not in stdout
+
+
+def test_a_container_that_cannot_start_says_what_to_check(runner_folders: Path) -> None:
+    _docker(runner_folders, 125)  # docker's own failure: no daemon, no NVIDIA runtime, a wrong image
+    with pytest.raises(UserError, match=rf"exit 125 before a verdict .*`docker run --rm --gpus all {IMAGE} "):
+        gpucheck.main(["--container", IMAGE, "--out", str(runner_folders / "out")])
+
+
+def test_without_docker_or_the_runner_folders_it_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker
+    assert cli.main(["gpu-check", "--container", IMAGE]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --container needs docker: none on PATH. Install Docker and the NVIDIA")
+    assert "run the workflow's suite job by hand" in err and err.count("\n") == 1
+    _docker(tmp_path, 0)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(gpucheck, "RUNNER_MODELS", tmp_path / "no-models")
+    monkeypatch.setattr(gpucheck, "RUNNER_CACHE", tmp_path)  # there
+    with pytest.raises(UserError, match=r"no-models missing; create them first: sudo install -d -m 755 "):
+        gpucheck.main(["--container", IMAGE])

@@ -1,9 +1,11 @@
 """The synthetic models' architectures: which keys and tensors llama.cpp needs to load and run each one.
 
-Every file but one uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
-tokenizer; the wide llama target (``WIDE``: 512-wide, FFN 1024) is the speed cases' target, whose decode step
-costs about a millisecond on one CPU thread instead of a tenth of one. Drafts that llama.cpp pairs with a
-target (eagle3, dflash) leave out ``token_embd``/``output``: the server shares the target's. Shapes are ggml
+Every file uses one tiny shape (64-wide, 4 query heads of 16, 2 KV heads, FFN 128, F32) and the shared
+tokenizer, but for two variants: the wide llama target (``WIDE``: 512-wide, FFN 1024) is the speed cases'
+target, whose decode step costs about a millisecond on one CPU thread instead of a tenth of one; the
+``HEAD32`` files (2 query heads of 32, 1 KV head: the KV axis) have heads that a quantised KV cache accepts
+and a stronger attention. Drafts that llama.cpp pairs with a target (eagle3, dflash) leave out
+``token_embd``/``output``: the server shares the target's. Shapes are ggml
 order {ne0, ne1, ...}. The keys and tensor names are what the loaders in llama.cpp 0c1e570 ask for
 (src/llama-model.cpp, src/llama-arch.cpp), checked by loading each file.
 """
@@ -30,7 +32,6 @@ from specsuite.models.synthetic.weights import Weights
 N_EMBD = 64
 N_HEAD = 4
 N_HEAD_KV = 2
-HEAD_DIM = N_EMBD // N_HEAD
 N_FF = 128
 CTX_TRAIN = 4096
 RMS_EPS = 1e-6
@@ -63,6 +64,7 @@ class Dims:
     n_head: int = N_HEAD
     n_head_kv: int = N_HEAD_KV
     n_ff: int = N_FF
+    attn_std: float = 0.02  # the attention matrices' spread (Weights.normal's default)
 
     @property
     def head_dim(self) -> int:
@@ -74,6 +76,15 @@ NARROW = Dims()  # every synthetic file's but one
 # thread of the 2-core CI machine (0.1 ms for the narrow shape, where a round measures the server's
 # overhead more than decoding). Its heads are 64 wide; the fixed weights keep token 0 first by a wide margin.
 WIDE = Dims(n_embd=512, n_head=8, n_head_kv=4, n_ff=1024)
+# The KV axis's files: heads of 32, the block of every quantised KV type (q8_0, q4_0, ...: llama.cpp refuses
+# "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16" for the narrow heads). The same
+# widths as NARROW (n_head x head_dim = 64 for Q, n_head_kv x head_dim = 32 for K and V), so every tensor
+# has NARROW's shape and a recipe's stream of draws is the same. Their attention is three times as strong
+# (std 0.06): at NARROW's 0.02 the residual stream drowns what attention reads from the cache (measured on
+# the pinned CPU build: no KV type, q4_0 included, moved a counter of draft-simple, DFlash or DSpark, so a
+# broken cache would hardly show); at 0.06 q4_0's rounding moves acceptance by up to an eighth
+# (docs/configuration.md).
+HEAD32 = Dims(n_head=2, n_head_kv=1, attn_std=0.06)
 
 
 @dataclass
@@ -94,10 +105,10 @@ class Model:
 
 
 def _attention(w: Weights, t: dict, i: int, n_in: int = N_EMBD, d: Dims = NARROW) -> None:
-    t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, d.n_head * d.head_dim)
-    t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
-    t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim)
-    t[f"blk.{i}.attn_output.weight"] = w.normal(d.n_head * d.head_dim, d.n_embd)
+    t[f"blk.{i}.attn_q.weight"] = w.normal(n_in, d.n_head * d.head_dim, std=d.attn_std)
+    t[f"blk.{i}.attn_k.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim, std=d.attn_std)
+    t[f"blk.{i}.attn_v.weight"] = w.normal(n_in, d.n_head_kv * d.head_dim, std=d.attn_std)
+    t[f"blk.{i}.attn_output.weight"] = w.normal(d.n_head * d.head_dim, d.n_embd, std=d.attn_std)
 
 
 def _ffn(w: Weights, t: dict, i: int, d: Dims = NARROW) -> None:
@@ -149,13 +160,13 @@ def _nextn_block(w: Weights, t: dict, i: int) -> None:
     # nextn.embed_tokens / nextn.shared_head_head are optional: the MTP graph then uses token_embd / output.
 
 
-def glm4moe_mtp(w: Weights, name: str) -> Model:
+def glm4moe_mtp(w: Weights, name: str, d: Dims = NARROW) -> Model:
     """A ``glm4moe`` target: 2 dense trunk layers and one NextN block, which draft-mtp drafts with."""
-    m = Model("glm4moe", name, GLM_TRUNK + 1)
+    m = Model("glm4moe", name, GLM_TRUNK + 1, dims=d)
     _embeddings_and_head(w, m.tensors)
     for i in range(m.n_layer):
         m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(N_EMBD)
-        _attention(w, m.tensors, i)
+        _attention(w, m.tensors, i, d=d)
         m.tensors[f"blk.{i}.post_attention_norm.weight"] = w.ones(N_EMBD)
         if i < GLM_TRUNK:
             _ffn(w, m.tensors, i)
@@ -216,19 +227,19 @@ def eagle3(w: Weights, name: str) -> Model:
     return m
 
 
-def dflash(w: Weights, name: str, conf_bias: float | None = None) -> Model:
+def dflash(w: Weights, name: str, conf_bias: float | None = None, d: Dims = NARROW) -> Model:
     """A ``dflash`` draft (block size 4); with ``conf_bias`` a DSpark draft: Markov and confidence heads.
 
     The server auto-detects draft-dspark from ``markov_w1.weight``.
     """
-    m = Model("dflash", name, 1)
+    m = Model("dflash", name, 1, dims=d)
     m.tensors["fc.weight"] = w.projection(len(DFLASH_TARGET_LAYERS) * N_EMBD, N_EMBD)
     m.tensors["enc.output_norm.weight"] = w.ones(N_EMBD)
     m.tensors["output_norm.weight"] = w.ones(N_EMBD)
     m.tensors["blk.0.attn_norm.weight"] = w.ones(N_EMBD)
-    _attention(w, m.tensors, 0)
-    m.tensors["blk.0.attn_q_norm.weight"] = w.ones(HEAD_DIM)
-    m.tensors["blk.0.attn_k_norm.weight"] = w.ones(HEAD_DIM)
+    _attention(w, m.tensors, 0, d=d)
+    m.tensors["blk.0.attn_q_norm.weight"] = w.ones(d.head_dim)
+    m.tensors["blk.0.attn_k_norm.weight"] = w.ones(d.head_dim)
     m.tensors["blk.0.ffn_norm.weight"] = w.ones(N_EMBD)
     _ffn(w, m.tensors, 0)
     _target_layers(m, DFLASH_TARGET_LAYERS)

@@ -26,6 +26,7 @@ from specsuite.models.lock import GeneratedEntry, load_lock
 from specsuite.models.synthetic.arch import (
     CONF_BIAS_HIGH,
     CONF_BIAS_LOW,
+    HEAD32,
     QTYPES,
     WIDE,
     Model,
@@ -125,6 +126,22 @@ RECIPES.update(
                             RECIPES[base].seed, RECIPES[base].build, q))
     for base in ("target-llama-random", "target-glm4moe-mtp-random")
     for q in QTYPES
+)  # fmt: skip
+
+# The KV axis's files (arch.HEAD32: heads of 32, which a quantised KV cache accepts, and attention strong
+# enough that the cache's values move the output), random weights only (a fixed model's output ignores its
+# cache): their 16-wide namesakes' seeds. DSpark stands for the block drafters: the dflash graph, KV
+# injection included, and it accepts (a random DFlash draft accepted 1 of 258 drafted tokens).
+_HEAD32: dict[str, Callable[[Weights, str], Model]] = {
+    "target-llama-random": lambda w, n: llama(w, 4, n, d=HEAD32),
+    "draft-llama-random": lambda w, n: llama(w, 1, n, d=HEAD32),
+    "target-glm4moe-mtp-random": lambda w, n: glm4moe_mtp(w, n, d=HEAD32),
+    "draft-dspark-random": lambda w, n: dflash(w, n, conf_bias=CONF_BIAS_HIGH, d=HEAD32),
+}
+RECIPES.update(
+    (f"{base}-head32", Recipe(f"{base}-head32", f"{RECIPES[base].description}, heads of 32 (the KV axis)",
+                              RECIPES[base].mode, RECIPES[base].seed, build))
+    for base, build in _HEAD32.items()
 )  # fmt: skip
 
 

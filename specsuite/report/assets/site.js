@@ -28,7 +28,7 @@
   // a commit cut to 7 hex digits; a build (b9246) or a tree's content hash (tree-…) whole (llamacpp.identity)
   const short = (sha) => { const s = String(sha || ""); return /^[0-9a-f]{7,40}$/.test(s) ? s.slice(0, 7) : s; };
   const when = (iso) => String(iso || "").slice(0, 16).replace("T", " ");
-  const badge = (kind, words) => el("span", { className: "badge " + kind, text: words });
+  const badge = (kind, words) => el("span", { className: "badge " + kind, text: words, title: words });
   const cell = (text, className) => el("td", { className, text });
   const link = (href, text) => el("a", { href, text });
 
@@ -138,6 +138,20 @@
           (d.speed_lo[i] !== null && label === "speedup" ? ` (rounds ${num(d.speed_lo[i], 3)} to ${num(d.speed_hi[i], 3)})` : "");
   }
 
+  // A y axis that fits what it shows: a rate (a key ending in _rate: accepted over drafted) runs 0 to 1;
+  // any other metric spans its values, floors and rounds, at least MIN_SPAN of their size around their
+  // middle (a constant series is a flat line mid-chart, not the 0 to 2x uPlot makes of it), never below 0
+  const MIN_SPAN = 0.1;
+  function yRange(key, values) {
+    if (/_rate$/.test(key)) return [0, 1];
+    const got = values.filter((v) => v !== null && v !== undefined && isFinite(v));
+    if (!got.length) return [0, 1];
+    const lo = Math.min(...got), hi = Math.max(...got);
+    const span = Math.max(hi - lo, MIN_SPAN * Math.max(Math.abs(lo), Math.abs(hi))) || 1;
+    const mid = (lo + hi) / 2, half = span * 0.6; // a tenth of the span free above and below
+    return [Math.max(0, mid - half), mid + half];
+  }
+
   function metricChart(d, m, fig) {
     const n = d.run.length, vals = d.values[m.key];
     const xs = Array.from({ length: n }, (_, i) => i);
@@ -165,7 +179,8 @@
     cols.push(vals.map((v, i) => (BAD.has(d.kind[i]) ? v : null)));
     return plot(fig, {
       series, bands,
-      scales: { x: { time: false, range: () => [-0.5, Math.max(n - 0.5, 0.5)] } },
+      scales: { x: { time: false, range: () => [-0.5, Math.max(n - 0.5, 0.5)] },
+                y: { range: yRange(m.key, cols.slice(1).flat()) } },
       axes: [xAxis(d), { size: 56 }],
       hooks: { draw: [drawMarks(d, m.key, vals, floor)] },
     }, cols, hoverText(d, m.label, vals), (i) => "../../runs/" + d.slug[i] + ".html");
@@ -309,7 +324,8 @@
     const r = c.record, f = r.floors || {};
     return el("tr", { className: "status-" + c.kind },
       el("td", {}, link(c.case_href, r.name)), el("td", {}, badge(c.kind, c.status)),
-      cell(r.message ? r.message.split("\n")[0] : ""),
+      el("td", { className: "reason", title: r.message || null },
+        el("div", { text: r.message ? r.message.split("\n")[0] : "" })),
       cell(withFloor(finite(r.accept_rate), f.min_accept_rate, 4), "num"),
       cell(withFloor(finite(r.accept_len), f.min_accept_len, 4), "num"),
       cell(withFloor(speedup(r), f.min_speedup, 3) + (r.implausible_speed ? " implausible" : ""), "num"),
@@ -383,12 +399,45 @@
     return box;
   }
 
+  // a run page's cases come failures first (pages.PARTS): a heading row per part; the cases not in this
+  // build are counted in one row whose names open on a click, and have no counters to detail
+  const ABSENT = "not in this build";
+
+  function partRow(part, n) {
+    return el("tr", { className: "part" }, el("th", { colspan: 8, text: `${part} (${n})` }));
+  }
+
+  function absentRow(cases) {
+    const names = el("details", {}, el("summary", { text: `${cases.length} case(s) not in this build ` +
+      "(the build predates them; not failures)" }));
+    const list = el("ul", { className: "absent" });
+    for (const c of cases) {
+      const why = c.record.reason || (c.record.message || "").split("\n")[0];
+      list.append(el("li", {}, link(c.case_href, c.record.name), why ? " " : null,
+        why ? el("span", { className: "why-inline", text: "(" + why + ")" }) : null));
+    }
+    names.append(list);
+    return el("tr", { className: "part absent" }, el("td", { colspan: 8 }, names));
+  }
+
   function runPage(d) {
     const tbody = document.querySelector("#summary-cases tbody");
     const box = document.getElementById("cases");
+    const parts = new Map();
     for (const c of d.cases) {
-      tbody.append(summaryRow(c));
-      box.append(caseDetails(c));
+      if (!parts.has(c.part)) parts.set(c.part, []);
+      parts.get(c.part).push(c);
+    }
+    for (const [part, cases] of parts) {
+      if (part === ABSENT) {
+        tbody.append(absentRow(cases));
+        continue;
+      }
+      tbody.append(partRow(part, cases.length));
+      for (const c of cases) {
+        tbody.append(summaryRow(c));
+        box.append(caseDetails(c));
+      }
     }
     const models = document.querySelector("#models tbody");
     for (const name of Object.keys(d.models).sort()) {

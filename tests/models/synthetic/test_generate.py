@@ -56,6 +56,9 @@ def test_recipes_cover_every_kind_in_both_modes() -> None:
     extra = {"target-llama-tinyvocab-random", "draft-llama-tinyvocab-random"}  # the sampling test's pair
     extra |= {f"{t}-random-{q}" for t in ("target-llama", "target-glm4moe-mtp") for q in ("q8_0", "q4_0")}
     extra |= {"target-llama-wide-fixed"}  # the speed cases' target: fixed weights only
+    extra |= {
+        f"{k}-random-head32" for k in ("target-llama", "draft-llama", "target-glm4moe-mtp", "draft-dspark")
+    }
     assert set(synthetic.RECIPES) == {f"{k}-{m}" for k in kinds for m in ("fixed", "random")} | extra
     assert synthetic.RECIPES["target-llama-fixed"].filename == "synth-target-llama-fixed.gguf"
 
@@ -102,7 +105,9 @@ def test_architectures(files: dict[str, Path]) -> None:
         "target-llama-random": "llama",
         "target-glm4moe-mtp-random": "glm4moe",
         "target-llama-wide": "llama",
-    }  # fmt: skip  (the last two: the quantised copies)
+        "draft-llama-random": "llama",
+        "draft-dspark-random": "dflash",
+    }  # fmt: skip  (the quantised copies and the head32 files: the recipe they copy, less the suffix)
     for recipe, path in files.items():
         kind = recipe.rsplit("-", 1)[0]
         assert _fields(path)["general.architecture"] == expected[kind], recipe
@@ -305,6 +310,30 @@ def test_lock_block_matches_models_lock() -> None:
     for entry in synthetic.locked_recipes(paths.MODELS_LOCK).values():
         assert f'name = "{entry.name}"\nsource = "generated"\nrecipe = "{entry.recipe}"\n' in block
         assert f'size = {entry.size}\nsha256 = "{entry.sha256}"\n' in block
+
+
+HEAD32 = ("target-llama-random", "draft-llama-random", "target-glm4moe-mtp-random", "draft-dspark-random")
+ATTENTION = ("attn_q.", "attn_k.", "attn_v.", "attn_output.")
+
+
+@pytest.mark.parametrize("base", HEAD32)
+def test_a_head32_file_is_its_namesake_with_heads_of_32_and_three_times_the_attention(files, base) -> None:
+    """The KV axis's files: the 16-wide file's tensors and draws, heads of 32 (which every quantised KV
+    type's block of 32 divides) and its attention matrices three times as large; nothing else differs."""
+    narrow, wide = _fields(files[base]), _fields(files[f"{base}-head32"])
+    arch = narrow["general.architecture"]
+    assert (narrow[f"{arch}.attention.head_count"], narrow[f"{arch}.attention.head_count_kv"]) == (4, 2)
+    assert (wide[f"{arch}.attention.head_count"], wide[f"{arch}.attention.head_count_kv"]) == (2, 1)
+    assert wide[f"{arch}.rope.dimension_count"] == 32 and wide[f"{arch}.embedding_length"] == 64
+    old, new = _tensors(files[base]), _tensors(files[f"{base}-head32"])
+    assert new.keys() == old.keys()
+    for name, t in new.items():
+        if name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):  # per head: its width
+            assert t.shape == (32,) and old[name].shape == (16,) and (t == 1).all(), name
+        elif any(a in name for a in ATTENTION):
+            assert t.shape == old[name].shape and np.allclose(t, 3 * old[name], rtol=1e-6), name
+        else:
+            assert np.array_equal(t, old[name]), name
 
 
 # The model checks' real positive cases: every pairing the synthetic tier runs passes check_models.

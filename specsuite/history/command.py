@@ -1,25 +1,28 @@
-"""``history``: the recorded runs, one table per case over commits, as text, JSON or a trend plot;
-``history import``: finished runs into it; ``changes``: its change points."""
+"""``history``: the recorded runs, the latest at a glance, then one table per case over commits (its
+columns explained), as text, JSON or a trend plot; ``history import``: finished runs into it; ``history
+forget``: runs out of it. (``changes``, its change points: history.changes_command.)"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsuite.cases.schema import suggest
 from specsuite.common import atomic, table
 from specsuite.common.argtypes import CommandParser, positive_int
 from specsuite.common.errors import UserError
-from specsuite.history import changes, queries, recording, schema
+from specsuite.history import forget, queries, recording, schema
 from specsuite.llamacpp.identity import short
+from specsuite.results import metrics
+from specsuite.results.names import names_phrase
 
-HEADER = ("commit", "date", "device", "backend", "status", "accept rate", "accept len", "pos0", "speedup",
-          "block x token")  # fmt: skip
-PLOT_METRICS = (("accept_rate", "accept rate"), ("accept_len", "accept len"), ("speedup", "speedup"))
+SHOWN = metrics.in_table("history")  # the registry's metrics a row of `history` shows
+HEADER = ("commit", "date", "device", "backend", "status", *(m.label for m in SHOWN))
+PLOT_METRICS = tuple((m.name, m.label) for m in SHOWN if m.name in ("accept_rate", "accept_len", "speedup"))
 MAX_TICKS = 24
 LEGEND_ROWS = 30  # cases per legend column
 
@@ -36,11 +39,68 @@ def _cells(row: dict[str, Any]) -> list[str]:
         row["device"],
         row["backend"],
         status,
-        _num(row["accept_rate"], ".4f"),
-        _num(row["accept_len"], ".4f"),
-        _num(row["pos0_rate"], ".4f"),
-        _num(row["speedup"], ".3f") + (" IMPLAUSIBLE" if row.get("implausible_speed") else ""),
-        _num(row.get("block_ratio"), ".3f"),
+        *(_num(row.get(m.name), f".{m.digits}f") + _implausible(m, row) for m in SHOWN),
+    ]
+
+
+def _implausible(m: metrics.Metric, row: dict[str, Any]) -> str:
+    """A speed of a run whose speed was physically impossible is marked (measure.plausible)."""
+    return " IMPLAUSIBLE" if m.plausible and row.get("implausible_speed") else ""
+
+
+# What each column of the case tables means, by its header (both spellings a header has had); a column
+# not here is plain (commit, date, device, backend, status). tests/history/test_report.py checks HEADER.
+EXPLAINED = {
+    "accept rate": "draft tokens accepted / drafted (the cold pass's counters)",
+    "accept len": "tokens per verification step: 1 + accepted / drafts",
+    "accept length": "tokens per verification step: 1 + accepted / drafts",
+    "pos0": "position 0: the share of drafts whose first token was accepted",
+    "position-0 rate": "the share of drafts whose first token was accepted",
+    "speedup": "decode tokens/s with speculation / without, median of the rounds (IMPLAUSIBLE: faster than "
+    "its accept length allows, not judged)",
+    "block x token": "what one verification block (draft + verify) costs, in plain decode steps: ms per "
+    "block / the plain server's ms per token",
+    "block cost": "what one verification block (draft + verify) costs, in plain decode steps",
+    "prefill": "prompt tokens/s with speculation / without (below 1: the drafter slows the prompt down)",
+}
+PLAIN_COLUMNS = {"commit", "date", "device", "backend", "status"}
+LATEST = 5  # runs in the view at a glance
+LATEST_HEADER = ("started", "run", "llama.cpp", "device/backend", "tier", "cases")
+_FAILED = ("failed", "error", "interrupted")
+
+
+def legend(header: Sequence[str]) -> str:
+    """``columns: pos0 = …`` lines for the columns of ``header`` that need saying."""
+    lines = [f"  {name}: {EXPLAINED[name]}" for name in header if name in EXPLAINED]
+    return "columns:\n" + "\n".join(lines) if lines else ""
+
+
+def latest_runs(rows: Sequence[dict[str, Any]], shown: int = LATEST) -> str:
+    """The newest ``shown`` runs of ``rows`` at a glance, newest first: when, which llama.cpp on what, and
+    how their cases ended (the failing ones named)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        run = runs.setdefault(row["run_id"], {"row": row, "ended": {}})
+        run["ended"].setdefault(row["status"], []).append(row["case"])
+    newest = sorted(runs.items(), key=lambda kv: (str(kv[1]["row"]["started"] or ""), kv[0]), reverse=True)
+    body = [_latest_cells(run_id, run["row"], run["ended"]) for run_id, run in newest[:shown]]
+    more = f"{len(body)} of {len(runs)} runs" if len(runs) > len(body) else f"all {len(runs)} run(s)"
+    return f"latest runs, newest first ({more})\n{table.render(LATEST_HEADER, body)}"
+
+
+def _latest_cells(run_id: str, row: dict[str, Any], ended: dict[str, list[str]]) -> list[str]:
+    """A run's line: ``1 failed (ngram), 7 passed``, the failing statuses first, each naming its cases."""
+    order = sorted(ended, key=lambda k: (k not in _FAILED, k != "passed", str(k)))
+    counts = ", ".join(
+        f"{len(ended[k])} {k}" + (f" ({names_phrase(ended[k])})" if k in _FAILED else "") for k in order
+    )
+    return [
+        str(row["started"] or "")[:16].replace("T", " "),
+        run_id,
+        short(row["commit"], 7),
+        f"{row['device_class']}/{row['backend']}",
+        str(row.get("tier") or "—"),
+        counts,
     ]
 
 
@@ -57,7 +117,7 @@ def as_json_lines(rows: Sequence[dict[str, Any]]) -> str:
     return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
 
 
-_DB_HELP = (
+DB_HELP = (
     "database (default: SPEC_HISTORY, else ~/.cache/specsuite/history.sqlite; SPEC_CACHE_DIR moves the cache)"
 )
 
@@ -78,21 +138,24 @@ def existing_db(text: str) -> Path:
 def parser() -> CommandParser:
     p = CommandParser(
         "history",
-        "Runs recorded in the history database: a table per case over commits, or a plot.\n"
-        "`specsuite history import RESULTS.json...` enters finished runs (see its --help).",
+        "Runs recorded in the history database: the latest at a glance, a table per case over commits, or a "
+        "plot.\n`specsuite history import RESULTS.json...` enters finished runs, `specsuite history forget "
+        "RUN-ID...` takes runs out (see their --help).",
     )
     p.add_argument("--case", help="only this case")
     p.add_argument("--device", help="only this device (name or class)")
     p.add_argument("--last", type=positive_int, help="only the last N runs")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw the trend of each case")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--db", type=existing_db, help=_DB_HELP)
+    p.add_argument("--db", type=existing_db, help=DB_HELP)
     return p
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["import"]:
         return import_main(argv[1:])
+    if argv[:1] == ["forget"]:
+        return forget_main(argv[1:])
     a = parser().parse_args(argv)
     return history_command(path=a.db, case=a.case, device=a.device, last=a.last, plot=a.plot, as_json=a.json)
 
@@ -110,7 +173,7 @@ def import_parser() -> CommandParser:
         metavar="RESULTS.json",
         help="results.json files or results/<run> folders",
     )
-    p.add_argument("--db", type=Path, help=_DB_HELP)
+    p.add_argument("--db", type=Path, help=DB_HELP)
     return p
 
 
@@ -119,34 +182,37 @@ def import_main(argv: list[str]) -> int:
     return import_command(a.files, a.db)
 
 
-def changes_parser() -> CommandParser:
+def forget_parser() -> CommandParser:
     p = CommandParser(
-        "changes",
-        "Change points in the history: per case and metric, the commits around each change, the means "
-        "before and after, the relative change and its significance.",
+        "history forget",
+        "Take runs out of the history by run id (a fake binary's run, a misconfigured machine's), all or "
+        "nothing; says what each was. `specsuite report` then builds the site without them.",
     )
-    p.add_argument("--case", help="only this case")
-    p.add_argument(
-        "--metric",
-        help="accept_rate, accept_len, pos0_rate, speedup, decode_tps or block_ratio (per-block overhead: "
-        "what a verification block costs in plain decode steps) (default: all)",
-    )
-    p.add_argument("--device", help="only this device (name or class)")
-    p.add_argument("--json", action="store_true", help="print the change points as JSON")
-    p.add_argument("--db", type=existing_db, help=_DB_HELP)
-    p.add_argument(
-        "--mirror",
-        type=Path,
-        help="llama.cpp git mirror that orders commits (default: <cache>/llama.cpp/git)",
-    )
+    p.add_argument("run_ids", nargs="+", metavar="RUN-ID", help="run ids, as `specsuite history` lists them")
+    p.add_argument("--dry-run", action="store_true", help="say what would go, take nothing out")
+    p.add_argument("--db", type=existing_db, help=DB_HELP)
     return p
 
 
-def changes_main(argv: list[str]) -> int:
-    a = changes_parser().parse_args(argv)
-    return changes_command(
-        path=a.db, case=a.case, metric=a.metric, device=a.device, mirror=a.mirror, as_json=a.json
-    )
+def forget_main(argv: list[str]) -> int:
+    a = forget_parser().parse_args(argv)
+    return forget_command(a.run_ids, a.db, dry_run=a.dry_run)
+
+
+def forget_command(run_ids: Sequence[str], path: Path | None, *, dry_run: bool = False) -> int:
+    """``history forget``: one line per run taken out (or that would be), then the total and what next."""
+    target = Path(path) if path is not None else schema.default_path()
+    gone = forget.forget_runs(run_ids, target, dry_run=dry_run)
+    verb = "would forget" if dry_run else "forgot"
+    for run in gone:
+        print(f"{verb} {run.line()}")
+    if dry_run:
+        print(f"{len(gone)} run(s) would be taken out of {target}; nothing was (--dry-run)")
+        return 0
+    left = len(queries.runs(target))
+    site = "`specsuite report` builds the site without them"
+    print(f"{len(gone)} run(s) taken out of {target}, {left} left; {site}")
+    return 0
 
 
 def history_command(
@@ -175,18 +241,27 @@ def history_command(
         note = f"no runs recorded yet in {target}: every suite run records itself there when it ends"
         print(note, file=sys.stderr if as_json else sys.stdout)
         return 0
-    if case is not None and case not in cases:
-        raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
-    if device is not None and device.lower() not in {d.lower() for d in devices}:
-        raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
+    check_names(case, cases, device, devices)
     rows = queries.case_rows(target, case=case, device=device, last=last)
     if not rows:
         print(f"no runs of case {case!r} on device {device!r} in {target}")
         return 0
-    print(as_json_lines(rows) if as_json else render_tables(rows))
+    if as_json:
+        print(as_json_lines(rows))
+    else:
+        glance = [] if case is not None else [latest_runs(rows)]  # one case: its table is the glance
+        print("\n\n".join([*glance, legend(HEADER), render_tables(rows)]))
     if plot is not None:
         print(f"plot: {plot_trend(rows, Path(plot))}", file=sys.stderr)  # stdout stays pure JSON
     return 0
+
+
+def check_names(case: str | None, cases: list[str], device: str | None, devices: list[str]) -> None:
+    """A case or device filter the history does not hold: one line, the nearest name when one is close."""
+    if case is not None and case not in cases:
+        raise UserError(f"no case {case!r} in the history{suggest(case, cases)}")
+    if device is not None and device.lower() not in {d.lower() for d in devices}:
+        raise UserError(f"no device {device!r} in the history{suggest(device, devices)}")
 
 
 def _pyplot() -> Any:
@@ -240,100 +315,6 @@ def _save(fig: Any, out: Path) -> Path:
         return atomic.save_figure(fig, out, bbox_inches="tight")  # the legend beside the axes is kept
     except OSError as exc:
         raise UserError(f"cannot write the plot to {out} ({exc}); give a writable .png path") from None
-
-
-# --- change points ---------------------------------------------------------------------------------------
-
-CHANGE_HEADER = (
-    "metric",
-    "device",
-    "before",
-    "after (first run)",
-    "mean before",
-    "mean after",
-    "change",
-    "p",
-)
-
-
-def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
-
-
-def _change_cells(c: changes.ChangePoint) -> list[str]:
-    fmt = ".3f" if c.metric in ("speedup", "decode_tps", "block_ratio") else ".4f"
-    change = f"{c.change * 100:+.1f} %" if math.isfinite(c.change) else ("new" if c.change > 0 else "—")
-    return [
-        c.metric,
-        f"{c.device_class}/{c.backend}",
-        f"{short(c.before_commit, 10)} ({_runs(c.runs_before)})",
-        f"{short(c.after_commit, 10)} ({c.after_run_id}, {_runs(c.runs_after)})",
-        format(c.mean_before, fmt),
-        format(c.mean_after, fmt),
-        change,
-        "exact" if c.p_value is None else f"{c.p_value:.3g}",
-    ]
-
-
-def changes_command(
-    *,
-    path: Path | None,
-    case: str | None,
-    metric: str | None,
-    device: str | None,
-    mirror: Path | None,
-    as_json: bool,
-) -> int:
-    """Print every change point (one table per case, or JSON); exit 0, also when there is none."""
-    target = Path(path) if path is not None else schema.default_path()
-    changes.check_metric(metric)
-    cases, devices = queries.names(target)
-    if case is not None and cases and case not in cases:
-        raise UserError(f"no case {case!r} in the history; it has: {', '.join(cases)}")
-    if device is not None and devices and device.lower() not in {d.lower() for d in devices}:
-        raise UserError(f"no device {device!r} in the history; it has: {', '.join(devices)}")
-    found = changes.find_changes(target, case=case, metric=metric, device=device, mirror=mirror)
-    configs = changes.config_changes(target, device=device, mirror=mirror)
-    if as_json:
-        rows = [{**c.as_dict(), "config_changes": changes.across(c, configs)} for c in found]
-        print(as_json_lines(rows) if rows else "[]")
-        return 0
-    if not devices:
-        print(f"no runs recorded yet in {target}: every suite run records itself there when it ends")
-    elif not found:
-        print(f"no change point in {target}" + (f" for case {case!r}" if case else ""))
-    groups: dict[str, list[changes.ChangePoint]] = {}
-    for c in found:
-        groups.setdefault(c.case, []).append(c)
-    if groups:
-        print("\n\n".join(f"{name}\n{_change_table(points, configs)}" for name, points in groups.items()))
-    if configs:
-        print(f"\nconfiguration changes\n{table.render(CONFIG_HEADER, [_config_cells(c) for c in configs])}")
-    return 0
-
-
-CONFIG_HEADER = ("device", "before", "after (first run)", "what changed")
-
-
-def _config_cells(c: changes.ConfigChange) -> list[str]:
-    between = f" between {short(c.before_commit, 7)} and {short(c.after_commit, 7)}"
-    what = "; ".join(line.removesuffix(between) for line in c.changes)
-    return [
-        f"{c.device_class}/{c.backend}",
-        short(c.before_commit, 10),
-        f"{short(c.after_commit, 10)} ({c.after_run_id})",
-        what,
-    ]
-
-
-def _change_table(points: list[changes.ChangePoint], configs: list[changes.ConfigChange]) -> str:
-    """The change points of one case; under a row, the configuration changes across it (beside it)."""
-    lines = table.render(CHANGE_HEADER, [_change_cells(c) for c in points]).splitlines()
-    out = lines[:2]
-    for line, point in zip(lines[2:], points, strict=True):
-        out.append(line)
-        out += [f"  configuration across it: {what}" for what in changes.across(point, configs)]
-    return "\n".join(out)
 
 
 def import_command(files: Sequence[Path], path: Path | None) -> int:
