@@ -78,6 +78,12 @@ DEFAULT: dict[str, Any] = {
     # a slot restored from its file drafts from an empty draft context (upstream's #28619): the speculative
     # requests after a /slots/0?action=restore accept nothing
     "restore_drops_drafts": False,
+    # a speculative server's /completion answer lacks its last N tokens while timings.predicted_n counts
+    # them (upstream b9113: the accepted batch that reached n_predict was counted before it was sent)
+    "lose_tail": 0,
+    # /v1/chat/completions answers HTTP 500 with this message, the server running on (an older build's chat
+    # parser refusing the model's output); "SIGABRT": the server aborts on it
+    "chat_error": None,
 }
 
 SCRIPT = r"""#!__PYTHON__
@@ -230,7 +236,14 @@ class H(BaseHTTPRequestHandler):
             event("completion", t0=t0, t1=time.time())
             timing_lines(n, ms)
             gpu_memory()
+            if spec and CONFIG["lose_tail"]:
+                tokens = tokens[: n - CONFIG["lose_tail"]]
             return self._send(200, {"tokens": tokens, "content": "x", "timings": timings})
+        if self.path == "/v1/chat/completions" and CONFIG["chat_error"] == "SIGABRT":
+            print("GGML_ASSERT(fake chat) failed", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGABRT)
+        if self.path == "/v1/chat/completions" and CONFIG["chat_error"]:
+            return self._send(500, {"error": {"code": 500, "message": CONFIG["chat_error"]}})
         if self.path == "/v1/chat/completions":
             answer = {"choices": [{"message": {"content": "x"}}], "timings": timings}
             if CONFIG["usage"] == "ok":

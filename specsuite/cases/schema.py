@@ -36,10 +36,11 @@ TIERS = (*CASE_TIERS, "all")
 GATE_ROUNDS = 4
 # Each tier's rounds per case where neither --repeat nor SPEC_REPEAT says (a case's own ``repeat`` raises
 # it): what the tier's speed gate needs, from the gate's measured power (benchmarks/bench_gate.py,
-# docs/speed.md "Rounds by tier"). GPU tiers: 4, at a GPU-like spread (CV 3 % a round) no false alarm in 120
-# A/A pairs and a 10 % slowdown caught in 95 %. CPU tiers: 1; the tiny synthetic models cannot be gated at
-# any number of rounds (25 % A/A false alarms at 4), so the synthetic tier gates speed on its speed cases
-# (their own ``repeat``); the smoke tier's Gemma is not gated (1 round: the run's first lines say so).
+# docs/speed.md "Rounds by tier"). GPU tiers: 4, at a GPU-like spread (CV 3 % a round: the fake server) 1
+# false alarm in 120 A/A pairs and every 10 % slowdown caught (288 of 288). CPU tiers: 1; the tiny synthetic
+# models cannot be gated at any number of rounds (25 % A/A false alarms at 4), so the synthetic tier gates
+# speed on its speed cases (their own ``repeat``); the smoke tier's Gemma is not gated (1 round: the run's
+# first lines say so).
 TIER_REPEAT: dict[str, int] = {"smoke": 1, "synthetic": 1, "compact": GATE_ROUNDS, "nightly": GATE_ROUNDS}
 # Canonical --spec-type tokens at the pinned commit (common/speculative.cpp), "none" included.
 SpecType = Literal[
@@ -124,6 +125,7 @@ def _check_finite(table: msgspec.Struct) -> None:
 
 
 Issue = Annotated[int, Meta(ge=1, le=10**7, description="llama.cpp's issue or pull request number")]
+Evidence = Annotated[str, Meta(min_length=1, max_length=200, description="1-200 characters")]
 
 
 class KnownBug(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -136,7 +138,11 @@ class KnownBug(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reason: Name  # the failure reason it shows as: crashed, order_dependent, spec_disengaged, ...
     # llama.cpp's issue or pull request number; none: not filed upstream yet (the title says what it is)
     issue: Issue | None = None
-    evidence: Annotated[str, Meta(min_length=1, max_length=200, description="1-200 characters")] | None = None
+    # the text it shows; a list: any of them (one bug whose message upstream reworded between builds)
+    evidence: Evidence | Annotated[tuple[Evidence, ...], Meta(min_length=1, max_length=4)] | None = None
+    # the first upstream build that no longer has it (a bug of builds older than the pin): from that build
+    # on the case is judged as any other, a pass says nothing and the bug back is red (measure.known)
+    fixed_in: Annotated[int, Meta(ge=1, le=10**7, description="an upstream build number")] | None = None
     # an intermittent bug: seen in ``seen[0]`` of ``seen[1]`` servers where it was measured; FIXED then
     # needs as many clean runs in a row as make a still-present bug's chance of that under 5 %
     seen: Annotated[tuple[Count, Count], Meta(description="[k, n]: seen in k of n")] | None = None

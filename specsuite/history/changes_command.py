@@ -9,7 +9,7 @@ from pathlib import Path
 from specsuite.common import table
 from specsuite.common.argtypes import CommandParser
 from specsuite.history import changes, queries, schema
-from specsuite.history.command import DB_HELP, check_names, as_json_lines, existing_db
+from specsuite.history.command import DB_HELP, as_json_lines, check_names, existing_db
 from specsuite.llamacpp.identity import short
 from specsuite.results import metrics
 

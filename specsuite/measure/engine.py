@@ -33,6 +33,16 @@ from specsuite.server.process import Command, LlamaServer, ServerFailed, start_s
 from specsuite.server.resolver import ResolverCaps, caps_from_probe
 from specsuite.server.workers import Place
 
+# On a CPU build llama.cpp's threads meet at an OpenMP barrier hundreds of times a token, and the first one
+# there spins up to libgomp's 300000 rounds (about 15 ms) before it sleeps. On a machine busier than its
+# cores the thread it waits for is off the CPU meanwhile: a smoke case took up to 40 times its idle time
+# (issue 51), and `--poll 0` does not reach it (an OpenMP build compiles ggml's own polling out). 1000
+# rounds is what libgomp spins when threads outnumber CPUs; idle it measured as fast as the default, under
+# load as fast as one thread (docs/benchmarks.md). Every server of a run gets it, both sides of a
+# comparison alike; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
+CPU_SPIN = {"GOMP_SPINCOUNT": "1000"}
+OMP_WAITS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
 # What an np-1 reference is the output of: the one-slot command (port 0), the prompt set, n_predict.
 Np1Key = tuple[tuple[str, ...], str, int]
 # A speculation-off server: the non-speculative argv (port 0), the GPUs, the pinned CPUs (measure.plain).
@@ -134,8 +144,12 @@ class Engine:
         return self.options.workers == 1
 
     def server_env(self, case: Case) -> dict[str, str]:
-        """What a case's servers see: the first ``case.gpus`` GPUs of this worker's place."""
-        return self.place.env(case.gpus) if self.place is not None else {}
+        """What a case's servers see: the first ``case.gpus`` GPUs of this worker's place; on a CPU build
+        OpenMP's short spin (``CPU_SPIN``)."""
+        env = self.place.env(case.gpus) if self.place is not None else {}
+        if runs_on_cpu(self.caps) and not any(k in os.environ for k in OMP_WAITS):
+            env = {**env, **CPU_SPIN}
+        return env
 
     def start(self, command: Command, log: Path, case: Case) -> LlamaServer:
         """A server of ``case`` on this worker's GPUs and ports (and on its one CPU: ``pin_cpu``).

@@ -73,13 +73,72 @@ def _floors(case: Case, rec: CaseRecord) -> list[Failure]:
     return out
 
 
-def _identical(case: Case, rec: CaseRecord) -> list[Failure]:
+Lost = dict[tuple[int | None, str], int]  # (stream, prompt) -> tokens generated and not returned
+
+
+def lost_tails(completions: Sequence[Completion]) -> Lost:
+    """The requests whose answer holds fewer tokens than the server says it generated
+    (``timings.predicted_n``), by (stream, prompt): how many it counted and did not return. Upstream b9113
+    did so at the end of a speculative generation: the accepted batch that reached ``n_predict`` was counted
+    whole (``n_decoded += ids.size()``) before its tokens were sent, so the limit stopped the send after its
+    first token and the rest never reached the client."""
+    return {
+        c.key: c.predicted_n - len(c.tokens)
+        for c in completions
+        if c.tokens and c.predicted_n > len(c.tokens)
+    }
+
+
+def _tokens_lost(completions: Sequence[Completion], rec: CaseRecord) -> list[Failure]:
+    """The answer lost tokens the server generated: its own failure (the case's reason unless its tokens
+    diverged as well: its counters still count the whole generation, results.record). What it returned
+    is still compared with the plain server's tokens; a request whose only difference is the missing tail
+    is said here, not again as a divergence (``_identical``)."""
+    lost = lost_tails(completions)
+    if not lost:
+        return []
+    sent = {c.key: c for c in completions}
+    per = ", ".join(
+        f"{pid}{'' if stream is None else f' (stream {stream})'}: {len(sent[(stream, pid)].tokens)} of "
+        f"{sent[(stream, pid)].predicted_n}"
+        for (stream, pid) in lost
+    )
+    same = "the tokens it returned equal the plain server's"
+    if _unexplained(rec, lost):
+        same = "some of the tokens it returned differ from the plain server's (diverged, above)"
+    return [
+        Failure(
+            "tokens_lost",
+            f"the speculative server returned fewer tokens than it generated (timings.predicted_n) for "
+            f"{len(lost)} of {len(completions)} request(s): {per}; {same}",
+        )
+    ]
+
+
+def _unexplained(rec: CaseRecord, lost: Lost) -> list[str]:
+    """The prompts that differ from the plain server's tokens other than by a lost tail: a difference
+    inside the tokens returned, or a short answer whose server did not count more."""
+    out = []
+    for p in rec.prompts:
+        if p.identical:
+            continue
+        tail = (p.stream, p.id) in lost and p.first_diff is not None and p.first_diff == p.n_tokens
+        if not tail:
+            out.append(f"{p.id}@{p.first_diff}")
+    return out
+
+
+def _identical(case: Case, rec: CaseRecord, lost: Lost | None = None) -> list[Failure]:
     """Greedy decoding must give the speculation-off server's tokens: a product rule, not a measured floor,
-    so it holds for uncalibrated cases too (as a ``min_speedup`` does)."""
+    so it holds for uncalibrated cases too (as a ``min_speedup`` does). A request whose tokens equal the
+    plain server's up to where its answer lost the tail (``lost``: ``_tokens_lost`` says it) is no
+    divergence of the decoding."""
     ident = rec.identical_fraction
     if case.min_identical_fraction is None or (ident or 0.0) >= case.min_identical_fraction - EPS:
         return []
-    diffs = ", ".join(f"{p.id}@{p.first_diff}" for p in rec.prompts if not p.identical)
+    if lost and not _unexplained(rec, lost):
+        return []
+    diffs = ", ".join(_unexplained(rec, lost or {}))
     return [
         Failure(
             "diverged",
@@ -214,7 +273,8 @@ def check(
     out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
     out += concurrency
     out += _floors(case, rec)
-    out += _identical(case, rec)
+    out += _identical(case, rec, lost_tails(completions))  # first: a divergence as well is no measurement
+    out += _tokens_lost(completions, rec)
     out += _category_floors(case, rec)
     out += _speed(case, rec)
     out += _registered_floors(case, rec)

@@ -11,6 +11,10 @@ against it once it has ended.
   the harness hands in.
 - It failed another way: red as usual; the record still names the bug, so the line says which one was
   expected.
+
+A bug of older builds only (``fixed_in``: the first upstream build without it) is judged on builds before
+that one; from it on the case is any other case: a pass says nothing (the pin's run names no bug fixed long
+before it), and the bug back is red, a regression, not a known bug.
 """
 
 from __future__ import annotations
@@ -43,21 +47,40 @@ def clean_runs_needed(seen: tuple[int, int]) -> int:
 
 
 def shows(bug: KnownBug, rec: CaseRecord, log_text: str) -> bool:
-    """Whether the case ended as the bug shows: its failure reason, and the evidence where given."""
+    """Whether the case ended as the bug shows: its failure reason, and the evidence (any of them) where
+    given."""
     if rec.status not in ("failed", "error") or rec.reason != bug.reason:
         return False
-    return bug.evidence is None or bug.evidence in (rec.message or "") or bug.evidence in log_text
+    if bug.evidence is None:
+        return True
+    texts = (bug.evidence,) if isinstance(bug.evidence, str) else bug.evidence
+    return any(t in (rec.message or "") or t in log_text for t in texts)
+
+
+def applies(bug: KnownBug, build: int | None) -> bool:
+    """Whether the bug is judged on this build: always, but for a bug of older builds (``fixed_in``) only on
+    a numbered build before its fix. A build of no number (a local tree, a fork; builds 0 and 1 are no
+    numbers) is taken as current: a bug fixed long ago is not named on every run of it as FIXED."""
+    if bug.fixed_in is None:
+        return True
+    return build is not None and build > 1 and build < bug.fixed_in
 
 
 def judge(
-    bug: KnownBug, rec: CaseRecord, log: Path | None, history: History | None = None, older: bool = False
+    bug: KnownBug,
+    rec: CaseRecord,
+    log: Path | None,
+    history: History | None = None,
+    older: bool = False,
+    build: int | None = None,
 ) -> None:
     """The ended case against the bug it names: its status, message and ``known_bug`` record (the
     module's rules). ``history``: the earlier runs' statuses, for an intermittent bug's clean streak.
     ``older``: the binary predates the pin the bug was recorded on, so a case that passes there says the
-    bug is not there yet (``absent``), not that it was fixed."""
-    if rec.status not in ("passed", "failed", "error"):
-        return  # not run, not in this build, skipped, interrupted: nothing said of the bug
+    bug is not there yet (``absent``), not that it was fixed. ``build``: the binary's upstream build
+    number, against a bug's ``fixed_in``."""
+    if rec.status not in ("passed", "failed", "error") or not applies(bug, build):
+        return  # not run, not in this build, skipped, interrupted, or built after its fix: nothing said
     ref = KnownBugRef(issue=bug.issue, title=bug.title, state="other", reason=bug.reason,
                       seen=list(bug.seen) if bug.seen else None)  # fmt: skip
     rec.known_bug = ref

@@ -301,7 +301,7 @@ def _measure(engine: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pat
             rec.warnings += cold.warnings
             after = _rounds(engine, case, spec, base, watch, rounds)
             engine.phase("the chat request")
-            usage = usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+            usage = _usage(spec, case, rec)
             rec.config = case_config(spec.command, engine.flag_keys, spec.props())
         except ServerFailed as exc:
             if not base.running:
@@ -320,6 +320,21 @@ def _measure(engine: Engine, case: Case, rec: CaseRecord, at: Slots, target: Pat
     np1 = engine.np1_reference(case, at(1), cold.delta, comps)  # after the case's server stopped
     life = [f for f in (engaged.baseline_speculated(after.plain), engaged.disengaged(comps, after.spec)) if f]
     return Measured(outcome, spec.log_text(), usage, after.seen, np1, life, _sequence(engine, case, rec, at))
+
+
+def _usage(spec: LlamaServer, case: Case, rec: CaseRecord) -> str | None:
+    """What is wrong with ``/v1/chat/completions``' usage, if anything. An auxiliary request: the case's
+    numbers come from ``/completion``, so a chat request the server refuses while it keeps running (an HTTP
+    error: an older build's chat parser rejects the synthetic models' output) is a warning on the case, not
+    its end; a server that died or hung on it still ends the case."""
+    try:
+        return usage_problem(spec.chat(chat_body(case.prompt_texts[0][1])))
+    except ServerFailed as exc:
+        if exc.reason != "runtime_error" or not spec.running:
+            raise
+        said = str(exc).split("\n", 1)[0]
+        rec.warnings.append(f"usage not checked (an auxiliary request; the measurement stands): {said}")
+        return None
 
 
 def _sequence(engine: Engine, case: Case, rec: CaseRecord, at: Slots) -> list[judge.Failure]:
@@ -466,6 +481,7 @@ def run_case(case: Case, engine: Engine) -> CaseRecord:
         rec.wall_s = round(time.monotonic() - t0, 2)
         if case.known_bug is not None:  # the upstream bug it reproduces: still there, fixed, or another end
             log = engine.results.logs / f"{case.name}.log"
-            known.judge(case.known_bug, rec, log, engine.known_history, engine.older_than_pin)
+            build = engine.results.run.binary.build  # against a bug of older builds' fixed_in
+            known.judge(case.known_bug, rec, log, engine.known_history, engine.older_than_pin, build)
         engine.results.add_case(rec)
     return rec

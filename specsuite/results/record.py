@@ -28,9 +28,12 @@ STATUSES: tuple[Status, ...] = get_args(Status)
 NOT_IN_BUILD: Status = "not_in_build"
 KNOWN_BUG: Status = "known_bug"
 # A case that failed only on its numbers (a floor, the relative gate, the speed floor) still measured real
-# numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares.
+# numbers; any other failure (diverged, sanity, a crash) did not measure what the gate compares. tokens_lost:
+# the answer lacks tokens the server generated, and the ones it returned equal the plain server's; its
+# counters count the whole generation (upstream b9113: measure.judge.lost_tails).
 MEASURED_FAIL_REASONS = frozenset(
     {
+        "tokens_lost",
         "floor",
         "regressed",
         "drifted",

@@ -254,10 +254,10 @@ def speed_gate_lines(run: Run) -> list[str]:
             f"SPEED NOT GATED: {_rounds(rest)} a case; the relative gate judges speed from {GATE_ROUNDS} "
             f"(--repeat {GATE_ROUNDS}){held}"
         ]
-    said = f"{_rounds([timed[n] for n in gated])}"
+    said = _rounds([timed[n] for n in gated])
     return [
         f"speed gated in {names_phrase(gated, len(run.cases))} ({said}); recorded, not gated, in "
-        f"the other {len(rest)} case{'s' if len(rest) > 1 else ''} ({_rounds(rest)} a case)"
+        f"the other {f'{len(rest)} cases' if len(rest) > 1 else 'case'} ({_rounds(rest)} a case)"
     ]
 
 

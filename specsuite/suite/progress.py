@@ -24,6 +24,7 @@ the case's captured output instead of on screen.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -128,6 +129,7 @@ class Screen:
         self.tty = os.isatty(self._file.fileno()) and os.environ.get("TERM") != "dumb"
         self._lock = threading.Lock()
         self._pending = False  # a rewritten line is on screen, not yet ended
+        self._gone = False  # the reader went away (a closed pipe): the run goes on, unseen
 
     def _width(self) -> int:
         """The terminal's columns (COLUMNS, else its size, else 80), less one: a line that fills the last
@@ -140,12 +142,20 @@ class Screen:
                 columns = 0
         return max((columns or 80) - 1, 20)
 
+    def _write(self, text: str) -> None:
+        if self._gone:
+            return
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except (OSError, ValueError):
+            self._gone = True
+
     def line(self, text: str) -> None:
         """A line of its own (on a terminal: in place of the rewritten one)."""
         with self._lock:
-            self._file.write(("\r\x1b[K" if self._pending else "") + text + "\n")
+            self._write(("\r\x1b[K" if self._pending else "") + text + "\n")
             self._pending = False
-            self._file.flush()
 
     def status(self, text: str) -> None:
         """The running case's line: rewritten on a terminal (cut to its width: a wrapped line cannot be),
@@ -154,16 +164,16 @@ class Screen:
             self.line(text)
             return
         with self._lock:
-            self._file.write("\r\x1b[K" + text[: self._width()])
+            self._write("\r\x1b[K" + text[: self._width()])
             self._pending = True
-            self._file.flush()
 
     def close(self) -> None:
         with self._lock:
             if self._pending:
-                self._file.write("\n")
+                self._write("\n")
             self._pending = False
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
 
 
 class Heartbeat:
@@ -174,6 +184,7 @@ class Heartbeat:
         self.screen = screen
         self.every_s = every_s
         self.running: Running | None = None
+        self._said = threading.Lock()  # a case's line is never said after the case ended
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,7 +196,8 @@ class Heartbeat:
             self._thread.start()
 
     def end(self) -> Running | None:
-        running, self.running = self.running, None
+        with self._said:
+            running, self.running = self.running, None
         return running
 
     def phase(self, what: str, servers: Sequence[Counted] = (), requests: int = 0) -> None:
@@ -196,14 +208,12 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(min(self.every_s, TICK_S)):
-            running, now = self.running, time.monotonic()
-            if running is None or now - running.said < self.every_s:
-                continue
-            running.said = now
-            try:
+            with self._said:
+                running, now = self.running, time.monotonic()
+                if running is None or now - running.said < self.every_s:
+                    continue
+                running.said = now
                 self.screen.status(running.line(now))
-            except (OSError, ValueError):  # the screen went away (a closed pipe): nothing left to tell
-                return
 
     def stop(self) -> None:
         self._stop.set()

@@ -46,7 +46,8 @@ def parser() -> CommandParser:
         "run-tier",
         "Fetch a tier's models, run its cases against the built llama-server, write results/.",
         epilog="Every other argument goes to pytest: -x stops at the first failed case, -k EXPR picks cases, "
-        "-v shows pytest's own line per case instead of the suite's start and end lines. "
+        "-v shows pytest's own line per case instead of the suite's start and end lines, --lf runs again the "
+        "cases that failed last, -o spec_progress_s=N says a running case's step in a log every N s (30). "
         "A case's time budget is SPEC_BUDGET_MIN_S (60 s) + --budget-factor × the time its requests (the "
         "tokens they decode, their prompts) take at the rates its baseline server measured in this run; "
         "past it the case fails over_budget, naming the rate it decoded at.",
@@ -155,7 +156,7 @@ def _env(args: argparse.Namespace, tier: str, binary: Path) -> dict[str, str]:
 
 def pytest_command(results_dir: Path, pytest_args: list[str], name: str = "specsuite") -> list[str]:
     """pytest over the suite's module with the suite's own settings (this package's pytest.ini); ``name``
-    is junit.xml's suite (the tier). pytest's cache (what ``--lf`` and ``--sw`` read) is kept in the
+    is junit.xml's suite (the tier). pytest's cache (what ``--lf`` reads) is kept in the
     per-user cache, not beside the suite's module (an installed package's folder); the verdict is printed
     by run-tier, after summary.md, not by the suite's plugin (``plugin.VerdictLines``)."""
     here = Path(__file__).parent  # the suite's folder (not imported here: it imports pytest, the child's)

@@ -11,8 +11,8 @@ from testdata import DATA_ROOT
 
 from specsuite.common.errors import UserError
 from specsuite.history import queries, schema
-from specsuite.history.recording import record_run
 from specsuite.history.command import history_command
+from specsuite.history.recording import record_run
 from specsuite.results.document import decode_run
 
 REAL = DATA_ROOT / "results"

@@ -151,7 +151,9 @@ def test_a_replay_tells_which_build_changed_what(env: Path, capsys: pytest.Captu
     assert r300.baseline is not None and r300.baseline.commit == "b200"
     summary300 = (Path(str(replay.entry(300).results)) / "summary.md").read_text().splitlines()
     assert summary300[0].startswith("### specsuite synthetic run `") and "-b300-run-1`" in summary300[0]
-    assert summary300[0].endswith("FAILED: 1 of 1 case(s): tiny-simple-random (regressed)")
+    assert summary300[0].endswith(
+        "FAILED: 1 of 1 case(s): tiny-simple-random (regressed: accept rate 0.9167 -> 0.8333, -9.1 %)"
+    )
     # the cause first, once: the binary's default against the run before on this setup, with the case
     assert summary300[2].startswith("- **CONFIGURATION CHANGED since b200 (run ")
     assert summary300[2].endswith(

@@ -68,7 +68,7 @@ class Run:
     def output(self) -> str:
         return self.proc.stdout + self.proc.stderr
 
-    def summary_head(self, n: int = 5) -> str:
+    def summary_head(self, n: int = 8) -> str:
         return "\n".join((self.dir / "summary.md").read_text().splitlines()[:n])
 
     def junit_properties(self) -> dict[str, str]:

@@ -97,10 +97,17 @@ def test_each_case_says_when_it_starts_and_how_it_ended(env: dict[str, str], tmp
     for plumbing in ("test session starts", "rootdir:", "plugins:", "timeout:", "collected ", "xml file"):
         assert plumbing not in out, out
     assert not re.search(r"\b8 passed in [0-9.]+s", out), out
-    assert lines[-1] == "verdict: PASSED: 8 passed" and lines[-2].startswith("results: "), out
+    _ends_with_its_verdict(lines, "verdict: PASSED: 8 passed")
     assert "why not" not in out  # no table of every case before the run
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "synthetic"
+
+
+def _ends_with_its_verdict(lines: list[str], said: str) -> None:
+    """The results folder, the verdict, then only the verdict's own indented lines (what weakens it)."""
+    at = max(i for i, ln in enumerate(lines) if ln.startswith("verdict: "))
+    assert lines[at] == said and lines[at - 1].startswith("results: "), lines[-12:]
+    assert all(ln.startswith("  ") for ln in lines[at + 1 :]), lines[-12:]
 
 
 def _holding(folder: Path) -> Path:
@@ -162,8 +169,8 @@ def test_an_interrupted_run_says_so_first_and_names_the_cases_it_never_ran(
     assert head.endswith(f"run `{json.loads((tmp_path / 'r' / 'results.json').read_text())['run_id']}`: "
                          f"INTERRUPTED: {'; '.join(said)}"), head  # fmt: skip
     assert head in out  # run-tier prints the summary: its first line is the headline
-    # the run's last line is its verdict (no green "5 passed" footer of pytest's before or after it)
-    assert out.rstrip("\n").splitlines()[-1] == f"verdict: {head.partition('`: ')[2]}", out
+    # the run's last lines are its verdict (no green "5 passed" footer of pytest's before or after it)
+    _ends_with_its_verdict(out.rstrip("\n").splitlines(), f"verdict: {head.partition('`: ')[2]}")
     assert not re.search(r"\b[0-9]+ passed", out.partition("[6/8]")[2]), out
     if stopped:
         assert f"[6/8] {stopped[0]}: interrupted after " in out or f"{stopped[0]}: interrupted" in out

@@ -618,13 +618,28 @@ def test_a_k_that_selects_no_case_leaves_no_results_folder_of_its_own(tmp_path, 
     assert list((tmp_path / "results").iterdir()) == []
 
 
-def test_llama_arg_variables_are_named_in_one_warning(tmp_path, chain_env) -> None:
-    """LLAMA_ARG_* (upstream's workflows set some) never reach llama-server: said once, naming them."""
+def _recording_env(tmp_path: Path) -> Path:
+    """The fake behind a wrapper that keeps each start's environment in ``tmp_path/env-<pid>.txt``."""
     fake = fake_llama(tmp_path / "fake", **ALL_ACCEPTED)
-    exe = tmp_path / "bin" / "llama-server"  # the fake behind a wrapper that keeps each start's environment
+    exe = tmp_path / "bin" / "llama-server"
     exe.parent.mkdir()
     exe.write_text(f'#!/bin/sh\nenv > "{tmp_path}/env-$$.txt"\nexec {fake} "$@"\n')
     exe.chmod(0o755)
+    return exe
+
+
+def _servers_env(tmp_path: Path) -> list[dict[str, str]]:
+    """The environment of each server started (not the probe's: a server is given --port)."""
+    found = []
+    for file in tmp_path.glob("env-*.txt"):
+        env = dict(line.partition("=")[::2] for line in file.read_text().splitlines() if "=" in line)
+        found.append(env)
+    return found
+
+
+def test_llama_arg_variables_are_named_in_one_warning(tmp_path, chain_env) -> None:
+    """LLAMA_ARG_* (upstream's workflows set some) never reach llama-server: said once, naming them."""
+    exe = _recording_env(tmp_path)
     env = {
         **chain_env,
         "LLAMA_SERVER_BIN_PATH": str(exe),
@@ -639,5 +654,29 @@ def test_llama_arg_variables_are_named_in_one_warning(tmp_path, chain_env) -> No
         "variables are flags the server would take behind the command line a run records; a case's flags go "
         "in cases.toml (server_args)"
     ]
-    seen = [p.read_text() for p in tmp_path.glob("env-*.txt")]
-    assert len(seen) >= 3 and not [t for t in seen if "LLAMA_ARG_" in t]  # probe, baseline, case: none
+    seen = _servers_env(tmp_path)
+    assert len(seen) >= 3 and not [e for e in seen if any(k.startswith("LLAMA_ARG_") for k in e)]
+
+
+@pytest.mark.parametrize("own", [None, ("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "300000")])
+def test_cpu_servers_spin_briefly_unless_told_otherwise(tmp_path, chain_env, own) -> None:
+    """Issue 51: OpenMP's long spin made a loaded machine 20 to 40 times slower; every server of a CPU run
+    (the baseline and the case's alike) gets GOMP_SPINCOUNT=1000, and a user's own setting is kept."""
+    exe = _recording_env(tmp_path)
+    env = {k: v for k, v in chain_env.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["LLAMA_SERVER_BIN_PATH"] = str(exe)
+    if own:
+        env[own[0]] = own[1]
+    proc = _run_tier(env, SYNTH)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    servers = [
+        e
+        for e in _servers_env(tmp_path)
+        if e.get("XDG_CONFIG_HOME", "").rpartition("/")[2].startswith("specsuite-xdg-")
+    ]
+    assert len(servers) == 2  # the speculation-off server and the case's
+    waits = {(e.get("GOMP_SPINCOUNT"), e.get("OMP_WAIT_POLICY")) for e in servers}
+    if own is None:
+        assert waits == {("1000", None)}
+    else:
+        assert waits == {(own[1], None) if own[0] == "GOMP_SPINCOUNT" else (None, own[1])}

@@ -22,6 +22,7 @@ import numpy as np
 from specsuite.models.synthetic.tokenizer import (
     MERGES,
     N_VOCAB,
+    TEXT_IDS,
     TINY_MERGES,
     TINY_TOKENS,
     TOKENS,
@@ -123,15 +124,27 @@ def _embeddings_and_head(w: Weights, t: dict, n_vocab: int = N_VOCAB, d: Dims = 
     t["output.weight"] = w.lm_head(d.n_embd, n_vocab)
 
 
-def llama(w: Weights, n_layer: int, name: str, tiny_vocab: bool = False, d: Dims = NARROW) -> Model:
+def llama(
+    w: Weights, n_layer: int, name: str, tiny_vocab: bool = False, d: Dims = NARROW, text_head: bool = False
+) -> Model:
     """A plain ``llama`` model: the target (4 layers) and its draft-simple draft (1 layer); ``tiny_vocab``:
-    with the 12-token vocabulary (the sampling test's models); ``d=WIDE``: the speed cases' target."""
+    with the 12-token vocabulary (the sampling test's models); ``d=WIDE``: the speed cases' target;
+    ``text_head``: the LM head's rows of every token but text (``tokenizer.TEXT_IDS``) zeroed, so that a
+    random model's greedy output is printable ASCII, as a real model's is valid UTF-8: their logit is 0,
+    while the other 98 are N(0, 64) (the hidden state is about 8 long, the rows N(0, 1)): their largest is
+    expected near 19 (2.4 standard deviations), and all 98 below 0 has a chance of 2^-98. The same draws
+    as without it, so a text-head file is its plain twin but for those rows."""
     m = Model("llama", name, n_layer, dims=d)
     if tiny_vocab:
         m.tokens, m.merges = TINY_TOKENS, TINY_MERGES
     _embeddings_and_head(w, m.tensors, len(m.tokens), d)
     if tiny_vocab:
         m.tensors["output.weight"] = m.tensors["output.weight"] * TINY_HEAD_SCALE
+    if text_head:
+        head = m.tensors["output.weight"]  # numpy (n_vocab, n_embd): a row per token
+        keep = np.zeros(head.shape[0], dtype=bool)
+        keep[list(TEXT_IDS)] = True
+        head[~keep, :] = 0.0
     for i in range(n_layer):
         m.tensors[f"blk.{i}.attn_norm.weight"] = w.ones(d.n_embd)
         _attention(w, m.tensors, i, d.n_embd, d)

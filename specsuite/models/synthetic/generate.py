@@ -119,6 +119,19 @@ RECIPES.update(
                "random", 12, lambda w, n: llama(w, 1, n, tiny_vocab=True)),
     )
 )  # fmt: skip
+# The llama pair with a text head (arch.llama's ``text_head``): greedy output of printable ASCII, which every
+# upstream build's server answers; the byte-level random pair's output is refused by the chat parser of
+# builds before b11292, on /completion too (HTTP 500, docs/replay.md). The random pair's seeds: the same
+# draws, but for the head rows of the tokens that are not text.
+RECIPES.update(
+    (r.id, r)
+    for r in (
+        Recipe("target-llama-text-random", "4-layer llama target, random weights, text head (ASCII output)",
+               "random", 1, lambda w, n: llama(w, 4, n, text_head=True)),
+        Recipe("draft-llama-text-random", "1-layer llama draft for draft-simple, random weights, text head",
+               "random", 2, lambda w, n: llama(w, 1, n, text_head=True)),
+    )
+)  # fmt: skip
 # Quantised copies of the random targets (the same seed: the F32 target's weights, quantised), for the
 # quantised targets' losslessness (llama.cpp issues 25618, 23302: greedy output diverged on Q4_K_M).
 RECIPES.update(

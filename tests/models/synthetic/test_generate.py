@@ -56,6 +56,7 @@ def test_recipes_cover_every_kind_in_both_modes() -> None:
     extra = {"target-llama-tinyvocab-random", "draft-llama-tinyvocab-random"}  # the sampling test's pair
     extra |= {f"{t}-random-{q}" for t in ("target-llama", "target-glm4moe-mtp") for q in ("q8_0", "q4_0")}
     extra |= {"target-llama-wide-fixed"}  # the speed cases' target: fixed weights only
+    extra |= {"target-llama-text-random", "draft-llama-text-random"}  # the text-head pair: random only
     extra |= {
         f"{k}-random-head32" for k in ("target-llama", "draft-llama", "target-glm4moe-mtp", "draft-dspark")
     }
@@ -105,6 +106,8 @@ def test_architectures(files: dict[str, Path]) -> None:
         "target-llama-random": "llama",
         "target-glm4moe-mtp-random": "glm4moe",
         "target-llama-wide": "llama",
+        "target-llama-text": "llama",
+        "draft-llama-text": "llama",
         "draft-llama-random": "llama",
         "draft-dspark-random": "dflash",
     }  # fmt: skip  (the quantised copies and the head32 files: the recipe they copy, less the suffix)
