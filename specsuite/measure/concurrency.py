@@ -51,20 +51,33 @@ def _who(c: Completion) -> str:
     return f"stream {c.stream}, prompt {c.id!r}" if c.stream is not None else f"prompt {c.id!r}"
 
 
-def batch_variant(ref: Reference, comps: list[Completion], parallel: int) -> list[Failure]:
-    """Every request whose tokens differ from np 1's for its prompt: the stream, the prompt and the first
-    differing token."""
+def differing(
+    ref: Reference, comps: list[Completion], labels: tuple[str, str], reason: str, what: str
+) -> list[Failure]:
+    """Every request whose tokens differ from the reference's for its prompt, each with its first
+    differing token (``labels``: how the reference and this server are named in it), as one failure
+    ``reason`` whose message begins "N of M request(s) differ from ``what``"."""
     bad = []
     for c in comps:
         want = ref.answer(c.id).tokens
         if (i := first_diff(want, c.tokens)) is not None:
-            np1, here = (t[i] if i < len(t) else "end" for t in (want, c.tokens))
-            bad.append(f"{_who(c)}: first differing token at index {i} (np 1: {np1}, np {parallel}: {here})")
+            was, here = (t[i] if i < len(t) else "end" for t in (want, c.tokens))
+            bad.append(
+                f"{_who(c)}: first differing token at index {i} ({labels[0]}: {was}, {labels[1]}: {here})"
+            )
     if not bad:
         return []
     more = f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
-    head = f"{len(bad)} of {len(comps)} request(s) differ from the np-1 output ({ref.source}): "
-    return [Failure("batch_variant", head + "; ".join(bad[:SHOWN]) + more)]
+    head = f"{len(bad)} of {len(comps)} request(s) differ from {what}: "
+    return [Failure(reason, head + "; ".join(bad[:SHOWN]) + more)]
+
+
+def batch_variant(ref: Reference, comps: list[Completion], parallel: int) -> list[Failure]:
+    """Every request whose tokens differ from np 1's for its prompt: the stream, the prompt and the first
+    differing token."""
+    return differing(
+        ref, comps, ("np 1", f"np {parallel}"), "batch_variant", f"the np-1 output ({ref.source})"
+    )
 
 
 def collapse(ref: Reference, delta: Delta, parallel: int, rtol: float) -> list[Failure]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from specsuite.cases.kvtypes import REFERENCE
 from specsuite.cases.schema import Case
 from specsuite.measure.cold import of_case as cold_of_case
-from specsuite.measure.concurrency import SHOWN, Reference
+from specsuite.measure.concurrency import Reference, differing
 from specsuite.measure.engine import CaseEnd, Engine
 from specsuite.measure.judge import EPS, Failure
 from specsuite.measure.outcome import Completion, first_diff
@@ -103,20 +103,9 @@ def _diverged(case: Case, comps: list[Completion], ref: Reference) -> list[Failu
     """Every prompt whose tokens differ from the f16 member's: only the draft's cache type moved, and a
     draft decides what is drafted, never what greedy verification keeps."""
     assert case.kv is not None
-    bad = []
-    for c in comps:
-        want = ref.answer(c.id).tokens
-        if (i := first_diff(want, c.tokens)) is not None:
-            f16, here = (t[i] if i < len(t) else "end" for t in (want, c.tokens))
-            bad.append(f"prompt {c.id!r}: first differing token at index {i} (f16: {f16}, here: {here})")
-    if not bad:
-        return []
-    more = f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
-    head = (
-        f"{len(bad)} of {len(comps)} request(s) differ from the f16 member's tokens with only the draft's "
-        f"cache type moved (kv {case.kv.spelled}; f16: {ref.source}): "
-    )
-    return [Failure("kv_diverged", head + "; ".join(bad[:SHOWN]) + more)]
+    moved = f"kv {case.kv.spelled}; f16: {ref.source}"
+    what = f"the f16 member's tokens with only the draft's cache type moved ({moved})"
+    return differing(ref, comps, ("f16", "here"), "kv_diverged", what)
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
