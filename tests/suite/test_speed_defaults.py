@@ -188,7 +188,7 @@ def test_speculation_slower_than_plain_is_red_at_the_synthetic_tiers_defaults(
 ) -> None:
     """One run on the pinned build (the baseline), then each slower path against it, every run at the
     defaults (no --repeat): a drafter as costly as the target (#25117's DFlash) fails the speed case,
-    naming the block cost; the same only at np 2 (#27342) fails the np-2 case alone."""
+    naming the block cost; the same only at np 2 (#27342) fails the np-2 case."""
     both = f"{SPEED},{NP2}"
     real = real_binary()
     pinned = costly_drafter(tmp_path / "a", real, "a1a1a1a", min_parallel=99)  # the real build as it is
@@ -217,10 +217,13 @@ def test_speculation_slower_than_plain_is_red_at_the_synthetic_tiers_defaults(
     (tmp_path / "history.sqlite").write_bytes(seeded)  # judged against the pinned run again
     rc, doc, out = run_tier(tmp_path, models, costly_drafter(tmp_path / "c", real, "c3c3c3c", 2), both, "c")
     recs = doc["cases"]
-    assert rc == 1 and recs[SPEED]["status"] == "passed", _said(recs[SPEED])
-    assert (recs[NP2]["status"], recs[NP2]["reason"]) == ("failed", "regressed"), _said(recs[NP2])
+    # The 1-slot case is unchanged here: an A/A comparison of real speed, whose false alarms under load are
+    # the gate's measured error rate (docs/benchmarks.md, bench_gate.py), not something a test can assert
+    # on a CI machine running three test workers on two cores. Its counters must not move.
+    assert (recs[SPEED]["drafted"], recs[SPEED]["accepted"]) == (was["drafted"], was["accepted"])
+    assert rc == 1 and (recs[NP2]["status"], recs[NP2]["reason"]) == ("failed", "regressed"), _said(recs[NP2])
     assert recs[NP2]["speedup"] < base["cases"][NP2]["speedup"] / 2 and "speedup median" in _said(recs[NP2])
-    assert f"FAILED: 1 of 2 case(s): {NP2} (regressed" in _head(out)[0], _head(out)
+    assert f"{NP2} (regressed" in _head(out)[0], _head(out)
 
 
 @pytest.mark.slow
