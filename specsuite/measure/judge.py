@@ -89,12 +89,11 @@ def lost_tails(completions: Sequence[Completion]) -> Lost:
     }
 
 
-def _tokens_lost(completions: Sequence[Completion], rec: CaseRecord) -> list[Failure]:
+def _tokens_lost(completions: Sequence[Completion], rec: CaseRecord, lost: Lost) -> list[Failure]:
     """The answer lost tokens the server generated: its own failure (the case's reason unless its tokens
     diverged as well: its counters still count the whole generation, results.record). What it returned
     is still compared with the plain server's tokens; a request whose only difference is the missing tail
     is said here, not again as a divergence (``_identical``)."""
-    lost = lost_tails(completions)
     if not lost:
         return []
     sent = {c.key: c for c in completions}
@@ -273,8 +272,9 @@ def check(
     out += [Failure("sanity", f"counter sanity: {s}") for s in sanity]
     out += concurrency
     out += _floors(case, rec)
-    out += _identical(case, rec, lost_tails(completions))  # first: a divergence as well is no measurement
-    out += _tokens_lost(completions, rec)
+    lost = lost_tails(completions)
+    out += _identical(case, rec, lost)  # first: a divergence as well is no measurement
+    out += _tokens_lost(completions, rec, lost)
     out += _category_floors(case, rec)
     out += _speed(case, rec)
     out += _registered_floors(case, rec)

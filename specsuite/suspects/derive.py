@@ -60,13 +60,19 @@ def _case_blocks(text: str, enum: str) -> list[str]:
     return out
 
 
-def _struct_body(text: str, name: str) -> str:
-    """A top-level ``struct NAME`` from its line to the ``};`` that closes it at column 0."""
-    m = re.search(rf"^struct\s+{name}\b", text, re.MULTILINE)
+def _block(text: str, head: str, close: str) -> str:
+    """The text from the first line matching ``head`` to the first line after it starting with ``close``
+    (both at column 0: the tree's own style for top-level blocks); "" when there is none."""
+    m = re.search(head, text, re.MULTILINE)
     if m is None:
         return ""
-    end = re.compile(r"^};", re.MULTILINE).search(text, m.end())
+    end = re.compile(close, re.MULTILINE).search(text, m.end())
     return text[m.start() : end.end() if end else len(text)]
+
+
+def _struct_body(text: str, name: str) -> str:
+    """A top-level ``struct NAME`` from its line to the ``};`` that closes it at column 0."""
+    return _block(text, rf"^struct\s+{name}\b", r"^};")
 
 
 def _declaring_files(tree: Path, names: set[str]) -> list[str]:
@@ -122,11 +128,7 @@ def aliases(tree: Path) -> dict[str, list[str]]:
 
 def _function_body(text: str, name: str) -> str:
     """A function defined at column 0, from its line to the ``}`` that closes it at column 0."""
-    m = re.search(rf"^[^\s#/].*\b{name}\s*\(", text, re.MULTILINE)
-    if m is None:
-        return ""
-    end = re.compile(r"^}", re.MULTILINE).search(text, m.end())
-    return text[m.start() : end.end() if end else len(text)]
+    return _block(text, rf"^[^\s#/].*\b{name}\s*\(", r"^}")
 
 
 def arch_files(tree: Path, arch: str) -> list[str]:
